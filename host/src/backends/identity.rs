@@ -1,0 +1,109 @@
+//! The `identity` test backend, as in Triton's QA suites: output *i* is a
+//! copy of input *i*. Model parameter `execute_delay_ms` sleeps once per
+//! execution, to make scheduling observable in tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{numeric_parameter, Backend, BackendSettings, Instance, InstanceSpec, LoadContext, Model, ModelFiles};
+use crate::config::ModelConfig;
+use crate::core::{DataType, InferRequest, InferResponse, Tensor};
+use crate::error::{Error, Result};
+
+/// The identity backend.
+pub struct IdentityBackend;
+
+impl Backend for IdentityBackend {
+    fn name(&self) -> &'static str {
+        "identity"
+    }
+    fn platform(&self) -> &'static str {
+        ""
+    }
+    fn default_filename(&self) -> Option<&'static str> {
+        None
+    }
+    fn auto_complete(&self, _files: &ModelFiles, _cfg: &mut ModelConfig, _settings: &BackendSettings) -> Result<()> {
+        Ok(())
+    }
+    fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
+        let cfg = ctx.config;
+        if cfg.input.len() != cfg.output.len() {
+            return Err(Error::invalid_arg(format!(
+                "model '{}': the identity backend needs as many outputs as inputs ({} inputs, {} outputs)",
+                cfg.name,
+                cfg.input.len(),
+                cfg.output.len()
+            )));
+        }
+        let mut pairs = Vec::new();
+        for (i, o) in cfg.input.iter().zip(&cfg.output) {
+            if i.data_type != o.data_type {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': identity output '{}' must have the data type of input '{}'",
+                    cfg.name, o.name, i.name
+                )));
+            }
+            pairs.push((i.name.clone(), o.name.clone(), DataType::from_config(o.data_type)?));
+        }
+        let delay = numeric_parameter::<u64>(cfg, "execute_delay_ms")?.unwrap_or(0);
+        Ok(Arc::new(IdentityModel {
+            name: cfg.name.clone(),
+            version: ctx.version,
+            pairs: Arc::new(pairs),
+            delay: Duration::from_millis(delay),
+        }))
+    }
+}
+
+struct IdentityModel {
+    name: String,
+    version: i64,
+    pairs: Arc<Vec<(String, String, DataType)>>,
+    delay: Duration,
+}
+
+impl Model for IdentityModel {
+    fn create_instance(&self, _spec: &InstanceSpec) -> Result<Box<dyn Instance>> {
+        Ok(Box::new(IdentityInstance {
+            name: self.name.clone(),
+            version: self.version,
+            pairs: self.pairs.clone(),
+            delay: self.delay,
+        }))
+    }
+}
+
+struct IdentityInstance {
+    name: String,
+    version: i64,
+    pairs: Arc<Vec<(String, String, DataType)>>,
+    delay: Duration,
+}
+
+impl Instance for IdentityInstance {
+    fn execute(&mut self, batch: &[InferRequest]) -> Vec<Result<InferResponse>> {
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        batch
+            .iter()
+            .map(|req| {
+                let outputs = self
+                    .pairs
+                    .iter()
+                    .filter_map(|(input, output, dtype)| {
+                        req.input(input).map(|t| Tensor::new(output.clone(), *dtype, t.shape.clone(), t.data.clone()))
+                    })
+                    .collect();
+                Ok(InferResponse {
+                    model_name: self.name.clone(),
+                    model_version: self.version,
+                    id: req.id.clone(),
+                    outputs,
+                    parameters: Default::default(),
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,396 @@
+//! ONNX Runtime backend (`backend: "onnxruntime"`, `platform:
+//! "onnxruntime_onnx"`, default file `model.onnx`) through the `ort` crate
+//! with the library loaded at run time: the binary runs, and reports a clear
+//! load error, on machines without `libonnxruntime`.
+//!
+//! One ORT session per instance. Model parameters: `intra_op_thread_count`,
+//! `inter_op_thread_count`; `optimization { graph { level } }` as in Triton.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use ort::memory::Allocator;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::Session;
+use ort::value::{DynTensor, DynTensorValueType, Tensor as OrtTensor, TensorElementType, ValueType};
+
+use super::{model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, Instance, InstanceSpec, LoadContext, Model, ModelFiles};
+use crate::config::pb;
+use crate::config::ModelConfig;
+use crate::core::tensor::element_count;
+use crate::core::{bytes_tensor, DataType, InferRequest, InferResponse, Tensor};
+use crate::error::{Error, Result};
+
+/// The ONNX Runtime backend.
+pub struct OnnxBackend;
+
+const DEFAULT_FILE: &str = "model.onnx";
+
+/// Candidate library paths: the configured one, `ORT_DYLIB_PATH`, next to the executable, then the system loader.
+fn library_candidates(settings: &BackendSettings) -> Vec<PathBuf> {
+    if let Some(p) = &settings.onnxruntime_library {
+        return vec![p.clone()];
+    }
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
+        return vec![PathBuf::from(p)];
+    }
+    let mut out = Vec::new();
+    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(|p| p.to_path_buf())) {
+        out.push(dir.join("libonnxruntime.so"));
+    }
+    out.push(PathBuf::from("libonnxruntime.so"));
+    out
+}
+
+/// The process-wide ORT environment, created on first use. A missing or
+/// broken library is remembered as an error and reported at every model load.
+fn environment(settings: &BackendSettings) -> Result<&'static ort::environment::Environment> {
+    static ENV: OnceLock<std::result::Result<ort::environment::Environment, String>> = OnceLock::new();
+    let env = ENV.get_or_init(|| {
+        let mut errors = Vec::new();
+        for path in library_candidates(settings) {
+            if path.is_absolute() && !path.exists() {
+                errors.push(format!("{}: no such file", path.display()));
+                continue;
+            }
+            match ort::init_from(&path) {
+                Ok(builder) => {
+                    return builder.with_name("tern").build().map_err(|e| format!("creating the ONNX Runtime environment: {e}"));
+                }
+                Err(e) => errors.push(format!("{}: {e}", path.display())),
+            }
+        }
+        Err(format!(
+            "the ONNX Runtime library could not be loaded ({}). Install it with `make ort` (it comes from the \
+             `onnxruntime` PyPI wheel), or point ORT_DYLIB_PATH / --onnxruntime-library at libonnxruntime.so",
+            errors.join("; ")
+        ))
+    });
+    env.as_ref().map_err(|e| Error::unavailable(e.clone()))
+}
+
+fn to_ort_type(dt: DataType) -> TensorElementType {
+    match dt {
+        DataType::Bool => TensorElementType::Bool,
+        DataType::Uint8 => TensorElementType::Uint8,
+        DataType::Uint16 => TensorElementType::Uint16,
+        DataType::Uint32 => TensorElementType::Uint32,
+        DataType::Uint64 => TensorElementType::Uint64,
+        DataType::Int8 => TensorElementType::Int8,
+        DataType::Int16 => TensorElementType::Int16,
+        DataType::Int32 => TensorElementType::Int32,
+        DataType::Int64 => TensorElementType::Int64,
+        DataType::Fp16 => TensorElementType::Float16,
+        DataType::Fp32 => TensorElementType::Float32,
+        DataType::Fp64 => TensorElementType::Float64,
+        DataType::Bf16 => TensorElementType::Bfloat16,
+        DataType::Bytes => TensorElementType::String,
+    }
+}
+
+fn from_ort_type(t: TensorElementType) -> Option<DataType> {
+    DataType::all().find(|&d| to_ort_type(d) == t)
+}
+
+/// (name, data type, shape with -1 for dynamic dims) of a session input or output.
+fn describe(outlet: &ort::value::Outlet, model: &str) -> Result<(String, DataType, Vec<i64>)> {
+    match outlet.dtype() {
+        ValueType::Tensor { ty, shape, .. } => {
+            let dt = from_ort_type(*ty).ok_or_else(|| {
+                Error::unsupported(format!("model '{model}': tensor '{}' has ONNX type {ty:?}, which Tern does not support", outlet.name()))
+            })?;
+            Ok((outlet.name().to_string(), dt, shape.iter().map(|&d| if d < 0 { -1 } else { d }).collect()))
+        }
+        other => Err(Error::unsupported(format!(
+            "model '{model}': '{}' is a {other:?}; only tensor inputs and outputs are supported",
+            outlet.name()
+        ))),
+    }
+}
+
+fn open_session(cfg: &ModelConfig, path: &std::path::Path, settings: &BackendSettings) -> Result<Session> {
+    let env = environment(settings).map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+    let fail = |what: &str, e: ort::Error| Error::internal(format!("model '{}': {what}: {e}", cfg.name));
+    let mut builder = Session::builder(env).map_err(|e| fail("creating a session", e))?;
+    if let Some(n) = numeric_parameter::<usize>(cfg, "intra_op_thread_count")? {
+        builder = builder.with_intra_threads(n).map_err(|e| fail("intra_op_thread_count", e.into()))?;
+    }
+    if let Some(n) = numeric_parameter::<usize>(cfg, "inter_op_thread_count")? {
+        builder = builder.with_inter_threads(n).map_err(|e| fail("inter_op_thread_count", e.into()))?;
+    }
+    let level = cfg.optimization.as_ref().and_then(|o| o.graph.as_ref()).map(|g| g.level).unwrap_or(0);
+    let level = match level {
+        l if l < 0 => GraphOptimizationLevel::Level1,
+        0 => GraphOptimizationLevel::All,
+        1 => GraphOptimizationLevel::Level2,
+        _ => GraphOptimizationLevel::All,
+    };
+    builder = builder.with_optimization_level(level).map_err(|e| fail("graph optimization level", e.into()))?;
+    builder
+        .commit_from_file(path)
+        .map_err(|e| Error::invalid_arg(format!("model '{}': failed to load '{}': {e}", cfg.name, path.display())))
+}
+
+impl Backend for OnnxBackend {
+    fn name(&self) -> &'static str {
+        "onnxruntime"
+    }
+    fn platform(&self) -> &'static str {
+        "onnxruntime_onnx"
+    }
+    fn default_filename(&self) -> Option<&'static str> {
+        Some(DEFAULT_FILE)
+    }
+
+    fn auto_complete(&self, files: &ModelFiles, cfg: &mut ModelConfig, settings: &BackendSettings) -> Result<()> {
+        if cfg.backend.is_empty() {
+            cfg.backend = self.name().into();
+        }
+        if cfg.platform.is_empty() {
+            cfg.platform = self.platform().into();
+        }
+        if !cfg.input.is_empty() && !cfg.output.is_empty() {
+            return Ok(());
+        }
+        let Some(dir) = &files.version_dir else { return Ok(()) };
+        let session = open_session(cfg, &model_file(cfg, dir, DEFAULT_FILE)?, settings)?;
+        let inputs = session.inputs().iter().map(|o| describe(o, &cfg.name)).collect::<Result<Vec<_>>>()?;
+        let outputs = session.outputs().iter().map(|o| describe(o, &cfg.name)).collect::<Result<Vec<_>>>()?;
+        let batchable = inputs.iter().chain(&outputs).all(|(_, _, s)| s.first() == Some(&-1));
+        if cfg.max_batch_size == 0 && cfg.input.is_empty() && cfg.output.is_empty() && batchable {
+            cfg.max_batch_size = settings.default_max_batch_size;
+        }
+        let strip = cfg.max_batch_size > 0;
+        let to_dims = |shape: &[i64]| -> (Vec<i64>, Option<pb::ModelTensorReshape>) {
+            let dims = if strip { shape.get(1..).unwrap_or(&[]).to_vec() } else { shape.to_vec() };
+            if dims.is_empty() {
+                (vec![1], Some(pb::ModelTensorReshape { shape: vec![] }))
+            } else {
+                (dims, None)
+            }
+        };
+        if cfg.input.is_empty() {
+            for (name, dt, shape) in &inputs {
+                let (dims, reshape) = to_dims(shape);
+                cfg.input.push(pb::ModelInput { name: name.clone(), data_type: dt.to_config() as i32, dims, reshape, ..Default::default() });
+            }
+        }
+        if cfg.output.is_empty() {
+            for (name, dt, shape) in &outputs {
+                let (dims, reshape) = to_dims(shape);
+                cfg.output.push(pb::ModelOutput { name: name.clone(), data_type: dt.to_config() as i32, dims, reshape, ..Default::default() });
+            }
+        }
+        Ok(())
+    }
+
+    fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
+        let cfg = ctx.config;
+        let path = model_file(cfg, ctx.version_dir, DEFAULT_FILE)?;
+        // Open one session now so that a broken file or missing library fails the load, and
+        // check the config against what the model declares.
+        let session = open_session(cfg, &path, ctx.settings)?;
+        for input in &cfg.input {
+            let found = session.inputs().iter().find(|o| o.name() == input.name);
+            let Some(outlet) = found else {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': input '{}' is in the config but not in the ONNX model (model inputs: {})",
+                    cfg.name,
+                    input.name,
+                    session.inputs().iter().map(|o| o.name().to_string()).collect::<Vec<_>>().join(", ")
+                )));
+            };
+            let (_, dt, _) = describe(outlet, &cfg.name)?;
+            if dt.to_config() as i32 != input.data_type {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': input '{}' has data type {} in the config but {} in the ONNX model",
+                    cfg.name,
+                    input.name,
+                    crate::core::dtype::config_name(input.data_type),
+                    crate::core::dtype::config_name(dt.to_config() as i32)
+                )));
+            }
+        }
+        for output in &cfg.output {
+            if !session.outputs().iter().any(|o| o.name() == output.name) {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': output '{}' is in the config but not in the ONNX model",
+                    cfg.name, output.name
+                )));
+            }
+        }
+        Ok(Arc::new(OnnxModel {
+            config: Arc::new(cfg.clone()),
+            version: ctx.version,
+            path,
+            settings: ctx.settings.clone(),
+            first_session: std::sync::Mutex::new(Some(session)),
+        }))
+    }
+}
+
+struct OnnxModel {
+    config: Arc<ModelConfig>,
+    version: i64,
+    path: PathBuf,
+    settings: BackendSettings,
+    /// The session opened during load, handed to the first instance.
+    first_session: std::sync::Mutex<Option<Session>>,
+}
+
+impl Model for OnnxModel {
+    fn create_instance(&self, spec: &InstanceSpec) -> Result<Box<dyn Instance>> {
+        if let DeviceKind::Gpu(id) = spec.device {
+            return Err(Error::unsupported(format!(
+                "model '{}': instance '{}' on GPU {id}: the ONNX Runtime CUDA execution provider is not available in this build",
+                self.config.name, spec.name
+            )));
+        }
+        let reused = self.first_session.lock().map(|mut s| s.take()).unwrap_or(None);
+        let session = match reused {
+            Some(s) => s,
+            None => open_session(&self.config, &self.path, &self.settings)?,
+        };
+        Ok(Box::new(OnnxInstance { config: self.config.clone(), version: self.version, session }))
+    }
+}
+
+struct OnnxInstance {
+    config: Arc<ModelConfig>,
+    version: i64,
+    session: Session,
+}
+
+/// Converts a core tensor to an ORT value with the given shape.
+fn to_ort(t: &Tensor, shape: &[i64]) -> Result<DynTensor> {
+    let fail = |e: ort::Error| Error::internal(format!("input '{}': {e}", t.name));
+    if t.dtype == DataType::Bytes {
+        let elements = bytes_tensor::decode(&t.data)?;
+        let strings = elements
+            .into_iter()
+            .map(|e| {
+                String::from_utf8(e.to_vec())
+                    .map_err(|_| Error::invalid_arg(format!("input '{}': ONNX string tensors must be valid UTF-8", t.name)))
+            })
+            .collect::<Result<Vec<String>>>()?;
+        let dims: Vec<i64> = shape.to_vec();
+        return OrtTensor::from_string_array((dims, &*strings)).map(|v| v.upcast()).map_err(fail);
+    }
+    let mut value = DynTensor::new(&Allocator::default(), to_ort_type(t.dtype), shape.to_vec()).map_err(fail)?;
+    if !t.data.is_empty() {
+        let ptr = value.data_ptr_mut() as *mut u8;
+        // SAFETY: the tensor was allocated on the CPU for `shape` elements of this type, which
+        // validation guarantees is exactly `t.data.len()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(t.data.as_ptr(), ptr, t.data.len()) };
+    }
+    Ok(value)
+}
+
+/// Converts an ORT output back to a core tensor.
+fn from_ort(name: &str, value: ort::value::DynValue) -> Result<Tensor> {
+    let fail = |e: ort::Error| Error::internal(format!("output '{name}': {e}"));
+    let value = value.downcast::<DynTensorValueType>().map_err(fail)?;
+    let shape: Vec<i64> = value.shape().to_vec();
+    let ty = *value.data_type();
+    let dtype = from_ort_type(ty).ok_or_else(|| Error::unsupported(format!("output '{name}': ONNX type {ty:?} is not supported")))?;
+    if dtype == DataType::Bytes {
+        let (_, strings) = value.try_extract_strings().map_err(fail)?;
+        return Ok(Tensor::new(name, dtype, shape, bytes_tensor::encode(&strings)));
+    }
+    let len = element_count(&shape) * dtype.size().unwrap_or(0);
+    let mut data = vec![0u8; len];
+    if len > 0 {
+        let ptr = value.data_ptr() as *const u8;
+        // SAFETY: a CPU tensor of `shape` elements of `dtype` holds exactly `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, data.as_mut_ptr(), len) };
+    }
+    Ok(Tensor::new(name, dtype, shape, data))
+}
+
+impl OnnxInstance {
+    fn run_one(&mut self, req: &InferRequest) -> Result<InferResponse> {
+        let cfg = &self.config;
+        let batched = cfg.max_batch_size > 0;
+        let mut inputs: Vec<(String, DynTensor)> = Vec::with_capacity(req.inputs.len());
+        for t in &req.inputs {
+            let reshape = cfg.input.iter().find(|i| i.name == t.name).and_then(|i| i.reshape.as_ref());
+            let shape = match reshape {
+                Some(r) if batched => std::iter::once(t.shape[0]).chain(r.shape.iter().copied()).collect(),
+                Some(r) => r.shape.clone(),
+                None => t.shape.clone(),
+            };
+            inputs.push((t.name.clone(), to_ort(t, &shape)?));
+        }
+        let mut outputs = self
+            .session
+            .run(inputs)
+            .map_err(|e| Error::internal(format!("model '{}': onnx runtime error: {e}", cfg.name)))?;
+        let mut tensors = Vec::with_capacity(cfg.output.len());
+        for output in &cfg.output {
+            let value = outputs
+                .remove(output.name.as_str())
+                .ok_or_else(|| Error::internal(format!("model '{}': the model did not produce output '{}'", cfg.name, output.name)))?;
+            let mut t = from_ort(&output.name, value)?;
+            if output.reshape.is_some() {
+                t.shape = unreshape(&output.dims, batched.then(|| t.shape.first().copied().unwrap_or(1)), t.element_count());
+            }
+            if output.data_type != t.dtype.to_config() as i32 {
+                return Err(Error::internal(format!(
+                    "model '{}': output '{}' has type {} but the config declares {}",
+                    cfg.name,
+                    output.name,
+                    t.dtype,
+                    crate::core::dtype::config_name(output.data_type)
+                )));
+            }
+            tensors.push(t);
+        }
+        Ok(InferResponse {
+            model_name: cfg.name.clone(),
+            model_version: self.version,
+            id: req.id.clone(),
+            outputs: tensors,
+            parameters: Default::default(),
+        })
+    }
+}
+
+/// Shape of an output whose backend shape was `reshape`: the config dims,
+/// with a variable dim resolved from the element count.
+fn unreshape(dims: &[i64], batch: Option<i64>, elements: usize) -> Vec<i64> {
+    let mut shape: Vec<i64> = batch.into_iter().chain(dims.iter().copied()).collect();
+    let fixed: i64 = shape.iter().filter(|&&d| d >= 0).product::<i64>().max(1);
+    if let Some(pos) = shape.iter().position(|&d| d < 0) {
+        shape[pos] = elements as i64 / fixed;
+        for d in shape.iter_mut().skip(pos + 1) {
+            if *d < 0 {
+                *d = 1;
+            }
+        }
+    }
+    shape
+}
+
+impl Instance for OnnxInstance {
+    fn execute(&mut self, batch: &[InferRequest]) -> Vec<Result<InferResponse>> {
+        batch.iter().map(|req| self.run_one(req)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_table_is_complete() {
+        for dt in DataType::all() {
+            assert_eq!(from_ort_type(to_ort_type(dt)), Some(dt));
+        }
+    }
+
+    #[test]
+    fn unreshape_resolves_variable_dims() {
+        assert_eq!(unreshape(&[1], Some(3), 3), vec![3, 1]);
+        assert_eq!(unreshape(&[-1, 4], None, 12), vec![3, 4]);
+    }
+}

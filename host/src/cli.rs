@@ -1,0 +1,220 @@
+//! Command-line flags, compatible with `tritonserver` where Tern implements
+//! the feature. Every flag can also be set through a `TERN_*` environment
+//! variable. Known tritonserver flags that Tern does not implement yet are
+//! rejected with a clear message instead of being silently accepted.
+
+use std::path::PathBuf;
+
+use clap::{ArgAction, Parser};
+
+use crate::error::{Error, Result};
+
+/// Tern: a Triton-compatible inference server.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "tern", version, about)]
+pub struct Args {
+    /// Model repository path (repeatable).
+    #[arg(long = "model-repository", alias = "model-store", env = "TERN_MODEL_REPOSITORY", value_delimiter = ',', required = true)]
+    pub model_repository: Vec<PathBuf>,
+
+    /// HTTP port (0 = pick a free port).
+    #[arg(long, env = "TERN_HTTP_PORT", default_value_t = 8000)]
+    pub http_port: u16,
+
+    /// HTTP bind address.
+    #[arg(long, env = "TERN_HTTP_ADDRESS", default_value = "0.0.0.0")]
+    pub http_address: String,
+
+    /// Serve HTTP.
+    #[arg(long, env = "TERN_ALLOW_HTTP", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_http: bool,
+
+    /// Server identifier reported by `GET /v2`.
+    #[arg(long, env = "TERN_ID", default_value = "tern")]
+    pub id: String,
+
+    /// Exit at startup when any model fails to load.
+    #[arg(long, env = "TERN_EXIT_ON_ERROR", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub exit_on_error: bool,
+
+    /// `/v2/health/ready` is 200 only when every model is ready.
+    #[arg(long, env = "TERN_STRICT_READINESS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub strict_readiness: bool,
+
+    /// Do not fill missing config fields from model files.
+    #[arg(long, env = "TERN_DISABLE_AUTO_COMPLETE_CONFIG")]
+    pub disable_auto_complete_config: bool,
+
+    /// Deprecated Triton spelling of --disable-auto-complete-config.
+    #[arg(long, env = "TERN_STRICT_MODEL_CONFIG", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub strict_model_config: bool,
+
+    /// Maximum HTTP request body size in bytes (also after decompression).
+    #[arg(long, env = "TERN_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
+    pub http_max_input_size: usize,
+
+    /// Verbose logging level (0 = off, 1 = debug, 2+ = trace).
+    #[arg(long, env = "TERN_LOG_VERBOSE", default_value_t = 0)]
+    pub log_verbose: u32,
+
+    /// Log to this file instead of stderr.
+    #[arg(long, env = "TERN_LOG_FILE")]
+    pub log_file: Option<PathBuf>,
+
+    /// Enable info-level logging.
+    #[arg(long, env = "TERN_LOG_INFO", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub log_info: bool,
+
+    /// Enable warning-level logging.
+    #[arg(long, env = "TERN_LOG_WARNING", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub log_warning: bool,
+
+    /// Enable error-level logging.
+    #[arg(long, env = "TERN_LOG_ERROR", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub log_error: bool,
+
+    /// On SIGINT/SIGTERM, how long in-flight requests may take before the server exits.
+    #[arg(long, env = "TERN_EXIT_TIMEOUT_SECS", default_value_t = 30)]
+    pub exit_timeout_secs: u64,
+
+    /// Backend settings, `[<backend>,]<key>=<value>` (repeatable); e.g. `default-max-batch-size=8`.
+    #[arg(long = "backend-config", env = "TERN_BACKEND_CONFIG", value_delimiter = ';')]
+    pub backend_config: Vec<String>,
+
+    /// How many models load in parallel.
+    #[arg(long, env = "TERN_MODEL_LOAD_THREAD_COUNT", default_value_t = 4)]
+    pub model_load_thread_count: usize,
+
+    /// Path of libonnxruntime.so (default: $ORT_DYLIB_PATH, next to the binary, then the system loader).
+    #[arg(long, env = "TERN_ONNXRUNTIME_LIBRARY")]
+    pub onnxruntime_library: Option<PathBuf>,
+}
+
+/// tritonserver flags (or flag prefixes) that Tern does not implement yet.
+const NOT_YET: &[&str] = &[
+    "--grpc-",
+    "--allow-grpc",
+    "--metrics-",
+    "--allow-metrics",
+    "--allow-gpu-metrics",
+    "--allow-cpu-metrics",
+    "--model-control-mode",
+    "--load-model",
+    "--repository-poll-secs",
+    "--model-config-name",
+    "--pinned-memory-pool-byte-size",
+    "--cuda-memory-pool-byte-size",
+    "--cuda-virtual-address-size",
+    "--response-cache-byte-size",
+    "--cache-config",
+    "--cache-directory",
+    "--rate-limit",
+    "--trace-",
+    "--backend-directory",
+    "--repoagent-directory",
+    "--allow-sagemaker",
+    "--sagemaker-",
+    "--allow-vertex-ai",
+    "--vertex-ai-",
+    "--buffer-manager-thread-count",
+    "--model-namespacing",
+    "--host-policy",
+    "--min-supported-compute-capability",
+    "--http-thread-count",
+    "--http-header-forward-pattern",
+    "--http-restricted-api",
+    "--log-format",
+    "--model-load-retry-count",
+    "--enable-peer-access",
+    "--disable-auto-complete-config-for",
+];
+
+impl Args {
+    /// Parses the command line, rejecting tritonserver flags Tern does not implement yet.
+    pub fn parse_checked<I, T>(args: I) -> Result<Args>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        for a in args.iter().skip(1) {
+            let s = a.to_string_lossy();
+            let flag = s.split('=').next().unwrap_or("");
+            if NOT_YET.iter().any(|p| if p.ends_with('-') { flag.starts_with(p) } else { flag == *p }) {
+                return Err(Error::unsupported(format!(
+                    "tritonserver flag '{flag}' is not supported by this version of Tern (see docs/configuration.md)"
+                )));
+            }
+        }
+        Args::try_parse_from(args).map_err(|e| Error::invalid_arg(e.to_string()))
+    }
+
+    /// Whether configs are auto-completed.
+    pub fn auto_complete(&self) -> bool {
+        !self.disable_auto_complete_config && !self.strict_model_config
+    }
+
+    /// Parses `--backend-config` into backend settings.
+    pub fn backend_settings(&self) -> Result<crate::backends::BackendSettings> {
+        let mut settings = crate::backends::BackendSettings {
+            onnxruntime_library: self.onnxruntime_library.clone(),
+            default_max_batch_size: 4,
+        };
+        for entry in &self.backend_config {
+            let (scope, kv) = match entry.split_once(',') {
+                Some((scope, kv)) => (Some(scope), kv),
+                None => (None, entry.as_str()),
+            };
+            let (key, value) = kv
+                .split_once('=')
+                .ok_or_else(|| Error::invalid_arg(format!("--backend-config '{entry}': expected [<backend>,]<key>=<value>")))?;
+            match (scope, key) {
+                (None | Some("onnxruntime"), "default-max-batch-size") => {
+                    settings.default_max_batch_size = value.parse().ok().filter(|&n: &i32| n >= 0).ok_or_else(|| {
+                        Error::invalid_arg(format!("--backend-config default-max-batch-size: '{value}' is not a non-negative integer"))
+                    })?;
+                }
+                _ => {
+                    return Err(Error::unsupported(format!(
+                        "--backend-config '{entry}': unknown setting (supported: default-max-batch-size)"
+                    )))
+                }
+            }
+        }
+        Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn triton_style_flags() {
+        let a = Args::parse_checked(["tern", "--model-store=/m", "--exit-on-error=false", "--strict-readiness", "false", "--http-port", "0"]).unwrap();
+        assert_eq!(a.model_repository, vec![PathBuf::from("/m")]);
+        assert!(!a.exit_on_error);
+        assert!(!a.strict_readiness);
+        assert_eq!(a.http_port, 0);
+        assert!(a.auto_complete());
+        let a = Args::parse_checked(["tern", "--model-repository", "/a", "--model-repository", "/b", "--strict-model-config=true"]).unwrap();
+        assert_eq!(a.model_repository.len(), 2);
+        assert!(!a.auto_complete());
+    }
+
+    #[test]
+    fn rejects_unimplemented_and_unknown() {
+        let e = Args::parse_checked(["tern", "--model-repository=/m", "--grpc-port=8001"]).unwrap_err();
+        assert!(e.message.contains("'--grpc-port' is not supported"), "{e}");
+        let e = Args::parse_checked(["tern", "--model-repository=/m", "--bogus"]).unwrap_err();
+        assert!(e.message.contains("--bogus"), "{e}");
+    }
+
+    #[test]
+    fn backend_config() {
+        let a = Args::parse_checked(["tern", "--model-repository=/m", "--backend-config=onnxruntime,default-max-batch-size=8"]).unwrap();
+        assert_eq!(a.backend_settings().unwrap().default_max_batch_size, 8);
+        let a = Args::parse_checked(["tern", "--model-repository=/m", "--backend-config=foo=1"]).unwrap();
+        assert!(a.backend_settings().is_err());
+    }
+}

@@ -1,0 +1,171 @@
+//! The one place where inference requests are checked against a model's
+//! configuration, for every frontend alike: input names, data types, shapes
+//! (variable dims, the batch dimension, `max_batch_size`), data sizes,
+//! optional inputs, requested outputs and duplicates.
+
+use std::collections::HashSet;
+
+use super::tensor::shape_str;
+use super::{DataType, InferRequest};
+use crate::config::ModelConfig;
+use crate::core::dtype::config_name;
+use crate::error::{Error, Result};
+
+/// Validates a request for `cfg`; returns the request's batch size (1 when the model does not batch).
+pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> {
+    let m = &cfg.name;
+    let batched = cfg.max_batch_size > 0;
+    let mut seen = HashSet::new();
+    let mut batch_size: Option<i64> = None;
+    for t in &req.inputs {
+        if !seen.insert(t.name.as_str()) {
+            return Err(Error::invalid_arg(format!("input '{}' is specified more than once in the request for model '{m}'", t.name)));
+        }
+        let Some(spec) = cfg.input.iter().find(|i| i.name == t.name) else {
+            return Err(Error::invalid_arg(format!(
+                "unexpected inference input '{}' for model '{m}'; the model's inputs are [{}]",
+                t.name,
+                cfg.input.iter().map(|i| format!("'{}'", i.name)).collect::<Vec<_>>().join(", ")
+            )));
+        };
+        if t.dtype.to_config() as i32 != spec.data_type {
+            return Err(Error::invalid_arg(format!(
+                "unexpected datatype {} for inference input '{}', expecting {} for model '{m}'",
+                config_name(t.dtype.to_config() as i32),
+                t.name,
+                config_name(spec.data_type)
+            )));
+        }
+        let expected: Vec<i64> = if batched { std::iter::once(-1).chain(spec.dims.iter().copied()).collect() } else { spec.dims.clone() };
+        let shape_ok = t.shape.len() == expected.len()
+            && t.shape.iter().all(|&d| d >= 0)
+            && t.shape.iter().zip(&expected).all(|(&got, &want)| want == -1 || got == want);
+        if !shape_ok {
+            return Err(Error::invalid_arg(format!(
+                "unexpected shape for input '{}' for model '{m}'. Expected {}, got {}",
+                t.name,
+                shape_str(&expected),
+                shape_str(&t.shape)
+            )));
+        }
+        if batched {
+            let b = t.shape[0];
+            if b < 1 || b > cfg.max_batch_size as i64 {
+                return Err(Error::invalid_arg(format!(
+                    "inference request batch-size must be <= {} for '{m}', got {b} (input '{}')",
+                    cfg.max_batch_size, t.name
+                )));
+            }
+            match batch_size {
+                None => batch_size = Some(b),
+                Some(prev) if prev != b => {
+                    return Err(Error::invalid_arg(format!(
+                        "input '{}' has batch size {b} but other inputs have batch size {prev} for model '{m}'",
+                        t.name
+                    )))
+                }
+                _ => {}
+            }
+        }
+        t.check_data_size().map_err(|e| e.context(format!("model '{m}'")))?;
+    }
+    let missing: Vec<String> = cfg
+        .input
+        .iter()
+        .filter(|i| !i.optional && !seen.contains(i.name.as_str()))
+        .map(|i| format!("'{}'", i.name))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::invalid_arg(format!(
+            "expected {} inputs but got {} inputs for model '{m}'. Got input(s) [{}], but missing required input(s) [{}]. \
+             Please provide all required input(s).",
+            cfg.input.iter().filter(|i| !i.optional).count(),
+            req.inputs.len(),
+            req.inputs.iter().map(|t| format!("'{}'", t.name)).collect::<Vec<_>>().join(", "),
+            missing.join(", ")
+        )));
+    }
+    let mut seen = HashSet::new();
+    for o in &req.outputs {
+        if !seen.insert(o.name.as_str()) {
+            return Err(Error::invalid_arg(format!("output '{}' is requested more than once for model '{m}'", o.name)));
+        }
+        let Some(spec) = cfg.output.iter().find(|s| s.name == o.name) else {
+            return Err(Error::invalid_arg(format!("unexpected inference output '{}' for model '{m}'", o.name)));
+        };
+        if let Some(n) = o.classification {
+            let numeric = DataType::from_config(spec.data_type).map(|d| d != DataType::Bytes).unwrap_or(false);
+            if !numeric {
+                return Err(Error::invalid_arg(format!(
+                    "classification is not supported for output '{}' of model '{m}': it is not numeric",
+                    o.name
+                )));
+            }
+            if n == 0 {
+                return Err(Error::invalid_arg(format!("classification count for output '{}' must be >= 1", o.name)));
+            }
+        }
+    }
+    Ok(batch_size.unwrap_or(1) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_pbtxt;
+    use crate::core::{bytes_tensor, RequestedOutput, Tensor};
+
+    fn simple() -> ModelConfig {
+        parse_pbtxt(
+            r#"name: "simple" max_batch_size: 8
+               input [{name: "INPUT0" data_type: TYPE_INT32 dims: [16]}, {name: "INPUT1" data_type: TYPE_INT32 dims: [16]},
+                      {name: "OPT" data_type: TYPE_STRING dims: [-1] optional: true}]
+               output [{name: "OUTPUT0" data_type: TYPE_INT32 dims: [16]}, {name: "S" data_type: TYPE_STRING dims: [1]}]"#,
+        )
+        .unwrap()
+    }
+
+    fn int_input(name: &str, shape: Vec<i64>) -> Tensor {
+        let n: i64 = shape.iter().product();
+        Tensor::new(name, DataType::Int32, shape, vec![0u8; n as usize * 4])
+    }
+
+    fn req(inputs: Vec<Tensor>) -> InferRequest {
+        InferRequest { model_name: "simple".into(), inputs, ..Default::default() }
+    }
+
+    fn err(r: InferRequest) -> String {
+        validate_request(&simple(), &r).unwrap_err().message
+    }
+
+    #[test]
+    fn accepts_valid() {
+        let r = req(vec![int_input("INPUT0", vec![3, 16]), int_input("INPUT1", vec![3, 16])]);
+        assert_eq!(validate_request(&simple(), &r).unwrap(), 3);
+        let mut r = r;
+        r.inputs.push(Tensor::new("OPT", DataType::Bytes, vec![3, 2], bytes_tensor::encode(["a"; 6])));
+        assert_eq!(validate_request(&simple(), &r).unwrap(), 3);
+    }
+
+    #[test]
+    fn rejects_bad_requests() {
+        let ok1 = || int_input("INPUT1", vec![1, 16]);
+        assert!(err(req(vec![int_input("INPUT0", vec![1, 15]), ok1()])).contains("Expected [-1,16], got [1,15]"));
+        assert!(err(req(vec![int_input("INPUT0", vec![16]), ok1()])).contains("unexpected shape"));
+        assert!(err(req(vec![int_input("INPUT0", vec![9, 16]), int_input("INPUT1", vec![9, 16])])).contains("batch-size must be <= 8"));
+        assert!(err(req(vec![int_input("INPUT0", vec![2, 16]), ok1()])).contains("batch size 1 but other inputs have batch size 2"));
+        assert!(err(req(vec![ok1()])).contains("missing required input(s) ['INPUT0']"));
+        assert!(err(req(vec![int_input("INPUT0", vec![1, 16]), ok1(), int_input("X", vec![1])])).contains("unexpected inference input 'X'"));
+        assert!(err(req(vec![ok1(), ok1()])).contains("more than once"));
+        let wrong_type = Tensor::new("INPUT0", DataType::Fp32, vec![1, 16], vec![0u8; 64]);
+        assert!(err(req(vec![wrong_type, ok1()])).contains("unexpected datatype TYPE_FP32 for inference input 'INPUT0', expecting TYPE_INT32"));
+        let short = Tensor::new("INPUT0", DataType::Int32, vec![1, 16], vec![0u8; 60]);
+        assert!(err(req(vec![short, ok1()])).contains("unexpected total byte size 60"));
+        let mut r = req(vec![int_input("INPUT0", vec![1, 16]), ok1()]);
+        r.outputs.push(RequestedOutput { name: "NOPE".into(), ..Default::default() });
+        assert!(err(r).contains("unexpected inference output 'NOPE'"));
+        let mut r = req(vec![int_input("INPUT0", vec![1, 16]), ok1()]);
+        r.outputs.push(RequestedOutput { name: "S".into(), classification: Some(2), ..Default::default() });
+        assert!(err(r).contains("not numeric"));
+    }
+}

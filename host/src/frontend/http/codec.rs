@@ -1,0 +1,468 @@
+//! KServe v2 JSON + binary tensor data extension: decoding inference
+//! requests into core tensors and encoding responses, for the HTTP frontend.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::config::ModelConfig;
+use crate::core::tensor::{element_count, shape_str};
+use crate::core::{bytes_tensor, DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput, Tensor};
+use crate::error::{Error, Result};
+
+#[derive(Deserialize)]
+struct JsonRequest {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    inputs: Vec<JsonInput>,
+    #[serde(default)]
+    outputs: Option<Vec<JsonOutput>>,
+}
+
+#[derive(Deserialize)]
+struct JsonInput {
+    name: String,
+    shape: Vec<i64>,
+    datatype: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct JsonOutput {
+    name: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+}
+
+/// Options of the HTTP response that are not part of the core request.
+#[derive(Debug, Clone, Default)]
+pub struct HttpOptions {
+    /// Request-level `binary_data_output`.
+    pub binary_default: bool,
+}
+
+fn parse_parameters(map: Option<Map<String, Value>>, what: &str) -> Result<Parameters> {
+    let mut out = Parameters::new();
+    for (k, v) in map.into_iter().flatten() {
+        let p = match v {
+            Value::Bool(b) => Parameter::Bool(b),
+            Value::String(s) => Parameter::String(s),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => Parameter::Int(i),
+                None => Parameter::Double(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            other => {
+                return Err(Error::invalid_arg(format!(
+                    "{what} parameter '{k}' must be a bool, number or string, got {other}"
+                )))
+            }
+        };
+        out.insert(k, p);
+    }
+    Ok(out)
+}
+
+fn flatten<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
+    match v {
+        Value::Array(items) => items.iter().for_each(|i| flatten(i, out)),
+        leaf => out.push(leaf),
+    }
+}
+
+/// Converts JSON `data` (flat or nested) into tensor bytes for `dtype`.
+fn json_to_bytes(name: &str, dtype: DataType, data: &Value) -> Result<(Vec<u8>, usize)> {
+    let mut leaves = Vec::new();
+    flatten(data, &mut leaves);
+    let bad = |v: &Value| Error::invalid_arg(format!("unable to parse 'data' of input '{name}': {v} is not a valid {dtype} value"));
+    let mut buf = Vec::with_capacity(leaves.len() * dtype.size().unwrap_or(8));
+    macro_rules! ints {
+        ($ty:ty) => {
+            for v in &leaves {
+                let x = if <$ty>::MIN as i128 == 0 { v.as_u64().map(|u| u as i128) } else { v.as_i64().map(|i| i as i128) };
+                let x = x.and_then(|x| <$ty>::try_from(x).ok()).ok_or_else(|| bad(v))?;
+                buf.extend_from_slice(&x.to_le_bytes());
+            }
+        };
+    }
+    match dtype {
+        DataType::Bool => {
+            for v in &leaves {
+                buf.push(v.as_bool().ok_or_else(|| bad(v))? as u8);
+            }
+        }
+        DataType::Uint8 => ints!(u8),
+        DataType::Uint16 => ints!(u16),
+        DataType::Uint32 => ints!(u32),
+        DataType::Uint64 => ints!(u64),
+        DataType::Int8 => ints!(i8),
+        DataType::Int16 => ints!(i16),
+        DataType::Int32 => ints!(i32),
+        DataType::Int64 => ints!(i64),
+        DataType::Fp32 => {
+            for v in &leaves {
+                buf.extend_from_slice(&(v.as_f64().ok_or_else(|| bad(v))? as f32).to_le_bytes());
+            }
+        }
+        DataType::Fp64 => {
+            for v in &leaves {
+                buf.extend_from_slice(&v.as_f64().ok_or_else(|| bad(v))?.to_le_bytes());
+            }
+        }
+        DataType::Bytes => {
+            for v in &leaves {
+                bytes_tensor::push(&mut buf, v.as_str().ok_or_else(|| bad(v))?.as_bytes());
+            }
+        }
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(Error::invalid_arg(format!(
+                "input '{name}': {dtype} data must be sent in binary form (binary tensor data extension), not as JSON"
+            )))
+        }
+    }
+    Ok((buf, leaves.len()))
+}
+
+/// Decodes an HTTP inference request: `header_len` is the
+/// `Inference-Header-Content-Length` value (`None` = whole body is JSON).
+pub fn decode_request(
+    model: &str,
+    version: Option<i64>,
+    body: Bytes,
+    header_len: Option<usize>,
+    cfg: &ModelConfig,
+) -> Result<(InferRequest, HttpOptions)> {
+    if header_len == Some(0) {
+        return decode_raw(model, version, body, cfg);
+    }
+    let split = header_len.unwrap_or(body.len());
+    if split > body.len() {
+        return Err(Error::invalid_arg(format!(
+            "Inference-Header-Content-Length {split} is larger than the request body ({} bytes)",
+            body.len()
+        )));
+    }
+    let json: JsonRequest = serde_json::from_slice(&body[..split])
+        .map_err(|e| Error::invalid_arg(format!("failed to parse the request JSON: {e}")))?;
+    let mut binary = body.slice(split..);
+    let id = match json.id {
+        None => String::new(),
+        Some(Value::String(s)) => s,
+        Some(other) => return Err(Error::invalid_arg(format!("request 'id' must be a string, got {other}"))),
+    };
+    let mut parameters = parse_parameters(json.parameters, "request")?;
+    let binary_default = match parameters.remove("binary_data_output") {
+        None => false,
+        Some(Parameter::Bool(b)) => b,
+        Some(_) => return Err(Error::invalid_arg("request parameter 'binary_data_output' must be a bool")),
+    };
+    let mut inputs = Vec::with_capacity(json.inputs.len());
+    for input in json.inputs {
+        let name = input.name;
+        let dtype = DataType::from_wire(&input.datatype)
+            .ok_or_else(|| Error::invalid_arg(format!("input '{name}': unknown datatype '{}'", input.datatype)))?;
+        if let Some(d) = input.shape.iter().find(|&&d| d < 0) {
+            return Err(Error::invalid_arg(format!("input '{name}': shape {} contains negative dim {d}", shape_str(&input.shape))));
+        }
+        let params = parse_parameters(input.parameters, &format!("input '{name}'"))?;
+        let binary_size = match params.get("binary_data_size") {
+            None => None,
+            Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
+            Some(_) => return Err(Error::invalid_arg(format!("input '{name}': 'binary_data_size' must be a non-negative integer"))),
+        };
+        if params.contains_key("shared_memory_region") {
+            return Err(Error::unsupported(format!("input '{name}': shared memory inputs are not supported by this version of Tern")));
+        }
+        let data: Bytes = match (binary_size, input.data) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid_arg(format!("input '{name}' has both 'data' and 'binary_data_size'")))
+            }
+            (Some(n), None) => {
+                if n > binary.len() {
+                    return Err(Error::invalid_arg(format!(
+                        "input '{name}': binary_data_size {n} exceeds the {} byte(s) of binary data left in the request",
+                        binary.len()
+                    )));
+                }
+                binary.split_to(n)
+            }
+            (None, Some(data)) => {
+                let (buf, count) = json_to_bytes(&name, dtype, &data)?;
+                let expected = element_count(&input.shape);
+                if count != expected {
+                    return Err(Error::invalid_arg(format!(
+                        "input '{name}': shape {} has {expected} element(s) but 'data' has {count}",
+                        shape_str(&input.shape)
+                    )));
+                }
+                buf.into()
+            }
+            (None, None) => return Err(Error::invalid_arg(format!("input '{name}' has neither 'data' nor 'binary_data_size'"))),
+        };
+        inputs.push(Tensor::new(name, dtype, input.shape, data));
+    }
+    if !binary.is_empty() {
+        return Err(Error::invalid_arg(format!(
+            "the request has {} byte(s) of binary data that no input claims (check binary_data_size)",
+            binary.len()
+        )));
+    }
+    let mut outputs = Vec::new();
+    for out in json.outputs.into_iter().flatten() {
+        let params = parse_parameters(out.parameters, &format!("output '{}'", out.name))?;
+        let binary = match params.get("binary_data") {
+            None => None,
+            Some(Parameter::Bool(b)) => Some(*b),
+            Some(_) => return Err(Error::invalid_arg(format!("output '{}': 'binary_data' must be a bool", out.name))),
+        };
+        let classification = match params.get("classification") {
+            None => None,
+            Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
+            Some(_) => return Err(Error::invalid_arg(format!("output '{}': 'classification' must be a non-negative integer", out.name))),
+        };
+        if params.contains_key("shared_memory_region") {
+            return Err(Error::unsupported(format!("output '{}': shared memory outputs are not supported by this version of Tern", out.name)));
+        }
+        outputs.push(RequestedOutput { name: out.name, classification, binary });
+    }
+    let request = InferRequest { model_name: model.into(), model_version: version, id, inputs, outputs, parameters };
+    Ok((request, HttpOptions { binary_default }))
+}
+
+/// The raw-binary request form (`Inference-Header-Content-Length: 0`): the
+/// whole body is the data of the model's single input.
+fn decode_raw(model: &str, version: Option<i64>, body: Bytes, cfg: &ModelConfig) -> Result<(InferRequest, HttpOptions)> {
+    if cfg.input.len() != 1 {
+        return Err(Error::invalid_arg(format!(
+            "raw binary requests (Inference-Header-Content-Length: 0) need a model with exactly one input; '{model}' has {}",
+            cfg.input.len()
+        )));
+    }
+    let spec = &cfg.input[0];
+    let dtype = DataType::from_config(spec.data_type)?;
+    let mut shape: Vec<i64> = spec.dims.clone();
+    let variable = shape.iter().filter(|&&d| d < 0).count();
+    if variable > 0 {
+        let elements = match dtype.size() {
+            Some(size) if body.len() % size == 0 => body.len() / size,
+            Some(size) => {
+                return Err(Error::invalid_arg(format!("raw input of {} bytes is not a multiple of the {dtype} size {size}", body.len())))
+            }
+            None => bytes_tensor::count(&body)?,
+        };
+        let fixed: usize = shape.iter().filter(|&&d| d > 0).map(|&d| d as usize).product();
+        if variable > 1 || fixed == 0 || elements % fixed != 0 {
+            return Err(Error::invalid_arg(format!(
+                "cannot infer the shape of input '{}' (dims {}) from {} raw bytes",
+                spec.name,
+                shape_str(&spec.dims),
+                body.len()
+            )));
+        }
+        for d in shape.iter_mut().filter(|d| **d < 0) {
+            *d = (elements / fixed) as i64;
+        }
+    }
+    if cfg.max_batch_size > 0 {
+        shape.insert(0, 1);
+    }
+    let request = InferRequest {
+        model_name: model.into(),
+        model_version: version,
+        inputs: vec![Tensor::new(spec.name.clone(), dtype, shape, body)],
+        ..Default::default()
+    };
+    Ok((request, HttpOptions { binary_default: true }))
+}
+
+/// Writes tensor data as a flat JSON array; `None` when it cannot be JSON
+/// (FP16/BF16, or BYTES that are not UTF-8) and must go binary.
+fn data_to_json(t: &Tensor, out: &mut Vec<u8>) -> Option<()> {
+    let d = &t.data[..];
+    macro_rules! nums {
+        ($ty:ty, $n:expr) => {{
+            let v: Vec<$ty> = d.chunks_exact($n).map(|c| <$ty>::from_le_bytes(c.try_into().expect("chunk"))).collect();
+            serde_json::to_writer(&mut *out, &v).ok()
+        }};
+    }
+    match t.dtype {
+        DataType::Bool => serde_json::to_writer(&mut *out, &d.iter().map(|&b| b != 0).collect::<Vec<_>>()).ok(),
+        DataType::Uint8 => serde_json::to_writer(&mut *out, d).ok(),
+        DataType::Int8 => serde_json::to_writer(&mut *out, &d.iter().map(|&b| b as i8).collect::<Vec<_>>()).ok(),
+        DataType::Uint16 => nums!(u16, 2),
+        DataType::Int16 => nums!(i16, 2),
+        DataType::Uint32 => nums!(u32, 4),
+        DataType::Int32 => nums!(i32, 4),
+        DataType::Uint64 => nums!(u64, 8),
+        DataType::Int64 => nums!(i64, 8),
+        DataType::Fp32 => nums!(f32, 4),
+        DataType::Fp64 => nums!(f64, 8),
+        DataType::Fp16 | DataType::Bf16 => None,
+        DataType::Bytes => {
+            let elements = bytes_tensor::decode(d).ok()?;
+            let strings = elements.into_iter().map(std::str::from_utf8).collect::<std::result::Result<Vec<_>, _>>().ok()?;
+            serde_json::to_writer(&mut *out, &strings).ok()
+        }
+    }
+}
+
+fn parameter_json(p: &Parameter) -> Value {
+    match p {
+        Parameter::Bool(b) => Value::Bool(*b),
+        Parameter::Int(i) => Value::from(*i),
+        Parameter::Double(d) => Value::from(*d),
+        Parameter::String(s) => Value::String(s.clone()),
+    }
+}
+
+/// An encoded HTTP response body: `json_len` is `Some` when binary data follows the JSON header.
+pub struct EncodedResponse {
+    /// Full body.
+    pub body: Bytes,
+    /// Length of the JSON header when the body carries binary outputs.
+    pub json_len: Option<usize>,
+}
+
+/// Encodes a response as JSON, with outputs in binary where requested (or where JSON cannot carry them).
+pub fn encode_response(resp: &InferResponse, requested: &[RequestedOutput], opts: &HttpOptions) -> EncodedResponse {
+    let mut json = Vec::with_capacity(256);
+    json.extend_from_slice(b"{\"model_name\":");
+    serde_json::to_writer(&mut json, &resp.model_name).expect("string");
+    json.extend_from_slice(b",\"model_version\":\"");
+    json.extend_from_slice(resp.model_version.to_string().as_bytes());
+    json.push(b'"');
+    if !resp.id.is_empty() {
+        json.extend_from_slice(b",\"id\":");
+        serde_json::to_writer(&mut json, &resp.id).expect("string");
+    }
+    if !resp.parameters.is_empty() {
+        let map: Map<String, Value> = resp.parameters.iter().map(|(k, v)| (k.clone(), parameter_json(v))).collect();
+        json.extend_from_slice(b",\"parameters\":");
+        serde_json::to_writer(&mut json, &map).expect("map");
+    }
+    json.extend_from_slice(b",\"outputs\":[");
+    let mut binary = BytesMut::new();
+    let mut any_binary = false;
+    for (i, t) in resp.outputs.iter().enumerate() {
+        if i > 0 {
+            json.push(b',');
+        }
+        json.extend_from_slice(b"{\"name\":");
+        serde_json::to_writer(&mut json, &t.name).expect("string");
+        json.extend_from_slice(b",\"datatype\":\"");
+        json.extend_from_slice(t.dtype.wire_name().as_bytes());
+        json.extend_from_slice(b"\",\"shape\":");
+        serde_json::to_writer(&mut json, &t.shape).expect("shape");
+        let want_binary = requested.iter().find(|r| r.name == t.name).and_then(|r| r.binary).unwrap_or(opts.binary_default);
+        let mark = json.len();
+        let as_json = !want_binary && {
+            json.extend_from_slice(b",\"data\":");
+            data_to_json(t, &mut json).is_some()
+        };
+        if !as_json {
+            json.truncate(mark);
+            json.extend_from_slice(b",\"parameters\":{\"binary_data_size\":");
+            json.extend_from_slice(t.data.len().to_string().as_bytes());
+            json.push(b'}');
+            binary.put_slice(&t.data);
+            any_binary = true;
+        }
+        json.push(b'}');
+    }
+    json.extend_from_slice(b"]}");
+    if !any_binary {
+        return EncodedResponse { body: json.into(), json_len: None };
+    }
+    let json_len = json.len();
+    let mut body = BytesMut::with_capacity(json_len + binary.len());
+    body.put_slice(&json);
+    body.put_slice(&binary);
+    EncodedResponse { body: body.freeze(), json_len: Some(json_len) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_pbtxt;
+
+    fn cfg() -> ModelConfig {
+        parse_pbtxt(r#"name: "m" max_batch_size: 4 input [{name: "X" data_type: TYPE_FP32 dims: [-1]}]"#).unwrap()
+    }
+
+    #[test]
+    fn json_nested_and_flat() {
+        let body = br#"{"id":"7","inputs":[{"name":"X","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4.5]]}],
+                       "outputs":[{"name":"Y","parameters":{"binary_data":true,"classification":2}}]}"#;
+        let (req, _) = decode_request("m", None, Bytes::from_static(body), None, &cfg()).unwrap();
+        assert_eq!(req.id, "7");
+        let vals: Vec<f32> = req.inputs[0].data.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(vals, [1.0, 2.0, 3.0, 4.5]);
+        assert_eq!(req.outputs[0].binary, Some(true));
+        assert_eq!(req.outputs[0].classification, Some(2));
+    }
+
+    #[test]
+    fn binary_parts_and_errors() {
+        let header = br#"{"inputs":[{"name":"X","shape":[1,2],"datatype":"FP32","parameters":{"binary_data_size":8}}]}"#;
+        let mut body = header.to_vec();
+        body.extend_from_slice(&1f32.to_le_bytes());
+        body.extend_from_slice(&2f32.to_le_bytes());
+        let (req, _) = decode_request("m", None, Bytes::from(body.clone()), Some(header.len()), &cfg()).unwrap();
+        assert_eq!(req.inputs[0].data.len(), 8);
+        let e = decode_request("m", None, Bytes::from(body[..body.len() - 1].to_vec()), Some(header.len()), &cfg()).unwrap_err();
+        assert!(e.message.contains("exceeds the 7 byte(s)"), "{e}");
+        let e = decode_request("m", None, Bytes::from(body.clone()), Some(body.len() + 1), &cfg()).unwrap_err();
+        assert!(e.message.contains("larger than the request body"), "{e}");
+        let e = decode_request("m", None, Bytes::from(body.clone()), Some(header.len() - 3), &cfg()).unwrap_err();
+        assert!(e.message.contains("failed to parse the request JSON"), "{e}");
+        let mut extra = body.clone();
+        extra.push(0);
+        let e = decode_request("m", None, Bytes::from(extra), Some(header.len()), &cfg()).unwrap_err();
+        assert!(e.message.contains("no input claims"), "{e}");
+    }
+
+    #[test]
+    fn json_type_errors() {
+        let body = br#"{"inputs":[{"name":"X","shape":[1,2],"datatype":"INT8","data":[1,300]}]}"#;
+        let e = decode_request("m", None, Bytes::from_static(body), None, &cfg()).unwrap_err();
+        assert!(e.message.contains("300 is not a valid INT8"), "{e}");
+        let body = br#"{"inputs":[{"name":"X","shape":[1,3],"datatype":"FP32","data":[1,2]}]}"#;
+        let e = decode_request("m", None, Bytes::from_static(body), None, &cfg()).unwrap_err();
+        assert!(e.message.contains("has 3 element(s) but 'data' has 2"), "{e}");
+        let body = br#"{"inputs":[{"name":"X","shape":[1],"datatype":"FP16","data":[1]}]}"#;
+        assert!(decode_request("m", None, Bytes::from_static(body), None, &cfg()).unwrap_err().message.contains("binary form"));
+    }
+
+    #[test]
+    fn raw_binary_form() {
+        let data: Vec<u8> = [1f32, 2., 3.].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let (req, opts) = decode_request("m", None, Bytes::from(data), Some(0), &cfg()).unwrap();
+        assert_eq!(req.inputs[0].shape, vec![1, 3]);
+        assert!(opts.binary_default);
+    }
+
+    #[test]
+    fn encodes_json_and_binary() {
+        let resp = InferResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            id: "x".into(),
+            outputs: vec![
+                Tensor::new("A", DataType::Int32, vec![2], [1i32, -2].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()),
+                Tensor::new("B", DataType::Fp16, vec![1], vec![0u8, 60]),
+            ],
+            parameters: Default::default(),
+        };
+        let enc = encode_response(&resp, &[], &HttpOptions::default());
+        let n = enc.json_len.unwrap();
+        let v: Value = serde_json::from_slice(&enc.body[..n]).unwrap();
+        assert_eq!(v["model_version"], "1");
+        assert_eq!(v["outputs"][0]["data"], serde_json::json!([1, -2]));
+        assert_eq!(v["outputs"][1]["parameters"]["binary_data_size"], 2);
+        assert_eq!(&enc.body[n..], &[0u8, 60]);
+    }
+}

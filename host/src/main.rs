@@ -1,0 +1,41 @@
+//! The `tern` binary: parse flags, set up logging, serve until SIGINT/SIGTERM.
+
+use std::process::ExitCode;
+
+use tern::cli::Args;
+use tern::server;
+
+fn main() -> ExitCode {
+    let args = match Args::parse_checked(std::env::args_os()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = tern::logging::init(&args) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let running = match server::start(&args).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        server::shutdown_signal().await;
+        tracing::info!("shutting down: waiting up to {}s for in-flight requests", args.exit_timeout_secs);
+        running.shutdown().await;
+        tracing::info!("stopped");
+        ExitCode::SUCCESS
+    })
+}
