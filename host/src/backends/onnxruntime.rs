@@ -61,7 +61,7 @@ fn environment(settings: &BackendSettings) -> Result<&'static ort::environment::
             }
         }
         Err(format!(
-            "the ONNX Runtime library could not be loaded ({}). Install it with `make ort` (it comes from the \
+            "the ONNX Runtime library could not be loaded ({}). Install it with `make setup` (it comes from the \
              `onnxruntime` PyPI wheel), or point ORT_DYLIB_PATH / --onnxruntime-library at libonnxruntime.so",
             errors.join("; ")
         ))

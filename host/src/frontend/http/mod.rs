@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
 use crate::core::DataType;
@@ -199,22 +200,41 @@ async fn repository_index(State(s): AppState, headers: HeaderMap, body: Body) ->
 async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Bytes> {
     let limit = s.max_input_size;
     let too_big = || Error::invalid_arg(format!("request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"));
-    if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok()) {
-        if len > limit {
-            return Err(too_big());
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        drain(body).await;
+        return Err(too_big());
+    }
+    let mut body = body;
+    let mut raw = Vec::with_capacity(declared.unwrap_or(0));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if raw.len() + data.len() > limit {
+                drain(body).await;
+                return Err(too_big());
+            }
+            raw.extend_from_slice(&data);
         }
     }
-    let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) {
-            too_big()
-        } else {
-            Error::invalid_arg(format!("failed to read the request body: {e}"))
-        }
-    })?;
+    let raw = Bytes::from(raw);
     let encoding = headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("<invalid>"));
     match compression::content_coding(encoding)? {
         None => Ok(raw),
         Some(c) => compression::decompress(c, &raw, limit).map(Bytes::from),
+    }
+}
+
+/// Reads and discards what is left of an oversized body (up to a cap) so the
+/// client can read the error response instead of seeing a reset connection.
+async fn drain(mut body: Body) {
+    const CAP: usize = 1 << 30;
+    let mut seen = 0usize;
+    while let Some(Ok(frame)) = body.frame().await {
+        seen += frame.data_ref().map(|d| d.len()).unwrap_or(0);
+        if seen > CAP {
+            break;
+        }
     }
 }
 

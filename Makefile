@@ -1,0 +1,58 @@
+# Tern: `make run` serves model_repository/ on :8000; `make test` runs every test.
+# Both set up whatever a fresh machine lacks (Python venv, ONNX Runtime library, models).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+ORT_DIR := .cache/onnxruntime
+ORT_LIB := $(ORT_DIR)/libonnxruntime.so
+CARGO ?= cargo
+export CARGO_TARGET_DIR ?= $(CURDIR)/target
+export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
+
+.PHONY: run test setup build release unit e2e lint bench clean models
+
+setup: $(VENV)/.stamp $(ORT_LIB) models
+
+$(VENV)/.stamp: tests/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r tests/requirements.txt
+	touch $@
+
+# The ONNX Runtime shared library comes from the onnxruntime PyPI wheel.
+$(ORT_LIB): $(VENV)/.stamp
+	mkdir -p $(ORT_DIR)
+	cp "$$($(PY) -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))[0])')" $@
+
+models: $(VENV)/.stamp
+	@test -f model_repository/simple/1/model.onnx || $(PY) scripts/gen_models.py example model_repository
+
+release: setup
+	$(CARGO) build --release -p tern
+
+run: release
+	$(CARGO_TARGET_DIR)/release/tern --model-repository=model_repository
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+# Unit + Rust integration tests (debug profile); the same build's binary drives the e2e tests.
+unit: setup
+	$(CARGO) test -p tern
+
+e2e: setup
+	$(CARGO) build -p tern
+	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern $(PY) -m pytest tests -q
+
+test: setup lint unit e2e
+
+# Load benchmark (release build): see docs/PERFORMANCE.md.
+bench: release
+	$(CARGO) build --release -p tern --example baseline
+	$(PY) tests/bench/http_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/baseline
+
+clean:
+	rm -rf $(CARGO_TARGET_DIR) $(VENV) .cache

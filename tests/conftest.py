@@ -1,0 +1,129 @@
+"""Fixtures for the end-to-end tests: generate the test model repository and
+run the built `tern` binary (TERN_BIN) on a free port, the way users do."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import gen_models  # noqa: E402
+
+# The ONNX Runtime library `make setup` installs, unless the caller chose another.
+os.environ.setdefault("ORT_DYLIB_PATH", os.path.join(ROOT, ".cache", "onnxruntime", "libonnxruntime.so"))
+
+
+def tern_bin():
+    path = os.environ.get("TERN_BIN", os.path.join(ROOT, "target", "debug", "tern"))
+    if not os.path.exists(path):
+        pytest.fail(f"tern binary not found at {path}; run `make e2e` (or set TERN_BIN)")
+    return path
+
+
+class Tern:
+    """A running tern process; `url` is host:port of its HTTP endpoint."""
+
+    def __init__(self, args, env=None, wait_ready=True):
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [tern_bin(), "--http-port=0", "--http-address=127.0.0.1", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=full_env,
+        )
+        self.lines = []
+        self.url = None
+        started = threading.Event()
+
+        def pump():
+            for line in self.proc.stdout:
+                self.lines.append(line)
+                m = re.search(r"started HTTP service at [^:]+:(\d+)", line)
+                if m:
+                    self.url = f"127.0.0.1:{m.group(1)}"
+                    started.set()
+            started.set()
+
+        self.thread = threading.Thread(target=pump, daemon=True)
+        self.thread.start()
+        if wait_ready:
+            started.wait(60)
+            if self.url is None:
+                self.stop()
+                raise RuntimeError("tern did not start:\n" + self.log())
+
+    def log(self):
+        return "".join(self.lines)
+
+    def wait(self, timeout=30):
+        rc = self.proc.wait(timeout)
+        self.thread.join(5)
+        return rc
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.thread.join(5)
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def test_repo(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("repo") / "models")
+    gen_models.test(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def good_repo(test_repo, tmp_path_factory):
+    """The test repository without the deliberately broken models."""
+    import shutil
+
+    root = str(tmp_path_factory.mktemp("good") / "models")
+    shutil.copytree(test_repo, root, ignore=shutil.ignore_patterns("broken_*", "gpu_only"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def server(test_repo):
+    """One server over the whole test repository (broken models included)."""
+    t = Tern([f"--model-repository={test_repo}", "--exit-on-error=false", "--http-max-input-size=1048576"])
+    yield t
+    t.stop()
+
+
+@pytest.fixture
+def start_tern():
+    started = []
+
+    def start(args, **kw):
+        t = Tern(args, **kw)
+        started.append(t)
+        return t
+
+    yield start
+    for t in started:
+        t.stop(sig=signal.SIGKILL)
+
+
+@pytest.fixture
+def client(server):
+    import tritonclient.http as httpclient
+
+    c = httpclient.InferenceServerClient(server.url, concurrency=4)
+    yield c
+    c.close()
