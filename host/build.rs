@@ -8,7 +8,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
     let fds = protox::compile(["model_config.proto"], ["proto"])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
-    fs::write(out.join("model_config.bin"), prost::Message::encode_to_vec(&fds))?;
+    fs::write(
+        out.join("model_config.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
     prost_build::Config::new().compile_fds(fds)?;
     Ok(())
 }

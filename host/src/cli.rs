@@ -14,7 +14,13 @@ use crate::error::{Error, Result};
 #[command(name = "tern", version, about)]
 pub struct Args {
     /// Model repository path (repeatable).
-    #[arg(long = "model-repository", alias = "model-store", env = "TERN_MODEL_REPOSITORY", value_delimiter = ',', required = true)]
+    #[arg(
+        long = "model-repository",
+        alias = "model-store",
+        env = "TERN_MODEL_REPOSITORY",
+        value_delimiter = ',',
+        required = true
+    )]
     pub model_repository: Vec<PathBuf>,
 
     /// HTTP port (0 = pick a free port).
@@ -78,7 +84,11 @@ pub struct Args {
     pub exit_timeout_secs: u64,
 
     /// Backend settings, `[<backend>,]<key>=<value>` (repeatable); e.g. `default-max-batch-size=8`.
-    #[arg(long = "backend-config", env = "TERN_BACKEND_CONFIG", value_delimiter = ';')]
+    #[arg(
+        long = "backend-config",
+        env = "TERN_BACKEND_CONFIG",
+        value_delimiter = ';'
+    )]
     pub backend_config: Vec<String>,
 
     /// How many models load in parallel.
@@ -140,7 +150,13 @@ impl Args {
         for a in args.iter().skip(1) {
             let s = a.to_string_lossy();
             let flag = s.split('=').next().unwrap_or("");
-            if NOT_YET.iter().any(|p| if p.ends_with('-') { flag.starts_with(p) } else { flag == *p }) {
+            if NOT_YET.iter().any(|p| {
+                if p.ends_with('-') {
+                    flag.starts_with(p)
+                } else {
+                    flag == *p
+                }
+            }) {
                 return Err(Error::unsupported(format!(
                     "tritonserver flag '{flag}' is not supported by this version of Tern (see docs/configuration.md)"
                 )));
@@ -165,9 +181,11 @@ impl Args {
                 Some((scope, kv)) => (Some(scope), kv),
                 None => (None, entry.as_str()),
             };
-            let (key, value) = kv
-                .split_once('=')
-                .ok_or_else(|| Error::invalid_arg(format!("--backend-config '{entry}': expected [<backend>,]<key>=<value>")))?;
+            let (key, value) = kv.split_once('=').ok_or_else(|| {
+                Error::invalid_arg(format!(
+                    "--backend-config '{entry}': expected [<backend>,]<key>=<value>"
+                ))
+            })?;
             match (scope, key) {
                 (None | Some("onnxruntime"), "default-max-batch-size") => {
                     settings.default_max_batch_size = value.parse().ok().filter(|&n: &i32| n >= 0).ok_or_else(|| {
@@ -191,20 +209,38 @@ mod tests {
 
     #[test]
     fn triton_style_flags() {
-        let a = Args::parse_checked(["tern", "--model-store=/m", "--exit-on-error=false", "--strict-readiness", "false", "--http-port", "0"]).unwrap();
+        let a = Args::parse_checked([
+            "tern",
+            "--model-store=/m",
+            "--exit-on-error=false",
+            "--strict-readiness",
+            "false",
+            "--http-port",
+            "0",
+        ])
+        .unwrap();
         assert_eq!(a.model_repository, vec![PathBuf::from("/m")]);
         assert!(!a.exit_on_error);
         assert!(!a.strict_readiness);
         assert_eq!(a.http_port, 0);
         assert!(a.auto_complete());
-        let a = Args::parse_checked(["tern", "--model-repository", "/a", "--model-repository", "/b", "--strict-model-config=true"]).unwrap();
+        let a = Args::parse_checked([
+            "tern",
+            "--model-repository",
+            "/a",
+            "--model-repository",
+            "/b",
+            "--strict-model-config=true",
+        ])
+        .unwrap();
         assert_eq!(a.model_repository.len(), 2);
         assert!(!a.auto_complete());
     }
 
     #[test]
     fn rejects_unimplemented_and_unknown() {
-        let e = Args::parse_checked(["tern", "--model-repository=/m", "--grpc-port=8001"]).unwrap_err();
+        let e =
+            Args::parse_checked(["tern", "--model-repository=/m", "--grpc-port=8001"]).unwrap_err();
         assert!(e.message.contains("'--grpc-port' is not supported"), "{e}");
         let e = Args::parse_checked(["tern", "--model-repository=/m", "--bogus"]).unwrap_err();
         assert!(e.message.contains("--bogus"), "{e}");
@@ -212,9 +248,15 @@ mod tests {
 
     #[test]
     fn backend_config() {
-        let a = Args::parse_checked(["tern", "--model-repository=/m", "--backend-config=onnxruntime,default-max-batch-size=8"]).unwrap();
+        let a = Args::parse_checked([
+            "tern",
+            "--model-repository=/m",
+            "--backend-config=onnxruntime,default-max-batch-size=8",
+        ])
+        .unwrap();
         assert_eq!(a.backend_settings().unwrap().default_max_batch_size, 8);
-        let a = Args::parse_checked(["tern", "--model-repository=/m", "--backend-config=foo=1"]).unwrap();
+        let a = Args::parse_checked(["tern", "--model-repository=/m", "--backend-config=foo=1"])
+            .unwrap();
         assert!(a.backend_settings().is_err());
     }
 }

@@ -63,7 +63,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// Builds an error with the given code.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Error { code, message: message.into() }
+        Error {
+            code,
+            message: message.into(),
+        }
     }
     /// `INVALID_ARG`.
     pub fn invalid_arg(message: impl Into<String>) -> Self {

@@ -22,15 +22,22 @@ pub fn level(args: &Args) -> &'static str {
 /// Installs the global subscriber (stderr or `--log-file`).
 pub fn init(args: &Args) -> Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level(args)));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     match &args.log_file {
         Some(path) => {
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|e| Error::invalid_arg(format!("cannot open --log-file '{}': {e}", path.display())))?;
-            builder.with_ansi(false).with_writer(Mutex::new(file)).init();
+                .map_err(|e| {
+                    Error::invalid_arg(format!("cannot open --log-file '{}': {e}", path.display()))
+                })?;
+            builder
+                .with_ansi(false)
+                .with_writer(Mutex::new(file))
+                .init();
         }
         None => builder.with_writer(std::io::stderr).init(),
     }

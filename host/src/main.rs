@@ -17,7 +17,10 @@ fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("cannot start the async runtime: {e}");
@@ -33,7 +36,10 @@ fn main() -> ExitCode {
             }
         };
         server::shutdown_signal().await;
-        tracing::info!("shutting down: waiting up to {}s for in-flight requests", args.exit_timeout_secs);
+        tracing::info!(
+            "shutting down: waiting up to {}s for in-flight requests",
+            args.exit_timeout_secs
+        );
         running.shutdown().await;
         tracing::info!("stopped");
         ExitCode::SUCCESS

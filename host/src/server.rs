@@ -42,18 +42,36 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         .await
         .map_err(|e| Error::internal(format!("model loading panicked: {e}")))??;
     for row in repository.index() {
-        let version = row.version.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+        let version = row
+            .version
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "-".into());
         if row.state == State::Ready {
-            tracing::info!("model {:<24} version {:<4} {}", row.name, version, row.state.as_str());
+            tracing::info!(
+                "model {:<24} version {:<4} {}",
+                row.name,
+                version,
+                row.state.as_str()
+            );
         } else {
-            tracing::warn!("model {:<24} version {:<4} {}: {}", row.name, version, row.state.as_str(), row.reason);
+            tracing::warn!(
+                "model {:<24} version {:<4} {}: {}",
+                row.name,
+                version,
+                row.state.as_str(),
+                row.reason
+            );
         }
     }
     if !errors.is_empty() && args.exit_on_error {
         repository.shutdown();
         return Err(Error::new(
             errors[0].code,
-            format!("{} model load error(s), exiting (--exit-on-error=true): {}", errors.len(), errors[0].message),
+            format!(
+                "{} model load error(s), exiting (--exit-on-error=true): {}",
+                errors.len(),
+                errors[0].message
+            ),
         ));
     }
     let (stop, stop_rx) = watch::channel(false);
@@ -65,7 +83,11 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| Error::unavailable(format!("cannot bind HTTP on {addr}: {e}")))?;
-        http_addr = Some(listener.local_addr().map_err(|e| Error::internal(e.to_string()))?);
+        http_addr = Some(
+            listener
+                .local_addr()
+                .map_err(|e| Error::internal(e.to_string()))?,
+        );
         let state = Arc::new(HttpState {
             repository: repository.clone(),
             server_id: args.id.clone(),
@@ -80,7 +102,10 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
             let shutdown = async move {
                 let _ = rx.wait_for(|v| *v).await;
             };
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
                 tracing::error!("HTTP server error: {e}");
             }
         }));
@@ -106,11 +131,18 @@ impl RunningServer {
         let _ = self.stop.send(true);
         if let Some(task) = self.http_task.take() {
             if tokio::time::timeout(self.exit_timeout, task).await.is_err() {
-                tracing::warn!("in-flight requests did not finish within {:?}; exiting anyway", self.exit_timeout);
+                tracing::warn!(
+                    "in-flight requests did not finish within {:?}; exiting anyway",
+                    self.exit_timeout
+                );
             }
         }
         let repo = self.repository.clone();
-        let _ = tokio::time::timeout(self.exit_timeout, tokio::task::spawn_blocking(move || repo.shutdown())).await;
+        let _ = tokio::time::timeout(
+            self.exit_timeout,
+            tokio::task::spawn_blocking(move || repo.shutdown()),
+        )
+        .await;
     }
 }
 

@@ -5,7 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{numeric_parameter, Backend, BackendSettings, Instance, InstanceSpec, LoadContext, Model, ModelFiles};
+use super::{
+    numeric_parameter, Backend, BackendSettings, Instance, InstanceSpec, LoadContext, Model,
+    ModelFiles,
+};
 use crate::config::ModelConfig;
 use crate::core::{DataType, InferRequest, InferResponse, Tensor};
 use crate::error::{Error, Result};
@@ -23,7 +26,12 @@ impl Backend for IdentityBackend {
     fn default_filename(&self) -> Option<&'static str> {
         None
     }
-    fn auto_complete(&self, _files: &ModelFiles, _cfg: &mut ModelConfig, _settings: &BackendSettings) -> Result<()> {
+    fn auto_complete(
+        &self,
+        _files: &ModelFiles,
+        _cfg: &mut ModelConfig,
+        _settings: &BackendSettings,
+    ) -> Result<()> {
         Ok(())
     }
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
@@ -44,7 +52,11 @@ impl Backend for IdentityBackend {
                     cfg.name, o.name, i.name
                 )));
             }
-            pairs.push((i.name.clone(), o.name.clone(), DataType::from_config(o.data_type)?));
+            pairs.push((
+                i.name.clone(),
+                o.name.clone(),
+                DataType::from_config(o.data_type)?,
+            ));
         }
         let delay = numeric_parameter::<u64>(cfg, "execute_delay_ms")?.unwrap_or(0);
         Ok(Arc::new(IdentityModel {
@@ -93,7 +105,9 @@ impl Instance for IdentityInstance {
                     .pairs
                     .iter()
                     .filter_map(|(input, output, dtype)| {
-                        req.input(input).map(|t| Tensor::new(output.clone(), *dtype, t.shape.clone(), t.data.clone()))
+                        req.input(input).map(|t| {
+                            Tensor::new(output.clone(), *dtype, t.shape.clone(), t.data.clone())
+                        })
                     })
                     .collect();
                 Ok(InferResponse {

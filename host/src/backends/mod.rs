@@ -81,7 +81,12 @@ pub trait Backend: Send + Sync {
     /// Triton's default model file name (`model.onnx`); `None` when no file is needed.
     fn default_filename(&self) -> Option<&'static str>;
     /// Fills what the config leaves out from the model file.
-    fn auto_complete(&self, files: &ModelFiles, cfg: &mut ModelConfig, settings: &BackendSettings) -> Result<()>;
+    fn auto_complete(
+        &self,
+        files: &ModelFiles,
+        cfg: &mut ModelConfig,
+        settings: &BackendSettings,
+    ) -> Result<()>;
     /// Loads one version.
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>>;
 }
@@ -114,7 +119,12 @@ pub struct Registry {
 
 impl Default for Registry {
     fn default() -> Self {
-        Registry { backends: vec![Arc::new(onnxruntime::OnnxBackend), Arc::new(identity::IdentityBackend)] }
+        Registry {
+            backends: vec![
+                Arc::new(onnxruntime::OnnxBackend),
+                Arc::new(identity::IdentityBackend),
+            ],
+        }
     }
 }
 
@@ -126,7 +136,11 @@ impl Registry {
 
     /// Picks the backend for a config following Triton's rules: `backend`,
     /// then `platform`, then the default file found in the version folder.
-    pub fn resolve(&self, cfg: &ModelConfig, version_dir: Option<&Path>) -> Result<Arc<dyn Backend>> {
+    pub fn resolve(
+        &self,
+        cfg: &ModelConfig,
+        version_dir: Option<&Path>,
+    ) -> Result<Arc<dyn Backend>> {
         let m = &cfg.name;
         if !cfg.backend.is_empty() {
             if let Some(b) = self.get(&cfg.backend) {
@@ -141,7 +155,11 @@ impl Registry {
             return Err(unknown("backend", &cfg.backend, m, TRITON_ONLY_BACKENDS));
         }
         if !cfg.platform.is_empty() {
-            if let Some(b) = self.backends.iter().find(|b| !b.platform().is_empty() && b.platform() == cfg.platform) {
+            if let Some(b) = self
+                .backends
+                .iter()
+                .find(|b| !b.platform().is_empty() && b.platform() == cfg.platform)
+            {
                 return Ok(b.clone());
             }
             return Err(unknown("platform", &cfg.platform, m, TRITON_ONLY_PLATFORMS));
@@ -188,17 +206,28 @@ pub fn numeric_parameter<T: std::str::FromStr>(cfg: &ModelConfig, key: &str) -> 
     match model_parameter(cfg, key) {
         None => Ok(None),
         Some(v) => v.trim().parse().map(Some).map_err(|_| {
-            Error::invalid_arg(format!("model '{}': parameter '{key}' must be a number, got '{v}'", cfg.name))
+            Error::invalid_arg(format!(
+                "model '{}': parameter '{key}' must be a number, got '{v}'",
+                cfg.name
+            ))
         }),
     }
 }
 
 /// The model file for a version: `default_model_filename` or the backend's default.
 pub fn model_file(cfg: &ModelConfig, version_dir: &Path, default: &str) -> Result<PathBuf> {
-    let name = if cfg.default_model_filename.is_empty() { default } else { &cfg.default_model_filename };
+    let name = if cfg.default_model_filename.is_empty() {
+        default
+    } else {
+        &cfg.default_model_filename
+    };
     let path = version_dir.join(name);
     if !path.exists() {
-        return Err(Error::not_found(format!("model '{}': model file '{}' does not exist", cfg.name, path.display())));
+        return Err(Error::not_found(format!(
+            "model '{}': model file '{}' does not exist",
+            cfg.name,
+            path.display()
+        )));
     }
     Ok(path)
 }

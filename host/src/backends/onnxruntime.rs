@@ -12,9 +12,14 @@ use std::sync::{Arc, OnceLock};
 use ort::memory::Allocator;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::Session;
-use ort::value::{DynTensor, DynTensorValueType, Tensor as OrtTensor, TensorElementType, ValueType};
+use ort::value::{
+    DynTensor, DynTensorValueType, Tensor as OrtTensor, TensorElementType, ValueType,
+};
 
-use super::{model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, Instance, InstanceSpec, LoadContext, Model, ModelFiles};
+use super::{
+    model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, Instance, InstanceSpec,
+    LoadContext, Model, ModelFiles,
+};
 use crate::config::pb;
 use crate::config::ModelConfig;
 use crate::core::tensor::element_count;
@@ -35,7 +40,10 @@ fn library_candidates(settings: &BackendSettings) -> Vec<PathBuf> {
         return vec![PathBuf::from(p)];
     }
     let mut out = Vec::new();
-    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(|p| p.to_path_buf())) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|p| p.to_path_buf()))
+    {
         out.push(dir.join("libonnxruntime.so"));
     }
     out.push(PathBuf::from("libonnxruntime.so"));
@@ -45,7 +53,8 @@ fn library_candidates(settings: &BackendSettings) -> Vec<PathBuf> {
 /// The process-wide ORT environment, created on first use. A missing or
 /// broken library is remembered as an error and reported at every model load.
 fn environment(settings: &BackendSettings) -> Result<&'static ort::environment::Environment> {
-    static ENV: OnceLock<std::result::Result<ort::environment::Environment, String>> = OnceLock::new();
+    static ENV: OnceLock<std::result::Result<ort::environment::Environment, String>> =
+        OnceLock::new();
     let env = ENV.get_or_init(|| {
         let mut errors = Vec::new();
         for path in library_candidates(settings) {
@@ -99,7 +108,11 @@ fn describe(outlet: &ort::value::Outlet, model: &str) -> Result<(String, DataTyp
             let dt = from_ort_type(*ty).ok_or_else(|| {
                 Error::unsupported(format!("model '{model}': tensor '{}' has ONNX type {ty:?}, which Tern does not support", outlet.name()))
             })?;
-            Ok((outlet.name().to_string(), dt, shape.iter().map(|&d| if d < 0 { -1 } else { d }).collect()))
+            Ok((
+                outlet.name().to_string(),
+                dt,
+                shape.iter().map(|&d| if d < 0 { -1 } else { d }).collect(),
+            ))
         }
         other => Err(Error::unsupported(format!(
             "model '{model}': '{}' is a {other:?}; only tensor inputs and outputs are supported",
@@ -108,27 +121,47 @@ fn describe(outlet: &ort::value::Outlet, model: &str) -> Result<(String, DataTyp
     }
 }
 
-fn open_session(cfg: &ModelConfig, path: &std::path::Path, settings: &BackendSettings) -> Result<Session> {
+fn open_session(
+    cfg: &ModelConfig,
+    path: &std::path::Path,
+    settings: &BackendSettings,
+) -> Result<Session> {
     let env = environment(settings).map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
-    let fail = |what: &str, e: ort::Error| Error::internal(format!("model '{}': {what}: {e}", cfg.name));
+    let fail =
+        |what: &str, e: ort::Error| Error::internal(format!("model '{}': {what}: {e}", cfg.name));
     let mut builder = Session::builder(env).map_err(|e| fail("creating a session", e))?;
     if let Some(n) = numeric_parameter::<usize>(cfg, "intra_op_thread_count")? {
-        builder = builder.with_intra_threads(n).map_err(|e| fail("intra_op_thread_count", e.into()))?;
+        builder = builder
+            .with_intra_threads(n)
+            .map_err(|e| fail("intra_op_thread_count", e.into()))?;
     }
     if let Some(n) = numeric_parameter::<usize>(cfg, "inter_op_thread_count")? {
-        builder = builder.with_inter_threads(n).map_err(|e| fail("inter_op_thread_count", e.into()))?;
+        builder = builder
+            .with_inter_threads(n)
+            .map_err(|e| fail("inter_op_thread_count", e.into()))?;
     }
-    let level = cfg.optimization.as_ref().and_then(|o| o.graph.as_ref()).map(|g| g.level).unwrap_or(0);
+    let level = cfg
+        .optimization
+        .as_ref()
+        .and_then(|o| o.graph.as_ref())
+        .map(|g| g.level)
+        .unwrap_or(0);
     let level = match level {
         l if l < 0 => GraphOptimizationLevel::Level1,
         0 => GraphOptimizationLevel::All,
         1 => GraphOptimizationLevel::Level2,
         _ => GraphOptimizationLevel::All,
     };
-    builder = builder.with_optimization_level(level).map_err(|e| fail("graph optimization level", e.into()))?;
-    builder
-        .commit_from_file(path)
-        .map_err(|e| Error::invalid_arg(format!("model '{}': failed to load '{}': {e}", cfg.name, path.display())))
+    builder = builder
+        .with_optimization_level(level)
+        .map_err(|e| fail("graph optimization level", e.into()))?;
+    builder.commit_from_file(path).map_err(|e| {
+        Error::invalid_arg(format!(
+            "model '{}': failed to load '{}': {e}",
+            cfg.name,
+            path.display()
+        ))
+    })
 }
 
 impl Backend for OnnxBackend {
@@ -142,7 +175,12 @@ impl Backend for OnnxBackend {
         Some(DEFAULT_FILE)
     }
 
-    fn auto_complete(&self, files: &ModelFiles, cfg: &mut ModelConfig, settings: &BackendSettings) -> Result<()> {
+    fn auto_complete(
+        &self,
+        files: &ModelFiles,
+        cfg: &mut ModelConfig,
+        settings: &BackendSettings,
+    ) -> Result<()> {
         if cfg.backend.is_empty() {
             cfg.backend = self.name().into();
         }
@@ -152,17 +190,34 @@ impl Backend for OnnxBackend {
         if !cfg.input.is_empty() && !cfg.output.is_empty() {
             return Ok(());
         }
-        let Some(dir) = &files.version_dir else { return Ok(()) };
+        let Some(dir) = &files.version_dir else {
+            return Ok(());
+        };
         let session = open_session(cfg, &model_file(cfg, dir, DEFAULT_FILE)?, settings)?;
-        let inputs = session.inputs().iter().map(|o| describe(o, &cfg.name)).collect::<Result<Vec<_>>>()?;
-        let outputs = session.outputs().iter().map(|o| describe(o, &cfg.name)).collect::<Result<Vec<_>>>()?;
-        let batchable = inputs.iter().chain(&outputs).all(|(_, _, s)| s.first() == Some(&-1));
+        let inputs = session
+            .inputs()
+            .iter()
+            .map(|o| describe(o, &cfg.name))
+            .collect::<Result<Vec<_>>>()?;
+        let outputs = session
+            .outputs()
+            .iter()
+            .map(|o| describe(o, &cfg.name))
+            .collect::<Result<Vec<_>>>()?;
+        let batchable = inputs
+            .iter()
+            .chain(&outputs)
+            .all(|(_, _, s)| s.first() == Some(&-1));
         if cfg.max_batch_size == 0 && cfg.input.is_empty() && cfg.output.is_empty() && batchable {
             cfg.max_batch_size = settings.default_max_batch_size;
         }
         let strip = cfg.max_batch_size > 0;
         let to_dims = |shape: &[i64]| -> (Vec<i64>, Option<pb::ModelTensorReshape>) {
-            let dims = if strip { shape.get(1..).unwrap_or(&[]).to_vec() } else { shape.to_vec() };
+            let dims = if strip {
+                shape.get(1..).unwrap_or(&[]).to_vec()
+            } else {
+                shape.to_vec()
+            };
             if dims.is_empty() {
                 (vec![1], Some(pb::ModelTensorReshape { shape: vec![] }))
             } else {
@@ -172,13 +227,25 @@ impl Backend for OnnxBackend {
         if cfg.input.is_empty() {
             for (name, dt, shape) in &inputs {
                 let (dims, reshape) = to_dims(shape);
-                cfg.input.push(pb::ModelInput { name: name.clone(), data_type: dt.to_config() as i32, dims, reshape, ..Default::default() });
+                cfg.input.push(pb::ModelInput {
+                    name: name.clone(),
+                    data_type: dt.to_config() as i32,
+                    dims,
+                    reshape,
+                    ..Default::default()
+                });
             }
         }
         if cfg.output.is_empty() {
             for (name, dt, shape) in &outputs {
                 let (dims, reshape) = to_dims(shape);
-                cfg.output.push(pb::ModelOutput { name: name.clone(), data_type: dt.to_config() as i32, dims, reshape, ..Default::default() });
+                cfg.output.push(pb::ModelOutput {
+                    name: name.clone(),
+                    data_type: dt.to_config() as i32,
+                    dims,
+                    reshape,
+                    ..Default::default()
+                });
             }
         }
         Ok(())
@@ -246,12 +313,20 @@ impl Model for OnnxModel {
                 self.config.name, spec.name
             )));
         }
-        let reused = self.first_session.lock().map(|mut s| s.take()).unwrap_or(None);
+        let reused = self
+            .first_session
+            .lock()
+            .map(|mut s| s.take())
+            .unwrap_or(None);
         let session = match reused {
             Some(s) => s,
             None => open_session(&self.config, &self.path, &self.settings)?,
         };
-        Ok(Box::new(OnnxInstance { config: self.config.clone(), version: self.version, session }))
+        Ok(Box::new(OnnxInstance {
+            config: self.config.clone(),
+            version: self.version,
+            session,
+        }))
     }
 }
 
@@ -269,14 +344,21 @@ fn to_ort(t: &Tensor, shape: &[i64]) -> Result<DynTensor> {
         let strings = elements
             .into_iter()
             .map(|e| {
-                String::from_utf8(e.to_vec())
-                    .map_err(|_| Error::invalid_arg(format!("input '{}': ONNX string tensors must be valid UTF-8", t.name)))
+                String::from_utf8(e.to_vec()).map_err(|_| {
+                    Error::invalid_arg(format!(
+                        "input '{}': ONNX string tensors must be valid UTF-8",
+                        t.name
+                    ))
+                })
             })
             .collect::<Result<Vec<String>>>()?;
         let dims: Vec<i64> = shape.to_vec();
-        return OrtTensor::from_string_array((dims, &*strings)).map(|v| v.upcast()).map_err(fail);
+        return OrtTensor::from_string_array((dims, &*strings))
+            .map(|v| v.upcast())
+            .map_err(fail);
     }
-    let mut value = DynTensor::new(&Allocator::default(), to_ort_type(t.dtype), shape.to_vec()).map_err(fail)?;
+    let mut value = DynTensor::new(&Allocator::default(), to_ort_type(t.dtype), shape.to_vec())
+        .map_err(fail)?;
     if !t.data.is_empty() {
         let ptr = value.data_ptr_mut() as *mut u8;
         // SAFETY: the tensor was allocated on the CPU for `shape` elements of this type, which
@@ -292,10 +374,19 @@ fn from_ort(name: &str, value: ort::value::DynValue) -> Result<Tensor> {
     let value = value.downcast::<DynTensorValueType>().map_err(fail)?;
     let shape: Vec<i64> = value.shape().to_vec();
     let ty = *value.data_type();
-    let dtype = from_ort_type(ty).ok_or_else(|| Error::unsupported(format!("output '{name}': ONNX type {ty:?} is not supported")))?;
+    let dtype = from_ort_type(ty).ok_or_else(|| {
+        Error::unsupported(format!(
+            "output '{name}': ONNX type {ty:?} is not supported"
+        ))
+    })?;
     if dtype == DataType::Bytes {
         let (_, strings) = value.try_extract_strings().map_err(fail)?;
-        return Ok(Tensor::new(name, dtype, shape, bytes_tensor::encode(&strings)));
+        return Ok(Tensor::new(
+            name,
+            dtype,
+            shape,
+            bytes_tensor::encode(&strings),
+        ));
     }
     let len = element_count(&shape) * dtype.size().unwrap_or(0);
     let mut data = vec![0u8; len];
@@ -313,26 +404,38 @@ impl OnnxInstance {
         let batched = cfg.max_batch_size > 0;
         let mut inputs: Vec<(String, DynTensor)> = Vec::with_capacity(req.inputs.len());
         for t in &req.inputs {
-            let reshape = cfg.input.iter().find(|i| i.name == t.name).and_then(|i| i.reshape.as_ref());
+            let reshape = cfg
+                .input
+                .iter()
+                .find(|i| i.name == t.name)
+                .and_then(|i| i.reshape.as_ref());
             let shape = match reshape {
-                Some(r) if batched => std::iter::once(t.shape[0]).chain(r.shape.iter().copied()).collect(),
+                Some(r) if batched => std::iter::once(t.shape[0])
+                    .chain(r.shape.iter().copied())
+                    .collect(),
                 Some(r) => r.shape.clone(),
                 None => t.shape.clone(),
             };
             inputs.push((t.name.clone(), to_ort(t, &shape)?));
         }
-        let mut outputs = self
-            .session
-            .run(inputs)
-            .map_err(|e| Error::internal(format!("model '{}': onnx runtime error: {e}", cfg.name)))?;
+        let mut outputs = self.session.run(inputs).map_err(|e| {
+            Error::internal(format!("model '{}': onnx runtime error: {e}", cfg.name))
+        })?;
         let mut tensors = Vec::with_capacity(cfg.output.len());
         for output in &cfg.output {
-            let value = outputs
-                .remove(output.name.as_str())
-                .ok_or_else(|| Error::internal(format!("model '{}': the model did not produce output '{}'", cfg.name, output.name)))?;
+            let value = outputs.remove(output.name.as_str()).ok_or_else(|| {
+                Error::internal(format!(
+                    "model '{}': the model did not produce output '{}'",
+                    cfg.name, output.name
+                ))
+            })?;
             let mut t = from_ort(&output.name, value)?;
             if output.reshape.is_some() {
-                t.shape = unreshape(&output.dims, batched.then(|| t.shape.first().copied().unwrap_or(1)), t.element_count());
+                t.shape = unreshape(
+                    &output.dims,
+                    batched.then(|| t.shape.first().copied().unwrap_or(1)),
+                    t.element_count(),
+                );
             }
             if output.data_type != t.dtype.to_config() as i32 {
                 return Err(Error::internal(format!(

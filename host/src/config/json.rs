@@ -10,7 +10,8 @@ use crate::error::{Error, Result};
 /// Renders a config as Triton renders `GET /v2/models/{m}/config`.
 pub fn to_json(config: &ModelConfig) -> serde_json::Value {
     let mut msg = DynamicMessage::new(model_config_descriptor());
-    msg.transcode_from(config).expect("prost message transcodes to its own descriptor");
+    msg.transcode_from(config)
+        .expect("prost message transcodes to its own descriptor");
     let options = SerializeOptions::new()
         .use_proto_field_name(true)
         .stringify_64_bit_integers(false)
@@ -23,8 +24,12 @@ pub fn to_json(config: &ModelConfig) -> serde_json::Value {
 /// proto or camelCase field names.
 pub fn from_json(text: &str) -> Result<ModelConfig> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let msg = DynamicMessage::deserialize_with_options(model_config_descriptor(), &mut de, &DeserializeOptions::new())
-        .map_err(|e| Error::invalid_arg(format!("failed to parse JSON model config: {e}")))?;
+    let msg = DynamicMessage::deserialize_with_options(
+        model_config_descriptor(),
+        &mut de,
+        &DeserializeOptions::new(),
+    )
+    .map_err(|e| Error::invalid_arg(format!("failed to parse JSON model config: {e}")))?;
     msg.transcode_to::<ModelConfig>()
         .map_err(|e| Error::internal(format!("failed to convert parsed config: {e}")))
 }

@@ -24,9 +24,11 @@ static DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/model_c
 /// The message descriptor of `inference.ModelConfig`.
 pub fn model_config_descriptor() -> MessageDescriptor {
     static POOL: OnceLock<DescriptorPool> = OnceLock::new();
-    POOL.get_or_init(|| DescriptorPool::decode(DESCRIPTOR_SET).expect("embedded descriptor set is valid"))
-        .get_message_by_name("inference.ModelConfig")
-        .expect("ModelConfig is in the descriptor set")
+    POOL.get_or_init(|| {
+        DescriptorPool::decode(DESCRIPTOR_SET).expect("embedded descriptor set is valid")
+    })
+    .get_message_by_name("inference.ModelConfig")
+    .expect("ModelConfig is in the descriptor set")
 }
 
 /// Parses the protobuf text format of a `config.pbtxt`.
@@ -93,7 +95,8 @@ fn add_list_colons(text: &str) -> String {
 /// Renders a config as protobuf text format (used in logs and docs).
 pub fn to_pbtxt(config: &ModelConfig) -> String {
     let mut msg = DynamicMessage::new(model_config_descriptor());
-    msg.transcode_from(config).expect("prost message transcodes to its own descriptor");
+    msg.transcode_from(config)
+        .expect("prost message transcodes to its own descriptor");
     msg.to_text_format()
 }
 

@@ -9,7 +9,10 @@ use super::*;
 const CORPUS: &[(&str, &str)] = &[
     ("bert", include_str!("testdata/bert.pbtxt")),
     ("gpt", include_str!("testdata/gpt.pbtxt")),
-    ("inception_savedmodel", include_str!("testdata/savedmodel.pbtxt")),
+    (
+        "inception_savedmodel",
+        include_str!("testdata/savedmodel.pbtxt"),
+    ),
     ("bls_sync", include_str!("testdata/python_bls.pbtxt")),
     ("ensemble_model", include_str!("testdata/ensemble.pbtxt")),
     ("simple_sequence", include_str!("testdata/sequence.pbtxt")),
@@ -30,7 +33,10 @@ fn bert_fields() {
     let cfg = parse_pbtxt(CORPUS[0].1).unwrap();
     assert_eq!(cfg.max_batch_size, 16);
     assert_eq!(cfg.input.len(), 3);
-    assert!(cfg.input.iter().all(|i| i.data_type == pb::DataType::TypeInt64 as i32 && i.dims == [128]));
+    assert!(cfg
+        .input
+        .iter()
+        .all(|i| i.data_type == pb::DataType::TypeInt64 as i32 && i.dims == [128]));
     assert_eq!(cfg.instance_group[0].kind, Kind::Gpu as i32);
     assert_eq!(cfg.instance_group[0].gpus, [0]);
     match cfg.scheduling_choice {
@@ -47,7 +53,10 @@ fn gpt_parameters_and_reshape() {
     let cfg = parse_pbtxt(CORPUS[1].1).unwrap();
     assert_eq!(cfg.parameters["INFERENCE_MODE"].string_value, "GPT");
     assert_eq!(cfg.parameters["tensor_para_size"].string_value, "1");
-    assert_eq!(cfg.input[1].reshape.as_ref().unwrap().shape, Vec::<i64>::new());
+    assert_eq!(
+        cfg.input[1].reshape.as_ref().unwrap().shape,
+        Vec::<i64>::new()
+    );
     assert!(cfg.input[3].optional);
     assert!(!cfg.model_transaction_policy.as_ref().unwrap().decoupled);
 }
@@ -56,7 +65,11 @@ fn gpt_parameters_and_reshape() {
 fn savedmodel_optimization_and_policy() {
     let cfg = parse_pbtxt(CORPUS[2].1).unwrap();
     let opt = cfg.optimization.as_ref().unwrap();
-    let acc = &opt.execution_accelerators.as_ref().unwrap().gpu_execution_accelerator[0];
+    let acc = &opt
+        .execution_accelerators
+        .as_ref()
+        .unwrap()
+        .gpu_execution_accelerator[0];
     assert_eq!(acc.name, "tensorrt");
     assert_eq!(acc.parameters["precision_mode"], "FP16");
     assert!(opt.cuda.as_ref().unwrap().graphs);
@@ -94,25 +107,47 @@ fn validation_errors_name_model_and_field() {
     let io = "input [{name: \"a\" data_type: TYPE_FP32 dims: [4]}] output [{name: \"b\" data_type: TYPE_FP32 dims: [4]}]";
     assert!(checked(&format!("name: \"m\" {io}")).is_ok());
     let e = checked(&format!("name: \"other\" {io}")).unwrap_err();
-    assert!(e.message.contains("does not match the model directory name 'm'"), "{e}");
+    assert!(
+        e.message
+            .contains("does not match the model directory name 'm'"),
+        "{e}"
+    );
     let e = checked(&format!("name: \"m\" max_batch_size: -1 {io}")).unwrap_err();
     assert!(e.message.contains("max_batch_size must be >= 0"), "{e}");
     let e = checked("name: \"m\" input [{name: \"a\" data_type: TYPE_FP32}]").unwrap_err();
-    assert!(e.message.contains("model 'm' input 'a': dims must not be empty"), "{e}");
-    let e = checked("name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [0]}]").unwrap_err();
+    assert!(
+        e.message
+            .contains("model 'm' input 'a': dims must not be empty"),
+        "{e}"
+    );
+    let e =
+        checked("name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [0]}]").unwrap_err();
     assert!(e.message.contains("each dim must be >= 1 or -1"), "{e}");
-    let e = checked("name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [4] reshape: {shape: [3]}}]").unwrap_err();
+    let e = checked(
+        "name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [4] reshape: {shape: [3]}}]",
+    )
+    .unwrap_err();
     assert!(e.message.contains("different element count"), "{e}");
-    assert!(checked("name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [2,3] reshape: {shape: [6]}}]").is_ok());
+    assert!(checked(
+        "name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [2,3] reshape: {shape: [6]}}]"
+    )
+    .is_ok());
     let e = checked("name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [4]}, {name: \"a\" data_type: TYPE_FP32 dims: [4]}]").unwrap_err();
-    assert!(e.message.contains("input 'a' is declared more than once"), "{e}");
+    assert!(
+        e.message.contains("input 'a' is declared more than once"),
+        "{e}"
+    );
     let e = checked("name: \"m\" output [{name: \"o\" dims: [4]}]").unwrap_err();
-    assert!(e.message.contains("data_type TYPE_INVALID is not valid"), "{e}");
+    assert!(
+        e.message.contains("data_type TYPE_INVALID is not valid"),
+        "{e}"
+    );
     let e = checked("name: \"m\" version_policy: { specific: { versions: [] } }").unwrap_err();
     assert!(e.message.contains("versions must not be empty"), "{e}");
     let e = checked("name: \"m\" version_policy: { latest: { num_versions: 0 } }").unwrap_err();
     assert!(e.message.contains("num_versions must be >= 1"), "{e}");
-    let e = checked("name: \"m\" max_batch_size: 4 dynamic_batching { preferred_batch_size: [8] }").unwrap_err();
+    let e = checked("name: \"m\" max_batch_size: 4 dynamic_batching { preferred_batch_size: [8] }")
+        .unwrap_err();
     assert!(e.message.contains("preferred_batch_size 8"), "{e}");
 }
 
@@ -126,7 +161,9 @@ fn normalize_fills_triton_defaults() {
     assert_eq!(cfg.instance_group[0].kind, Kind::Cpu as i32);
     assert!(matches!(
         cfg.version_policy.unwrap().policy_choice,
-        Some(pb::model_version_policy::PolicyChoice::Latest(pb::model_version_policy::Latest { num_versions: 1 }))
+        Some(pb::model_version_policy::PolicyChoice::Latest(
+            pb::model_version_policy::Latest { num_versions: 1 }
+        ))
     ));
 }
 
@@ -159,5 +196,8 @@ fn pbtxt_round_trip() {
 
 #[test]
 fn list_colon_is_optional_outside_strings() {
-    assert_eq!(add_list_colons("input [ {name: \"a [b\"} ] # c [d\ndims: [1]"), "input :[ {name: \"a [b\"} ] # c [d\ndims: [1]");
+    assert_eq!(
+        add_list_colons("input [ {name: \"a [b\"} ] # c [d\ndims: [1]"),
+        "input :[ {name: \"a [b\"} ] # c [d\ndims: [1]"
+    );
 }

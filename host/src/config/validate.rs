@@ -3,7 +3,9 @@
 
 use std::collections::HashSet;
 
-use super::pb::{self, model_instance_group::Kind, model_version_policy::PolicyChoice, ModelConfig};
+use super::pb::{
+    self, model_instance_group::Kind, model_version_policy::PolicyChoice, ModelConfig,
+};
 use crate::core::dtype::{config_name, DataType};
 use crate::core::tensor::shape_str;
 use crate::error::{Error, Result};
@@ -12,9 +14,16 @@ use crate::error::{Error, Result};
 /// one instance group when none is given, group names, counts and kinds
 /// (`KIND_AUTO` resolves to CPU when `gpu_count` is 0).
 pub fn normalize(cfg: &mut ModelConfig, gpu_count: usize) {
-    if cfg.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()).is_none() {
+    if cfg
+        .version_policy
+        .as_ref()
+        .and_then(|p| p.policy_choice.as_ref())
+        .is_none()
+    {
         cfg.version_policy = Some(pb::ModelVersionPolicy {
-            policy_choice: Some(PolicyChoice::Latest(pb::model_version_policy::Latest { num_versions: 1 })),
+            policy_choice: Some(PolicyChoice::Latest(pb::model_version_policy::Latest {
+                num_versions: 1,
+            })),
         });
     }
     if cfg.instance_group.is_empty() {
@@ -29,7 +38,11 @@ pub fn normalize(cfg: &mut ModelConfig, gpu_count: usize) {
             group.count = 1;
         }
         if group.kind == Kind::Auto as i32 {
-            group.kind = if gpu_count > 0 { Kind::Gpu as i32 } else { Kind::Cpu as i32 };
+            group.kind = if gpu_count > 0 {
+                Kind::Gpu as i32
+            } else {
+                Kind::Cpu as i32
+            };
         }
     }
 }
@@ -39,32 +52,61 @@ pub fn validate(cfg: &ModelConfig, folder: &str) -> Result<()> {
     let m = &cfg.name;
     let err = |msg: String| Err(Error::invalid_arg(format!("model '{m}': {msg}")));
     if cfg.name != folder {
-        return err(format!("config name '{}' does not match the model directory name '{folder}'", cfg.name));
+        return err(format!(
+            "config name '{}' does not match the model directory name '{folder}'",
+            cfg.name
+        ));
     }
     if cfg.max_batch_size < 0 {
-        return err(format!("max_batch_size must be >= 0, got {}", cfg.max_batch_size));
+        return err(format!(
+            "max_batch_size must be >= 0, got {}",
+            cfg.max_batch_size
+        ));
     }
     let mut seen = HashSet::new();
     for input in &cfg.input {
-        check_io("input", &input.name, input.data_type, &input.dims, input.reshape.as_ref(), m)?;
+        check_io(
+            "input",
+            &input.name,
+            input.data_type,
+            &input.dims,
+            input.reshape.as_ref(),
+            m,
+        )?;
         if !seen.insert(input.name.as_str()) {
             return err(format!("input '{}' is declared more than once", input.name));
         }
     }
     let mut seen = HashSet::new();
     for output in &cfg.output {
-        check_io("output", &output.name, output.data_type, &output.dims, output.reshape.as_ref(), m)?;
+        check_io(
+            "output",
+            &output.name,
+            output.data_type,
+            &output.dims,
+            output.reshape.as_ref(),
+            m,
+        )?;
         if !seen.insert(output.name.as_str()) {
-            return err(format!("output '{}' is declared more than once", output.name));
+            return err(format!(
+                "output '{}' is declared more than once",
+                output.name
+            ));
         }
     }
     validate_version_policy(cfg)?;
     for group in &cfg.instance_group {
         if group.count < 1 {
-            return err(format!("instance_group '{}': count must be >= 1, got {}", group.name, group.count));
+            return err(format!(
+                "instance_group '{}': count must be >= 1, got {}",
+                group.name, group.count
+            ));
         }
         if group.kind != Kind::Gpu as i32 && !group.gpus.is_empty() {
-            return err(format!("instance_group '{}': 'gpus' may only be set for KIND_GPU or KIND_AUTO", group.name));
+            return err(format!(
+                "instance_group '{}': 'gpus' may only be set for KIND_GPU or KIND_AUTO",
+                group.name
+            ));
         }
     }
     if let Some(pb::model_config::SchedulingChoice::DynamicBatching(db)) = &cfg.scheduling_choice {
@@ -82,13 +124,19 @@ pub fn validate(cfg: &ModelConfig, folder: &str) -> Result<()> {
 
 fn validate_version_policy(cfg: &ModelConfig) -> Result<()> {
     let m = &cfg.name;
-    match cfg.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()) {
+    match cfg
+        .version_policy
+        .as_ref()
+        .and_then(|p| p.policy_choice.as_ref())
+    {
         Some(PolicyChoice::Latest(l)) if l.num_versions == 0 => Err(Error::invalid_arg(format!(
             "model '{m}': version_policy latest: num_versions must be >= 1"
         ))),
         Some(PolicyChoice::Specific(s)) => {
             if s.versions.is_empty() {
-                return Err(Error::invalid_arg(format!("model '{m}': version_policy specific: versions must not be empty")));
+                return Err(Error::invalid_arg(format!(
+                    "model '{m}': version_policy specific: versions must not be empty"
+                )));
             }
             if let Some(v) = s.versions.iter().find(|&&v| v < 1) {
                 return Err(Error::invalid_arg(format!(
@@ -109,9 +157,15 @@ fn check_io(
     reshape: Option<&pb::ModelTensorReshape>,
     model: &str,
 ) -> Result<()> {
-    let err = |msg: String| Err(Error::invalid_arg(format!("model '{model}' {kind} '{name}': {msg}")));
+    let err = |msg: String| {
+        Err(Error::invalid_arg(format!(
+            "model '{model}' {kind} '{name}': {msg}"
+        )))
+    };
     if name.is_empty() {
-        return Err(Error::invalid_arg(format!("model '{model}': every {kind} must have a name")));
+        return Err(Error::invalid_arg(format!(
+            "model '{model}': every {kind} must have a name"
+        )));
     }
     if DataType::from_config(data_type).is_err() {
         return err(format!("data_type {} is not valid", config_name(data_type)));
@@ -120,11 +174,17 @@ fn check_io(
         return err("dims must not be empty (use [1] for a scalar per batch item, or reshape: { shape: [] })".into());
     }
     if let Some(d) = dims.iter().find(|&&d| d < 1 && d != -1) {
-        return err(format!("dims {} contains {d}; each dim must be >= 1 or -1 (variable)", shape_str(dims)));
+        return err(format!(
+            "dims {} contains {d}; each dim must be >= 1 or -1 (variable)",
+            shape_str(dims)
+        ));
     }
     if let Some(r) = reshape {
         if let Some(d) = r.shape.iter().find(|&&d| d < 1 && d != -1) {
-            return err(format!("reshape {} contains {d}; each dim must be >= 1 or -1", shape_str(&r.shape)));
+            return err(format!(
+                "reshape {} contains {d}; each dim must be >= 1 or -1",
+                shape_str(&r.shape)
+            ));
         }
         let variable = |s: &[i64]| s.iter().filter(|&&d| d == -1).count();
         let fixed = |s: &[i64]| s.iter().filter(|&&d| d != -1).product::<i64>();
@@ -148,7 +208,13 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
             out.push(name)
         }
     };
-    note(matches!(cfg.scheduling_choice, Some(pb::model_config::SchedulingChoice::DynamicBatching(_))), "dynamic_batching");
+    note(
+        matches!(
+            cfg.scheduling_choice,
+            Some(pb::model_config::SchedulingChoice::DynamicBatching(_))
+        ),
+        "dynamic_batching",
+    );
     note(cfg.optimization.is_some(), "optimization");
     note(!cfg.model_warmup.is_empty(), "model_warmup");
     note(!cfg.batch_input.is_empty(), "batch_input");
@@ -156,15 +222,38 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
     note(!cfg.cc_model_filenames.is_empty(), "cc_model_filenames");
     note(!cfg.metric_tags.is_empty(), "metric_tags");
     note(cfg.model_operations.is_some(), "model_operations");
-    note(cfg.model_repository_agents.is_some(), "model_repository_agents");
-    note(cfg.response_cache.as_ref().is_some_and(|c| c.enable), "response_cache");
+    note(
+        cfg.model_repository_agents.is_some(),
+        "model_repository_agents",
+    );
+    note(
+        cfg.response_cache.as_ref().is_some_and(|c| c.enable),
+        "response_cache",
+    );
     note(cfg.model_metrics.is_some(), "model_metrics");
     note(!cfg.runtime.is_empty(), "runtime");
-    note(cfg.instance_group.iter().any(|g| g.rate_limiter.is_some()), "instance_group.rate_limiter");
-    note(cfg.instance_group.iter().any(|g| !g.secondary_devices.is_empty()), "instance_group.secondary_devices");
-    note(cfg.instance_group.iter().any(|g| !g.profile.is_empty()), "instance_group.profile");
-    note(cfg.instance_group.iter().any(|g| !g.host_policy.is_empty()), "instance_group.host_policy");
-    note(cfg.input.iter().any(|i| i.allow_ragged_batch), "input.allow_ragged_batch");
+    note(
+        cfg.instance_group.iter().any(|g| g.rate_limiter.is_some()),
+        "instance_group.rate_limiter",
+    );
+    note(
+        cfg.instance_group
+            .iter()
+            .any(|g| !g.secondary_devices.is_empty()),
+        "instance_group.secondary_devices",
+    );
+    note(
+        cfg.instance_group.iter().any(|g| !g.profile.is_empty()),
+        "instance_group.profile",
+    );
+    note(
+        cfg.instance_group.iter().any(|g| !g.host_policy.is_empty()),
+        "instance_group.host_policy",
+    );
+    note(
+        cfg.input.iter().any(|i| i.allow_ragged_batch),
+        "input.allow_ragged_batch",
+    );
     note(cfg.input.iter().any(|i| i.format != 0), "input.format");
     out
 }
@@ -175,14 +264,24 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
 pub fn check_supported(cfg: &ModelConfig) -> Result<()> {
     let m = &cfg.name;
     let unsupported = |what: &str| {
-        Err(Error::unsupported(format!("model '{m}': {what} is not supported by this version of Tern")))
+        Err(Error::unsupported(format!(
+            "model '{m}': {what} is not supported by this version of Tern"
+        )))
     };
     match &cfg.scheduling_choice {
-        Some(pb::model_config::SchedulingChoice::SequenceBatching(_)) => return unsupported("sequence_batching"),
-        Some(pb::model_config::SchedulingChoice::EnsembleScheduling(_)) => return unsupported("ensemble_scheduling"),
+        Some(pb::model_config::SchedulingChoice::SequenceBatching(_)) => {
+            return unsupported("sequence_batching")
+        }
+        Some(pb::model_config::SchedulingChoice::EnsembleScheduling(_)) => {
+            return unsupported("ensemble_scheduling")
+        }
         _ => {}
     }
-    if cfg.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
+    if cfg
+        .model_transaction_policy
+        .as_ref()
+        .is_some_and(|p| p.decoupled)
+    {
         return unsupported("model_transaction_policy { decoupled: true }");
     }
     if cfg.instance_group.iter().any(|g| g.passive) {

@@ -75,6 +75,9 @@ mod tests {
         let mut enc = encode(["hello"]);
         enc.pop();
         assert!(decode(&enc).unwrap_err().message.contains("claims 5"));
-        assert!(decode(&[1, 0]).unwrap_err().message.contains("length prefix"));
+        assert!(decode(&[1, 0])
+            .unwrap_err()
+            .message
+            .contains("length prefix"));
     }
 }

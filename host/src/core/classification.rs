@@ -26,34 +26,56 @@ fn value_at(t: &Tensor, i: usize) -> f64 {
         DataType::Int64 => read!(i64, 8),
         DataType::Fp32 => read!(f32, 4),
         DataType::Fp64 => read!(f64, 8),
-        DataType::Fp16 => half::f16::from_bits(u16::from_le_bytes([d[2 * i], d[2 * i + 1]])).to_f64(),
-        DataType::Bf16 => half::bf16::from_bits(u16::from_le_bytes([d[2 * i], d[2 * i + 1]])).to_f64(),
+        DataType::Fp16 => {
+            half::f16::from_bits(u16::from_le_bytes([d[2 * i], d[2 * i + 1]])).to_f64()
+        }
+        DataType::Bf16 => {
+            half::bf16::from_bits(u16::from_le_bytes([d[2 * i], d[2 * i + 1]])).to_f64()
+        }
         DataType::Bytes => 0.0,
     }
 }
 
 fn is_float(dt: DataType) -> bool {
-    matches!(dt, DataType::Fp16 | DataType::Fp32 | DataType::Fp64 | DataType::Bf16)
+    matches!(
+        dt,
+        DataType::Fp16 | DataType::Fp32 | DataType::Fp64 | DataType::Bf16
+    )
 }
 
 /// Replaces `t` by its top-`k` classification strings. `batched` says whether
 /// the first dimension is the batch dimension.
 pub fn classify(t: &Tensor, k: usize, labels: Option<&[String]>, batched: bool) -> Result<Tensor> {
     if t.dtype == DataType::Bytes {
-        return Err(Error::invalid_arg(format!("classification is not supported for BYTES output '{}'", t.name)));
+        return Err(Error::invalid_arg(format!(
+            "classification is not supported for BYTES output '{}'",
+            t.name
+        )));
     }
     let total = t.element_count();
-    let batch = if batched { t.shape.first().copied().unwrap_or(1).max(1) as usize } else { 1 };
-    let per_item = if batch == 0 { 0 } else { total / batch };
+    let batch = if batched {
+        t.shape.first().copied().unwrap_or(1).max(1) as usize
+    } else {
+        1
+    };
+    let per_item = total.checked_div(batch).unwrap_or(0);
     let k = k.min(per_item);
     let mut out = Vec::new();
     for b in 0..batch {
         let base = b * per_item;
         let mut idx: Vec<usize> = (0..per_item).collect();
-        idx.sort_by(|&x, &y| value_at(t, base + y).total_cmp(&value_at(t, base + x)).then(x.cmp(&y)));
+        idx.sort_by(|&x, &y| {
+            value_at(t, base + y)
+                .total_cmp(&value_at(t, base + x))
+                .then(x.cmp(&y))
+        });
         for &i in idx.iter().take(k) {
             let v = value_at(t, base + i);
-            let mut s = if is_float(t.dtype) { format!("{v:.6}:{i}") } else { format!("{}:{i}", v as i64) };
+            let mut s = if is_float(t.dtype) {
+                format!("{v:.6}:{i}")
+            } else {
+                format!("{}:{i}", v as i64)
+            };
             if let Some(label) = labels.and_then(|l| l.get(i)) {
                 s.push(':');
                 s.push_str(label);
@@ -61,7 +83,11 @@ pub fn classify(t: &Tensor, k: usize, labels: Option<&[String]>, batched: bool) 
             bytes_tensor::push(&mut out, s.as_bytes());
         }
     }
-    let shape = if batched { vec![batch as i64, k as i64] } else { vec![k as i64] };
+    let shape = if batched {
+        vec![batch as i64, k as i64]
+    } else {
+        vec![k as i64]
+    };
     Ok(Tensor::new(t.name.clone(), DataType::Bytes, shape, out))
 }
 
@@ -71,13 +97,31 @@ mod tests {
 
     #[test]
     fn top_k_with_labels() {
-        let vals: Vec<u8> = [0.1f32, 0.7, 0.2, 0.9, 0.0, 0.5].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let vals: Vec<u8> = [0.1f32, 0.7, 0.2, 0.9, 0.0, 0.5]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let t = Tensor::new("prob", DataType::Fp32, vec![2, 3], vals);
-        let labels: Vec<String> = ["cat", "dog", "fox"].iter().map(|s| s.to_string()).collect();
+        let labels: Vec<String> = ["cat", "dog", "fox"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let c = classify(&t, 2, Some(&labels), true).unwrap();
         assert_eq!(c.shape, vec![2, 2]);
-        let got: Vec<String> = bytes_tensor::decode(&c.data).unwrap().iter().map(|b| String::from_utf8(b.to_vec()).unwrap()).collect();
-        assert_eq!(got, ["0.700000:1:dog", "0.200000:2:fox", "0.900000:0:cat", "0.500000:2:fox"]);
+        let got: Vec<String> = bytes_tensor::decode(&c.data)
+            .unwrap()
+            .iter()
+            .map(|b| String::from_utf8(b.to_vec()).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "0.700000:1:dog",
+                "0.200000:2:fox",
+                "0.900000:0:cat",
+                "0.500000:2:fox"
+            ]
+        );
     }
 
     #[test]

@@ -55,7 +55,11 @@ impl DataType {
 
     /// The wire name, e.g. `"FP32"`.
     pub fn wire_name(self) -> &'static str {
-        TABLE.iter().find(|e| e.0 == self).map(|e| e.1).unwrap_or("INVALID")
+        TABLE
+            .iter()
+            .find(|e| e.0 == self)
+            .map(|e| e.1)
+            .unwrap_or("INVALID")
     }
 
     /// Converts a config enum value (`TYPE_FP32`); `TYPE_INVALID` and unknown values fail.
@@ -64,12 +68,18 @@ impl DataType {
             .iter()
             .find(|e| e.2 as i32 == value)
             .map(|e| e.0)
-            .ok_or_else(|| Error::invalid_arg(format!("unsupported data type {}", config_name(value))))
+            .ok_or_else(|| {
+                Error::invalid_arg(format!("unsupported data type {}", config_name(value)))
+            })
     }
 
     /// The config enum value for this type.
     pub fn to_config(self) -> pb::DataType {
-        TABLE.iter().find(|e| e.0 == self).map(|e| e.2).unwrap_or(pb::DataType::TypeInvalid)
+        TABLE
+            .iter()
+            .find(|e| e.0 == self)
+            .map(|e| e.2)
+            .unwrap_or(pb::DataType::TypeInvalid)
     }
 
     /// Size of one element in bytes; `None` for BYTES.

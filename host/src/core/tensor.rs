@@ -21,8 +21,18 @@ pub struct Tensor {
 
 impl Tensor {
     /// Creates a tensor.
-    pub fn new(name: impl Into<String>, dtype: DataType, shape: Vec<i64>, data: impl Into<Bytes>) -> Self {
-        Tensor { name: name.into(), dtype, shape, data: data.into() }
+    pub fn new(
+        name: impl Into<String>,
+        dtype: DataType,
+        shape: Vec<i64>,
+        data: impl Into<Bytes>,
+    ) -> Self {
+        Tensor {
+            name: name.into(),
+            dtype,
+            shape,
+            data: data.into(),
+        }
     }
 
     /// Number of elements the shape describes (negative dims count as zero).
@@ -45,7 +55,8 @@ impl Tensor {
                 }
             }
             None => {
-                let n = bytes_tensor::count(&self.data).map_err(|e| e.context(format!("input '{}'", self.name)))?;
+                let n = bytes_tensor::count(&self.data)
+                    .map_err(|e| e.context(format!("input '{}'", self.name)))?;
                 if n != expected {
                     return Err(Error::invalid_arg(format!(
                         "expected {} string elements for input '{}', got {}",
@@ -78,9 +89,17 @@ mod tests {
         let t = Tensor::new("x", DataType::Int32, vec![2, 2], vec![0u8; 16]);
         assert!(t.check_data_size().is_ok());
         let t = Tensor::new("x", DataType::Int32, vec![2, 2], vec![0u8; 15]);
-        assert!(t.check_data_size().unwrap_err().message.contains("expecting 16"));
+        assert!(t
+            .check_data_size()
+            .unwrap_err()
+            .message
+            .contains("expecting 16"));
         let t = Tensor::new("s", DataType::Bytes, vec![2], bytes_tensor::encode(["a"]));
-        assert!(t.check_data_size().unwrap_err().message.contains("expected 2 string"));
+        assert!(t
+            .check_data_size()
+            .unwrap_err()
+            .message
+            .contains("expected 2 string"));
         assert_eq!(shape_str(&[-1, 16]), "[-1,16]");
         assert_eq!(element_count(&[]), 1);
     }

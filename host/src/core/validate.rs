@@ -19,13 +19,20 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
     let mut batch_size: Option<i64> = None;
     for t in &req.inputs {
         if !seen.insert(t.name.as_str()) {
-            return Err(Error::invalid_arg(format!("input '{}' is specified more than once in the request for model '{m}'", t.name)));
+            return Err(Error::invalid_arg(format!(
+                "input '{}' is specified more than once in the request for model '{m}'",
+                t.name
+            )));
         }
         let Some(spec) = cfg.input.iter().find(|i| i.name == t.name) else {
             return Err(Error::invalid_arg(format!(
                 "unexpected inference input '{}' for model '{m}'; the model's inputs are [{}]",
                 t.name,
-                cfg.input.iter().map(|i| format!("'{}'", i.name)).collect::<Vec<_>>().join(", ")
+                cfg.input
+                    .iter()
+                    .map(|i| format!("'{}'", i.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         };
         if t.dtype.to_config() as i32 != spec.data_type {
@@ -36,10 +43,19 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
                 config_name(spec.data_type)
             )));
         }
-        let expected: Vec<i64> = if batched { std::iter::once(-1).chain(spec.dims.iter().copied()).collect() } else { spec.dims.clone() };
+        let expected: Vec<i64> = if batched {
+            std::iter::once(-1)
+                .chain(spec.dims.iter().copied())
+                .collect()
+        } else {
+            spec.dims.clone()
+        };
         let shape_ok = t.shape.len() == expected.len()
             && t.shape.iter().all(|&d| d >= 0)
-            && t.shape.iter().zip(&expected).all(|(&got, &want)| want == -1 || got == want);
+            && t.shape
+                .iter()
+                .zip(&expected)
+                .all(|(&got, &want)| want == -1 || got == want);
         if !shape_ok {
             return Err(Error::invalid_arg(format!(
                 "unexpected shape for input '{}' for model '{m}'. Expected {}, got {}",
@@ -67,7 +83,8 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
                 _ => {}
             }
         }
-        t.check_data_size().map_err(|e| e.context(format!("model '{m}'")))?;
+        t.check_data_size()
+            .map_err(|e| e.context(format!("model '{m}'")))?;
     }
     let missing: Vec<String> = cfg
         .input
@@ -88,13 +105,21 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
     let mut seen = HashSet::new();
     for o in &req.outputs {
         if !seen.insert(o.name.as_str()) {
-            return Err(Error::invalid_arg(format!("output '{}' is requested more than once for model '{m}'", o.name)));
+            return Err(Error::invalid_arg(format!(
+                "output '{}' is requested more than once for model '{m}'",
+                o.name
+            )));
         }
         let Some(spec) = cfg.output.iter().find(|s| s.name == o.name) else {
-            return Err(Error::invalid_arg(format!("unexpected inference output '{}' for model '{m}'", o.name)));
+            return Err(Error::invalid_arg(format!(
+                "unexpected inference output '{}' for model '{m}'",
+                o.name
+            )));
         };
         if let Some(n) = o.classification {
-            let numeric = DataType::from_config(spec.data_type).map(|d| d != DataType::Bytes).unwrap_or(false);
+            let numeric = DataType::from_config(spec.data_type)
+                .map(|d| d != DataType::Bytes)
+                .unwrap_or(false);
             if !numeric {
                 return Err(Error::invalid_arg(format!(
                     "classification is not supported for output '{}' of model '{m}': it is not numeric",
@@ -102,7 +127,10 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
                 )));
             }
             if n == 0 {
-                return Err(Error::invalid_arg(format!("classification count for output '{}' must be >= 1", o.name)));
+                return Err(Error::invalid_arg(format!(
+                    "classification count for output '{}' must be >= 1",
+                    o.name
+                )));
             }
         }
     }
@@ -131,7 +159,11 @@ mod tests {
     }
 
     fn req(inputs: Vec<Tensor>) -> InferRequest {
-        InferRequest { model_name: "simple".into(), inputs, ..Default::default() }
+        InferRequest {
+            model_name: "simple".into(),
+            inputs,
+            ..Default::default()
+        }
     }
 
     fn err(r: InferRequest) -> String {
@@ -140,32 +172,60 @@ mod tests {
 
     #[test]
     fn accepts_valid() {
-        let r = req(vec![int_input("INPUT0", vec![3, 16]), int_input("INPUT1", vec![3, 16])]);
+        let r = req(vec![
+            int_input("INPUT0", vec![3, 16]),
+            int_input("INPUT1", vec![3, 16]),
+        ]);
         assert_eq!(validate_request(&simple(), &r).unwrap(), 3);
         let mut r = r;
-        r.inputs.push(Tensor::new("OPT", DataType::Bytes, vec![3, 2], bytes_tensor::encode(["a"; 6])));
+        r.inputs.push(Tensor::new(
+            "OPT",
+            DataType::Bytes,
+            vec![3, 2],
+            bytes_tensor::encode(["a"; 6]),
+        ));
         assert_eq!(validate_request(&simple(), &r).unwrap(), 3);
     }
 
     #[test]
     fn rejects_bad_requests() {
         let ok1 = || int_input("INPUT1", vec![1, 16]);
-        assert!(err(req(vec![int_input("INPUT0", vec![1, 15]), ok1()])).contains("Expected [-1,16], got [1,15]"));
+        assert!(err(req(vec![int_input("INPUT0", vec![1, 15]), ok1()]))
+            .contains("Expected [-1,16], got [1,15]"));
         assert!(err(req(vec![int_input("INPUT0", vec![16]), ok1()])).contains("unexpected shape"));
-        assert!(err(req(vec![int_input("INPUT0", vec![9, 16]), int_input("INPUT1", vec![9, 16])])).contains("batch-size must be <= 8"));
-        assert!(err(req(vec![int_input("INPUT0", vec![2, 16]), ok1()])).contains("batch size 1 but other inputs have batch size 2"));
+        assert!(err(req(vec![
+            int_input("INPUT0", vec![9, 16]),
+            int_input("INPUT1", vec![9, 16])
+        ]))
+        .contains("batch-size must be <= 8"));
+        assert!(err(req(vec![int_input("INPUT0", vec![2, 16]), ok1()]))
+            .contains("batch size 1 but other inputs have batch size 2"));
         assert!(err(req(vec![ok1()])).contains("missing required input(s) ['INPUT0']"));
-        assert!(err(req(vec![int_input("INPUT0", vec![1, 16]), ok1(), int_input("X", vec![1])])).contains("unexpected inference input 'X'"));
+        assert!(err(req(vec![
+            int_input("INPUT0", vec![1, 16]),
+            ok1(),
+            int_input("X", vec![1])
+        ]))
+        .contains("unexpected inference input 'X'"));
         assert!(err(req(vec![ok1(), ok1()])).contains("more than once"));
         let wrong_type = Tensor::new("INPUT0", DataType::Fp32, vec![1, 16], vec![0u8; 64]);
-        assert!(err(req(vec![wrong_type, ok1()])).contains("unexpected datatype TYPE_FP32 for inference input 'INPUT0', expecting TYPE_INT32"));
+        assert!(err(req(vec![wrong_type, ok1()])).contains(
+            "unexpected datatype TYPE_FP32 for inference input 'INPUT0', expecting TYPE_INT32"
+        ));
         let short = Tensor::new("INPUT0", DataType::Int32, vec![1, 16], vec![0u8; 60]);
         assert!(err(req(vec![short, ok1()])).contains("unexpected total byte size 60"));
         let mut r = req(vec![int_input("INPUT0", vec![1, 16]), ok1()]);
-        r.outputs.push(RequestedOutput { name: "NOPE".into(), ..Default::default() });
+        r.outputs.push(RequestedOutput {
+            name: "NOPE".into(),
+            ..Default::default()
+        });
         assert!(err(r).contains("unexpected inference output 'NOPE'"));
         let mut r = req(vec![int_input("INPUT0", vec![1, 16]), ok1()]);
-        r.outputs.push(RequestedOutput { name: "S".into(), classification: Some(2), ..Default::default() });
+        r.outputs.push(RequestedOutput {
+            name: "S".into(),
+            classification: Some(2),
+            ..Default::default()
+        });
         assert!(err(r).contains("not numeric"));
     }
 }

@@ -88,7 +88,11 @@ pub struct Repository {
 impl Repository {
     /// Creates an empty repository.
     pub fn new(options: RepositoryOptions) -> Self {
-        Repository { models: RwLock::new(BTreeMap::new()), registry: Registry::default(), options }
+        Repository {
+            models: RwLock::new(BTreeMap::new()),
+            registry: Registry::default(),
+            options,
+        }
     }
 
     /// Scans every root and loads every model; returns the load errors (one per failed model or version).
@@ -96,11 +100,20 @@ impl Repository {
         let mut found: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         for root in &self.options.roots {
             let entries = std::fs::read_dir(root).map_err(|e| {
-                Error::invalid_arg(format!("failed to open model repository '{}': {e}", root.display()))
+                Error::invalid_arg(format!(
+                    "failed to open model repository '{}': {e}",
+                    root.display()
+                ))
             })?;
             for entry in entries.flatten() {
                 let path = entry.path();
-                let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else { continue };
+                let Some(name) = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .map(str::to_string)
+                else {
+                    continue;
+                };
                 if path.is_dir() && !name.starts_with('.') {
                     found.entry(name).or_default().push(path);
                 }
@@ -110,7 +123,13 @@ impl Repository {
         for (name, dirs) in found {
             if dirs.len() > 1 {
                 let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-                jobs.push((name.clone(), Err(Error::invalid_arg(format!("model '{name}' appears in more than one repository: {}", list.join(", "))))));
+                jobs.push((
+                    name.clone(),
+                    Err(Error::invalid_arg(format!(
+                        "model '{name}' appears in more than one repository: {}",
+                        list.join(", ")
+                    ))),
+                ));
             } else {
                 jobs.push((name, Ok(dirs.into_iter().next().expect("one dir"))));
             }
@@ -121,7 +140,9 @@ impl Repository {
         std::thread::scope(|s| {
             for _ in 0..threads {
                 s.spawn(|| loop {
-                    let Some((name, dir)) = queue.lock().expect("queue").pop() else { break };
+                    let Some((name, dir)) = queue.lock().expect("queue").pop() else {
+                        break;
+                    };
                     let errs = match dir {
                         Ok(dir) => self.load_model(&name, &dir),
                         Err(e) => {
@@ -140,7 +161,12 @@ impl Repository {
         tracing::error!(model = name, "failed to load: {e}");
         let mut models = self.models.write().expect("models lock");
         let entry = models.entry(name.to_string()).or_default();
-        entry.index = vec![IndexEntry { name: name.to_string(), version: None, state: State::Unavailable, reason: e.message.clone() }];
+        entry.index = vec![IndexEntry {
+            name: name.to_string(),
+            version: None,
+            state: State::Unavailable,
+            reason: e.message.clone(),
+        }];
     }
 
     /// Loads every selected version of one model; returns its errors.
@@ -154,37 +180,80 @@ impl Repository {
         };
         let (config, backend, versions, labels) = prepared;
         let mut errors = Vec::new();
-        let mut entry = ModelEntry { config: Some(config.clone()), ..Default::default() };
+        let mut entry = ModelEntry {
+            config: Some(config.clone()),
+            ..Default::default()
+        };
         for version in versions {
             let version_dir = dir.join(version.to_string());
             let result = if !version_dir.is_dir() {
-                Err(Error::not_found(format!("model '{name}': version {version} is not present in '{}'", dir.display())))
+                Err(Error::not_found(format!(
+                    "model '{name}': version {version} is not present in '{}'",
+                    dir.display()
+                )))
             } else {
-                let ctx = LoadContext { config: &config, version, version_dir: &version_dir, settings: &self.options.backend };
+                let ctx = LoadContext {
+                    config: &config,
+                    version,
+                    version_dir: &version_dir,
+                    settings: &self.options.backend,
+                };
                 backend.load(&ctx).and_then(|model| {
-                    ModelHandle::start(config.clone(), version, model, labels.clone(), self.options.gpu_count)
+                    ModelHandle::start(
+                        config.clone(),
+                        version,
+                        model,
+                        labels.clone(),
+                        self.options.gpu_count,
+                    )
                 })
             };
             match result {
                 Ok(handle) => {
-                    tracing::info!(model = name, version, backend = backend.name(), "model loaded");
+                    tracing::info!(
+                        model = name,
+                        version,
+                        backend = backend.name(),
+                        "model loaded"
+                    );
                     entry.ready.insert(version, Arc::new(handle));
-                    entry.index.push(IndexEntry { name: name.into(), version: Some(version), state: State::Ready, reason: String::new() });
+                    entry.index.push(IndexEntry {
+                        name: name.into(),
+                        version: Some(version),
+                        state: State::Ready,
+                        reason: String::new(),
+                    });
                 }
                 Err(e) => {
                     tracing::error!(model = name, version, "failed to load version: {e}");
-                    entry.index.push(IndexEntry { name: name.into(), version: Some(version), state: State::Unavailable, reason: e.message.clone() });
+                    entry.index.push(IndexEntry {
+                        name: name.into(),
+                        version: Some(version),
+                        state: State::Unavailable,
+                        reason: e.message.clone(),
+                    });
                     errors.push(e);
                 }
             }
         }
         if entry.index.is_empty() {
-            let e = Error::not_found(format!("model '{name}': no version folder matches the version policy in '{}'", dir.display()));
+            let e = Error::not_found(format!(
+                "model '{name}': no version folder matches the version policy in '{}'",
+                dir.display()
+            ));
             tracing::error!(model = name, "{e}");
-            entry.index.push(IndexEntry { name: name.into(), version: None, state: State::Unavailable, reason: e.message.clone() });
+            entry.index.push(IndexEntry {
+                name: name.into(),
+                version: None,
+                state: State::Unavailable,
+                reason: e.message.clone(),
+            });
             errors.push(e);
         }
-        self.models.write().expect("models lock").insert(name.to_string(), entry);
+        self.models
+            .write()
+            .expect("models lock")
+            .insert(name.to_string(), entry);
         errors
     }
 
@@ -194,12 +263,22 @@ impl Repository {
         &self,
         name: &str,
         dir: &Path,
-    ) -> Result<(Arc<ModelConfig>, Arc<dyn crate::backends::Backend>, Vec<i64>, HashMap<String, Vec<String>>)> {
+    ) -> Result<(
+        Arc<ModelConfig>,
+        Arc<dyn crate::backends::Backend>,
+        Vec<i64>,
+        HashMap<String, Vec<String>>,
+    )> {
         let config_path = dir.join("config.pbtxt");
         let mut cfg = if config_path.exists() {
-            let text = std::fs::read_to_string(&config_path)
-                .map_err(|e| Error::invalid_arg(format!("model '{name}': cannot read '{}': {e}", config_path.display())))?;
-            parse_pbtxt(&text).map_err(|e| e.context(format!("model '{name}' ({})", config_path.display())))?
+            let text = std::fs::read_to_string(&config_path).map_err(|e| {
+                Error::invalid_arg(format!(
+                    "model '{name}': cannot read '{}': {e}",
+                    config_path.display()
+                ))
+            })?;
+            parse_pbtxt(&text)
+                .map_err(|e| e.context(format!("model '{name}' ({})", config_path.display())))?
         } else if self.options.auto_complete {
             ModelConfig::default()
         } else {
@@ -217,7 +296,10 @@ impl Repository {
         let latest_dir = available.last().map(|v| dir.join(v.to_string()));
         let backend = self.registry.resolve(&cfg, latest_dir.as_deref())?;
         if self.options.auto_complete {
-            let files = ModelFiles { model_dir: dir.to_path_buf(), version_dir: versions.last().map(|v| dir.join(v.to_string())) };
+            let files = ModelFiles {
+                model_dir: dir.to_path_buf(),
+                version_dir: versions.last().map(|v| dir.join(v.to_string())),
+            };
             backend.auto_complete(&files, &mut cfg, &self.options.backend)?;
             normalize(&mut cfg, self.options.gpu_count);
         } else if cfg.backend.is_empty() && cfg.platform.is_empty() {
@@ -227,15 +309,26 @@ impl Repository {
         check_supported(&cfg)?;
         let ignored = not_acted_on(&cfg);
         if !ignored.is_empty() {
-            tracing::warn!(model = name, "config fields accepted but not acted on by this version of Tern: {}", ignored.join(", "));
+            tracing::warn!(
+                model = name,
+                "config fields accepted but not acted on by this version of Tern: {}",
+                ignored.join(", ")
+            );
         }
         let mut labels = HashMap::new();
         for output in cfg.output.iter().filter(|o| !o.label_filename.is_empty()) {
             let path = dir.join(&output.label_filename);
             let text = std::fs::read_to_string(&path).map_err(|e| {
-                Error::invalid_arg(format!("model '{name}' output '{}': cannot read label file '{}': {e}", output.name, path.display()))
+                Error::invalid_arg(format!(
+                    "model '{name}' output '{}': cannot read label file '{}': {e}",
+                    output.name,
+                    path.display()
+                ))
             })?;
-            labels.insert(output.name.clone(), text.lines().map(str::to_string).collect());
+            labels.insert(
+                output.name.clone(),
+                text.lines().map(str::to_string).collect(),
+            );
         }
         Ok((Arc::new(cfg), backend, versions, labels))
     }
@@ -256,7 +349,10 @@ impl Repository {
                 .filter(|i| i.state != State::Ready)
                 .map(|i| i.reason.clone());
             match reason {
-                Some(r) => Error::unavailable(format!("model '{name}'{} is not ready: {r}", version_suffix(version))),
+                Some(r) => Error::unavailable(format!(
+                    "model '{name}'{} is not ready: {r}",
+                    version_suffix(version)
+                )),
                 None => unknown(name, version),
             }
         })
@@ -272,19 +368,29 @@ impl Repository {
         if let Some(h) = entry.ready.values().next_back() {
             return Ok(h.config.clone());
         }
-        entry.config.clone().ok_or_else(|| self.get(name, version).err().unwrap_or_else(|| unknown(name, version)))
+        entry.config.clone().ok_or_else(|| {
+            self.get(name, version)
+                .err()
+                .unwrap_or_else(|| unknown(name, version))
+        })
     }
 
     /// Ready versions of a model, ascending.
     pub fn ready_versions(&self, name: &str) -> Vec<i64> {
         let models = self.models.read().expect("models lock");
-        models.get(name).map(|e| e.ready.keys().copied().collect()).unwrap_or_default()
+        models
+            .get(name)
+            .map(|e| e.ready.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     /// The repository index (every model, every version, with state and reason).
     pub fn index(&self) -> Vec<IndexEntry> {
         let models = self.models.read().expect("models lock");
-        models.values().flat_map(|e| e.index.iter().cloned()).collect()
+        models
+            .values()
+            .flat_map(|e| e.index.iter().cloned())
+            .collect()
     }
 
     /// Whether every model in the repository has all its versions ready.
@@ -310,5 +416,8 @@ fn version_suffix(version: Option<i64>) -> String {
 }
 
 fn unknown(name: &str, version: Option<i64>) -> Error {
-    Error::not_found(format!("Request for unknown model: '{name}'{} is not found", version_suffix(version)))
+    Error::not_found(format!(
+        "Request for unknown model: '{name}'{} is not found",
+        version_suffix(version)
+    ))
 }

@@ -28,7 +28,11 @@ pub fn list_versions(model_dir: &Path) -> Vec<i64> {
 /// The versions a (normalised) config asks for, ascending. `specific` may
 /// name versions that do not exist; loading reports those.
 pub fn select_versions(cfg: &ModelConfig, available: &[i64]) -> Vec<i64> {
-    match cfg.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()) {
+    match cfg
+        .version_policy
+        .as_ref()
+        .and_then(|p| p.policy_choice.as_ref())
+    {
         Some(PolicyChoice::All(_)) => available.to_vec(),
         Some(PolicyChoice::Specific(s)) => {
             let mut v = s.versions.clone();
@@ -64,9 +68,18 @@ mod tests {
         let avail = [1, 2, 5];
         let pick = |p: &str| select_versions(&parse_pbtxt(p).unwrap(), &avail);
         assert_eq!(pick(""), vec![5]);
-        assert_eq!(pick("version_policy: { latest: { num_versions: 2 } }"), vec![2, 5]);
-        assert_eq!(pick("version_policy: { latest: { num_versions: 9 } }"), vec![1, 2, 5]);
+        assert_eq!(
+            pick("version_policy: { latest: { num_versions: 2 } }"),
+            vec![2, 5]
+        );
+        assert_eq!(
+            pick("version_policy: { latest: { num_versions: 9 } }"),
+            vec![1, 2, 5]
+        );
         assert_eq!(pick("version_policy: { all: {} }"), vec![1, 2, 5]);
-        assert_eq!(pick("version_policy: { specific: { versions: [5, 1, 1] } }"), vec![1, 5]);
+        assert_eq!(
+            pick("version_policy: { specific: { versions: [5, 1, 1] } }"),
+            vec![1, 5]
+        );
     }
 }

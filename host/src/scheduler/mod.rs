@@ -54,7 +54,11 @@ impl ModelHandle {
                         config.name, group.name
                     )));
                 }
-                let gpus: Vec<i32> = if group.gpus.is_empty() { (0..gpu_count as i32).collect() } else { group.gpus.clone() };
+                let gpus: Vec<i32> = if group.gpus.is_empty() {
+                    (0..gpu_count as i32).collect()
+                } else {
+                    group.gpus.clone()
+                };
                 if let Some(g) = gpus.iter().find(|&&g| g < 0 || g as usize >= gpu_count) {
                     return Err(Error::invalid_arg(format!(
                         "model '{}': instance_group '{}' names GPU {g}, but only {gpu_count} GPU(s) exist",
@@ -67,7 +71,10 @@ impl ModelHandle {
             };
             for device in devices {
                 for i in 0..group.count.max(1) {
-                    let spec = InstanceSpec { name: format!("{}_{}", group.name, i), device };
+                    let spec = InstanceSpec {
+                        name: format!("{}_{}", group.name, i),
+                        device,
+                    };
                     let instance = model.create_instance(&spec)?;
                     instances.push((spec.name, instance));
                 }
@@ -83,10 +90,21 @@ impl ModelHandle {
             let handle = std::thread::Builder::new()
                 .name(thread_name)
                 .spawn(move || worker(model_name, instance, rx))
-                .map_err(|e| Error::internal(format!("model '{}': cannot start an instance thread: {e}", config.name)))?;
+                .map_err(|e| {
+                    Error::internal(format!(
+                        "model '{}': cannot start an instance thread: {e}",
+                        config.name
+                    ))
+                })?;
             workers.push(handle);
         }
-        Ok(ModelHandle { config, version, labels, queue: Mutex::new(Some(tx)), workers: Mutex::new(workers) })
+        Ok(ModelHandle {
+            config,
+            version,
+            labels,
+            queue: Mutex::new(Some(tx)),
+            workers: Mutex::new(workers),
+        })
     }
 
     /// Validates and runs one request, returning its response with only the
@@ -98,18 +116,31 @@ impl ModelHandle {
         {
             let queue = self.queue.lock().expect("queue lock");
             let sender = queue.as_ref().ok_or_else(|| self.gone())?;
-            sender.send(Job { request, reply }).map_err(|_| self.gone())?;
+            sender
+                .send(Job { request, reply })
+                .map_err(|_| self.gone())?;
         }
         let mut response = rx.await.map_err(|_| self.gone())??;
         if !requested.is_empty() {
             let mut all = std::mem::take(&mut response.outputs);
             for want in &requested {
-                let pos = all.iter().position(|t| t.name == want.name).ok_or_else(|| {
-                    Error::internal(format!("model '{}' did not produce requested output '{}'", self.config.name, want.name))
-                })?;
+                let pos = all
+                    .iter()
+                    .position(|t| t.name == want.name)
+                    .ok_or_else(|| {
+                        Error::internal(format!(
+                            "model '{}' did not produce requested output '{}'",
+                            self.config.name, want.name
+                        ))
+                    })?;
                 let tensor = all.swap_remove(pos);
                 let tensor = match want.classification {
-                    Some(k) => classify(&tensor, k, self.labels.get(&want.name).map(|v| v.as_slice()), self.config.max_batch_size > 0)?,
+                    Some(k) => classify(
+                        &tensor,
+                        k,
+                        self.labels.get(&want.name).map(|v| v.as_slice()),
+                        self.config.max_batch_size > 0,
+                    )?,
                     None => tensor,
                 };
                 response.outputs.push(tensor);
@@ -119,7 +150,10 @@ impl ModelHandle {
     }
 
     fn gone(&self) -> Error {
-        Error::unavailable(format!("model '{}' version {} is no longer available", self.config.name, self.version))
+        Error::unavailable(format!(
+            "model '{}' version {} is no longer available",
+            self.config.name, self.version
+        ))
     }
 
     /// Stops accepting requests, lets queued ones finish and joins the instance threads.
@@ -157,7 +191,9 @@ fn worker(model: String, mut instance: Box<dyn Instance>, rx: Arc<Mutex<mpsc::Re
             ))),
             Err(_) => {
                 tracing::error!(model = %model, "backend panicked while executing a request");
-                Err(Error::internal(format!("model '{model}': the backend failed while executing the request")))
+                Err(Error::internal(format!(
+                    "model '{model}': the backend failed while executing the request"
+                )))
             }
         };
         let _ = job.reply.send(reply);

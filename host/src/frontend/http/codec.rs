@@ -7,7 +7,10 @@ use serde_json::{Map, Value};
 
 use crate::config::ModelConfig;
 use crate::core::tensor::{element_count, shape_str};
-use crate::core::{bytes_tensor, DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput, Tensor};
+use crate::core::{
+    bytes_tensor, DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput,
+    Tensor,
+};
 use crate::error::{Error, Result};
 
 #[derive(Deserialize)]
@@ -78,13 +81,23 @@ fn flatten<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
 fn json_to_bytes(name: &str, dtype: DataType, data: &Value) -> Result<(Vec<u8>, usize)> {
     let mut leaves = Vec::new();
     flatten(data, &mut leaves);
-    let bad = |v: &Value| Error::invalid_arg(format!("unable to parse 'data' of input '{name}': {v} is not a valid {dtype} value"));
+    let bad = |v: &Value| {
+        Error::invalid_arg(format!(
+            "unable to parse 'data' of input '{name}': {v} is not a valid {dtype} value"
+        ))
+    };
     let mut buf = Vec::with_capacity(leaves.len() * dtype.size().unwrap_or(8));
     macro_rules! ints {
         ($ty:ty) => {
             for v in &leaves {
-                let x = if <$ty>::MIN as i128 == 0 { v.as_u64().map(|u| u as i128) } else { v.as_i64().map(|i| i as i128) };
-                let x = x.and_then(|x| <$ty>::try_from(x).ok()).ok_or_else(|| bad(v))?;
+                let x = if <$ty>::MIN as i128 == 0 {
+                    v.as_u64().map(|u| u as i128)
+                } else {
+                    v.as_i64().map(|i| i as i128)
+                };
+                let x = x
+                    .and_then(|x| <$ty>::try_from(x).ok())
+                    .ok_or_else(|| bad(v))?;
                 buf.extend_from_slice(&x.to_le_bytes());
             }
         };
@@ -152,34 +165,57 @@ pub fn decode_request(
     let id = match json.id {
         None => String::new(),
         Some(Value::String(s)) => s,
-        Some(other) => return Err(Error::invalid_arg(format!("request 'id' must be a string, got {other}"))),
+        Some(other) => {
+            return Err(Error::invalid_arg(format!(
+                "request 'id' must be a string, got {other}"
+            )))
+        }
     };
     let mut parameters = parse_parameters(json.parameters, "request")?;
     let binary_default = match parameters.remove("binary_data_output") {
         None => false,
         Some(Parameter::Bool(b)) => b,
-        Some(_) => return Err(Error::invalid_arg("request parameter 'binary_data_output' must be a bool")),
+        Some(_) => {
+            return Err(Error::invalid_arg(
+                "request parameter 'binary_data_output' must be a bool",
+            ))
+        }
     };
     let mut inputs = Vec::with_capacity(json.inputs.len());
     for input in json.inputs {
         let name = input.name;
-        let dtype = DataType::from_wire(&input.datatype)
-            .ok_or_else(|| Error::invalid_arg(format!("input '{name}': unknown datatype '{}'", input.datatype)))?;
+        let dtype = DataType::from_wire(&input.datatype).ok_or_else(|| {
+            Error::invalid_arg(format!(
+                "input '{name}': unknown datatype '{}'",
+                input.datatype
+            ))
+        })?;
         if let Some(d) = input.shape.iter().find(|&&d| d < 0) {
-            return Err(Error::invalid_arg(format!("input '{name}': shape {} contains negative dim {d}", shape_str(&input.shape))));
+            return Err(Error::invalid_arg(format!(
+                "input '{name}': shape {} contains negative dim {d}",
+                shape_str(&input.shape)
+            )));
         }
         let params = parse_parameters(input.parameters, &format!("input '{name}'"))?;
         let binary_size = match params.get("binary_data_size") {
             None => None,
             Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
-            Some(_) => return Err(Error::invalid_arg(format!("input '{name}': 'binary_data_size' must be a non-negative integer"))),
+            Some(_) => {
+                return Err(Error::invalid_arg(format!(
+                    "input '{name}': 'binary_data_size' must be a non-negative integer"
+                )))
+            }
         };
         if params.contains_key("shared_memory_region") {
-            return Err(Error::unsupported(format!("input '{name}': shared memory inputs are not supported by this version of Tern")));
+            return Err(Error::unsupported(format!(
+                "input '{name}': shared memory inputs are not supported by this version of Tern"
+            )));
         }
         let data: Bytes = match (binary_size, input.data) {
             (Some(_), Some(_)) => {
-                return Err(Error::invalid_arg(format!("input '{name}' has both 'data' and 'binary_data_size'")))
+                return Err(Error::invalid_arg(format!(
+                    "input '{name}' has both 'data' and 'binary_data_size'"
+                )))
             }
             (Some(n), None) => {
                 if n > binary.len() {
@@ -201,7 +237,11 @@ pub fn decode_request(
                 }
                 buf.into()
             }
-            (None, None) => return Err(Error::invalid_arg(format!("input '{name}' has neither 'data' nor 'binary_data_size'"))),
+            (None, None) => {
+                return Err(Error::invalid_arg(format!(
+                    "input '{name}' has neither 'data' nor 'binary_data_size'"
+                )))
+            }
         };
         inputs.push(Tensor::new(name, dtype, input.shape, data));
     }
@@ -217,25 +257,54 @@ pub fn decode_request(
         let binary = match params.get("binary_data") {
             None => None,
             Some(Parameter::Bool(b)) => Some(*b),
-            Some(_) => return Err(Error::invalid_arg(format!("output '{}': 'binary_data' must be a bool", out.name))),
+            Some(_) => {
+                return Err(Error::invalid_arg(format!(
+                    "output '{}': 'binary_data' must be a bool",
+                    out.name
+                )))
+            }
         };
         let classification = match params.get("classification") {
             None => None,
             Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
-            Some(_) => return Err(Error::invalid_arg(format!("output '{}': 'classification' must be a non-negative integer", out.name))),
+            Some(_) => {
+                return Err(Error::invalid_arg(format!(
+                    "output '{}': 'classification' must be a non-negative integer",
+                    out.name
+                )))
+            }
         };
         if params.contains_key("shared_memory_region") {
-            return Err(Error::unsupported(format!("output '{}': shared memory outputs are not supported by this version of Tern", out.name)));
+            return Err(Error::unsupported(format!(
+                "output '{}': shared memory outputs are not supported by this version of Tern",
+                out.name
+            )));
         }
-        outputs.push(RequestedOutput { name: out.name, classification, binary });
+        outputs.push(RequestedOutput {
+            name: out.name,
+            classification,
+            binary,
+        });
     }
-    let request = InferRequest { model_name: model.into(), model_version: version, id, inputs, outputs, parameters };
+    let request = InferRequest {
+        model_name: model.into(),
+        model_version: version,
+        id,
+        inputs,
+        outputs,
+        parameters,
+    };
     Ok((request, HttpOptions { binary_default }))
 }
 
 /// The raw-binary request form (`Inference-Header-Content-Length: 0`): the
 /// whole body is the data of the model's single input.
-fn decode_raw(model: &str, version: Option<i64>, body: Bytes, cfg: &ModelConfig) -> Result<(InferRequest, HttpOptions)> {
+fn decode_raw(
+    model: &str,
+    version: Option<i64>,
+    body: Bytes,
+    cfg: &ModelConfig,
+) -> Result<(InferRequest, HttpOptions)> {
     if cfg.input.len() != 1 {
         return Err(Error::invalid_arg(format!(
             "raw binary requests (Inference-Header-Content-Length: 0) need a model with exactly one input; '{model}' has {}",
@@ -248,13 +317,20 @@ fn decode_raw(model: &str, version: Option<i64>, body: Bytes, cfg: &ModelConfig)
     let variable = shape.iter().filter(|&&d| d < 0).count();
     if variable > 0 {
         let elements = match dtype.size() {
-            Some(size) if body.len() % size == 0 => body.len() / size,
+            Some(size) if body.len().is_multiple_of(size) => body.len() / size,
             Some(size) => {
-                return Err(Error::invalid_arg(format!("raw input of {} bytes is not a multiple of the {dtype} size {size}", body.len())))
+                return Err(Error::invalid_arg(format!(
+                    "raw input of {} bytes is not a multiple of the {dtype} size {size}",
+                    body.len()
+                )))
             }
             None => bytes_tensor::count(&body)?,
         };
-        let fixed: usize = shape.iter().filter(|&&d| d > 0).map(|&d| d as usize).product();
+        let fixed: usize = shape
+            .iter()
+            .filter(|&&d| d > 0)
+            .map(|&d| d as usize)
+            .product();
         if variable > 1 || fixed == 0 || elements % fixed != 0 {
             return Err(Error::invalid_arg(format!(
                 "cannot infer the shape of input '{}' (dims {}) from {} raw bytes",
@@ -276,7 +352,12 @@ fn decode_raw(model: &str, version: Option<i64>, body: Bytes, cfg: &ModelConfig)
         inputs: vec![Tensor::new(spec.name.clone(), dtype, shape, body)],
         ..Default::default()
     };
-    Ok((request, HttpOptions { binary_default: true }))
+    Ok((
+        request,
+        HttpOptions {
+            binary_default: true,
+        },
+    ))
 }
 
 /// Writes tensor data as a flat JSON array; `None` when it cannot be JSON
@@ -285,14 +366,21 @@ fn data_to_json(t: &Tensor, out: &mut Vec<u8>) -> Option<()> {
     let d = &t.data[..];
     macro_rules! nums {
         ($ty:ty, $n:expr) => {{
-            let v: Vec<$ty> = d.chunks_exact($n).map(|c| <$ty>::from_le_bytes(c.try_into().expect("chunk"))).collect();
+            let v: Vec<$ty> = d
+                .chunks_exact($n)
+                .map(|c| <$ty>::from_le_bytes(c.try_into().expect("chunk")))
+                .collect();
             serde_json::to_writer(&mut *out, &v).ok()
         }};
     }
     match t.dtype {
-        DataType::Bool => serde_json::to_writer(&mut *out, &d.iter().map(|&b| b != 0).collect::<Vec<_>>()).ok(),
+        DataType::Bool => {
+            serde_json::to_writer(&mut *out, &d.iter().map(|&b| b != 0).collect::<Vec<_>>()).ok()
+        }
         DataType::Uint8 => serde_json::to_writer(&mut *out, d).ok(),
-        DataType::Int8 => serde_json::to_writer(&mut *out, &d.iter().map(|&b| b as i8).collect::<Vec<_>>()).ok(),
+        DataType::Int8 => {
+            serde_json::to_writer(&mut *out, &d.iter().map(|&b| b as i8).collect::<Vec<_>>()).ok()
+        }
         DataType::Uint16 => nums!(u16, 2),
         DataType::Int16 => nums!(i16, 2),
         DataType::Uint32 => nums!(u32, 4),
@@ -304,7 +392,11 @@ fn data_to_json(t: &Tensor, out: &mut Vec<u8>) -> Option<()> {
         DataType::Fp16 | DataType::Bf16 => None,
         DataType::Bytes => {
             let elements = bytes_tensor::decode(d).ok()?;
-            let strings = elements.into_iter().map(std::str::from_utf8).collect::<std::result::Result<Vec<_>, _>>().ok()?;
+            let strings = elements
+                .into_iter()
+                .map(std::str::from_utf8)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .ok()?;
             serde_json::to_writer(&mut *out, &strings).ok()
         }
     }
@@ -328,7 +420,11 @@ pub struct EncodedResponse {
 }
 
 /// Encodes a response as JSON, with outputs in binary where requested (or where JSON cannot carry them).
-pub fn encode_response(resp: &InferResponse, requested: &[RequestedOutput], opts: &HttpOptions) -> EncodedResponse {
+pub fn encode_response(
+    resp: &InferResponse,
+    requested: &[RequestedOutput],
+    opts: &HttpOptions,
+) -> EncodedResponse {
     let mut json = Vec::with_capacity(256);
     json.extend_from_slice(b"{\"model_name\":");
     serde_json::to_writer(&mut json, &resp.model_name).expect("string");
@@ -340,7 +436,11 @@ pub fn encode_response(resp: &InferResponse, requested: &[RequestedOutput], opts
         serde_json::to_writer(&mut json, &resp.id).expect("string");
     }
     if !resp.parameters.is_empty() {
-        let map: Map<String, Value> = resp.parameters.iter().map(|(k, v)| (k.clone(), parameter_json(v))).collect();
+        let map: Map<String, Value> = resp
+            .parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), parameter_json(v)))
+            .collect();
         json.extend_from_slice(b",\"parameters\":");
         serde_json::to_writer(&mut json, &map).expect("map");
     }
@@ -357,7 +457,11 @@ pub fn encode_response(resp: &InferResponse, requested: &[RequestedOutput], opts
         json.extend_from_slice(t.dtype.wire_name().as_bytes());
         json.extend_from_slice(b"\",\"shape\":");
         serde_json::to_writer(&mut json, &t.shape).expect("shape");
-        let want_binary = requested.iter().find(|r| r.name == t.name).and_then(|r| r.binary).unwrap_or(opts.binary_default);
+        let want_binary = requested
+            .iter()
+            .find(|r| r.name == t.name)
+            .and_then(|r| r.binary)
+            .unwrap_or(opts.binary_default);
         let mark = json.len();
         let as_json = !want_binary && {
             json.extend_from_slice(b",\"data\":");
@@ -375,13 +479,19 @@ pub fn encode_response(resp: &InferResponse, requested: &[RequestedOutput], opts
     }
     json.extend_from_slice(b"]}");
     if !any_binary {
-        return EncodedResponse { body: json.into(), json_len: None };
+        return EncodedResponse {
+            body: json.into(),
+            json_len: None,
+        };
     }
     let json_len = json.len();
     let mut body = BytesMut::with_capacity(json_len + binary.len());
     body.put_slice(&json);
     body.put_slice(&binary);
-    EncodedResponse { body: body.freeze(), json_len: Some(json_len) }
+    EncodedResponse {
+        body: body.freeze(),
+        json_len: Some(json_len),
+    }
 }
 
 #[cfg(test)]
@@ -390,7 +500,10 @@ mod tests {
     use crate::config::parse_pbtxt;
 
     fn cfg() -> ModelConfig {
-        parse_pbtxt(r#"name: "m" max_batch_size: 4 input [{name: "X" data_type: TYPE_FP32 dims: [-1]}]"#).unwrap()
+        parse_pbtxt(
+            r#"name: "m" max_batch_size: 4 input [{name: "X" data_type: TYPE_FP32 dims: [-1]}]"#,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -399,7 +512,11 @@ mod tests {
                        "outputs":[{"name":"Y","parameters":{"binary_data":true,"classification":2}}]}"#;
         let (req, _) = decode_request("m", None, Bytes::from_static(body), None, &cfg()).unwrap();
         assert_eq!(req.id, "7");
-        let vals: Vec<f32> = req.inputs[0].data.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        let vals: Vec<f32> = req.inputs[0]
+            .data
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
         assert_eq!(vals, [1.0, 2.0, 3.0, 4.5]);
         assert_eq!(req.outputs[0].binary, Some(true));
         assert_eq!(req.outputs[0].classification, Some(2));
@@ -411,17 +528,49 @@ mod tests {
         let mut body = header.to_vec();
         body.extend_from_slice(&1f32.to_le_bytes());
         body.extend_from_slice(&2f32.to_le_bytes());
-        let (req, _) = decode_request("m", None, Bytes::from(body.clone()), Some(header.len()), &cfg()).unwrap();
+        let (req, _) = decode_request(
+            "m",
+            None,
+            Bytes::from(body.clone()),
+            Some(header.len()),
+            &cfg(),
+        )
+        .unwrap();
         assert_eq!(req.inputs[0].data.len(), 8);
-        let e = decode_request("m", None, Bytes::from(body[..body.len() - 1].to_vec()), Some(header.len()), &cfg()).unwrap_err();
+        let e = decode_request(
+            "m",
+            None,
+            Bytes::from(body[..body.len() - 1].to_vec()),
+            Some(header.len()),
+            &cfg(),
+        )
+        .unwrap_err();
         assert!(e.message.contains("exceeds the 7 byte(s)"), "{e}");
-        let e = decode_request("m", None, Bytes::from(body.clone()), Some(body.len() + 1), &cfg()).unwrap_err();
+        let e = decode_request(
+            "m",
+            None,
+            Bytes::from(body.clone()),
+            Some(body.len() + 1),
+            &cfg(),
+        )
+        .unwrap_err();
         assert!(e.message.contains("larger than the request body"), "{e}");
-        let e = decode_request("m", None, Bytes::from(body.clone()), Some(header.len() - 3), &cfg()).unwrap_err();
-        assert!(e.message.contains("failed to parse the request JSON"), "{e}");
+        let e = decode_request(
+            "m",
+            None,
+            Bytes::from(body.clone()),
+            Some(header.len() - 3),
+            &cfg(),
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("failed to parse the request JSON"),
+            "{e}"
+        );
         let mut extra = body.clone();
         extra.push(0);
-        let e = decode_request("m", None, Bytes::from(extra), Some(header.len()), &cfg()).unwrap_err();
+        let e =
+            decode_request("m", None, Bytes::from(extra), Some(header.len()), &cfg()).unwrap_err();
         assert!(e.message.contains("no input claims"), "{e}");
     }
 
@@ -432,14 +581,25 @@ mod tests {
         assert!(e.message.contains("300 is not a valid INT8"), "{e}");
         let body = br#"{"inputs":[{"name":"X","shape":[1,3],"datatype":"FP32","data":[1,2]}]}"#;
         let e = decode_request("m", None, Bytes::from_static(body), None, &cfg()).unwrap_err();
-        assert!(e.message.contains("has 3 element(s) but 'data' has 2"), "{e}");
+        assert!(
+            e.message.contains("has 3 element(s) but 'data' has 2"),
+            "{e}"
+        );
         let body = br#"{"inputs":[{"name":"X","shape":[1],"datatype":"FP16","data":[1]}]}"#;
-        assert!(decode_request("m", None, Bytes::from_static(body), None, &cfg()).unwrap_err().message.contains("binary form"));
+        assert!(
+            decode_request("m", None, Bytes::from_static(body), None, &cfg())
+                .unwrap_err()
+                .message
+                .contains("binary form")
+        );
     }
 
     #[test]
     fn raw_binary_form() {
-        let data: Vec<u8> = [1f32, 2., 3.].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let data: Vec<u8> = [1f32, 2., 3.]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let (req, opts) = decode_request("m", None, Bytes::from(data), Some(0), &cfg()).unwrap();
         assert_eq!(req.inputs[0].shape, vec![1, 3]);
         assert!(opts.binary_default);
@@ -452,7 +612,15 @@ mod tests {
             model_version: 1,
             id: "x".into(),
             outputs: vec![
-                Tensor::new("A", DataType::Int32, vec![2], [1i32, -2].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()),
+                Tensor::new(
+                    "A",
+                    DataType::Int32,
+                    vec![2],
+                    [1i32, -2]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect::<Vec<u8>>(),
+                ),
                 Tensor::new("B", DataType::Fp16, vec![1], vec![0u8, 60]),
             ],
             parameters: Default::default(),

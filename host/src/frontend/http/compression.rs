@@ -26,7 +26,9 @@ pub fn content_coding(value: Option<&str>) -> Result<Option<Coding>> {
         Some(v) if v.is_empty() || v == "identity" => Ok(None),
         Some(v) if v == "gzip" => Ok(Some(Coding::Gzip)),
         Some(v) if v == "deflate" => Ok(Some(Coding::Deflate)),
-        Some(v) => Err(Error::unsupported(format!("unsupported Content-Encoding '{v}' (supported: gzip, deflate)"))),
+        Some(v) => Err(Error::unsupported(format!(
+            "unsupported Content-Encoding '{v}' (supported: gzip, deflate)"
+        ))),
     }
 }
 
@@ -56,7 +58,11 @@ pub fn decompress(coding: Coding, data: &[u8], limit: usize) -> Result<Vec<u8>> 
     reader
         .take(limit as u64 + 1)
         .read_to_end(&mut out)
-        .map_err(|e| Error::invalid_arg(format!("failed to decompress the {coding:?} request body: {e}").to_lowercase()))?;
+        .map_err(|e| {
+            Error::invalid_arg(
+                format!("failed to decompress the {coding:?} request body: {e}").to_lowercase(),
+            )
+        })?;
     if out.len() > limit {
         return Err(Error::invalid_arg(format!(
             "decompressed request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"
@@ -101,10 +107,16 @@ mod tests {
         for c in [Coding::Gzip, Coding::Deflate] {
             let z = compress(c, b"hello hello hello");
             assert_eq!(decompress(c, &z, 100).unwrap(), b"hello hello hello");
-            assert!(decompress(c, &z, 5).unwrap_err().message.contains("exceeds"));
+            assert!(decompress(c, &z, 5)
+                .unwrap_err()
+                .message
+                .contains("exceeds"));
             assert!(decompress(c, b"garbage", 100).is_err());
         }
-        assert_eq!(accepted_coding(Some("br, deflate;q=0.5, gzip")), Some(Coding::Deflate));
+        assert_eq!(
+            accepted_coding(Some("br, deflate;q=0.5, gzip")),
+            Some(Coding::Deflate)
+        );
         assert_eq!(accepted_coding(Some("gzip;q=0, identity")), None);
         assert!(content_coding(Some("br")).is_err());
         assert_eq!(content_coding(Some("GZIP")).unwrap(), Some(Coding::Gzip));

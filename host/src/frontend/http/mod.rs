@@ -23,7 +23,12 @@ use crate::error::{Error, Result};
 use crate::repository::Repository;
 
 /// Extensions this server implements, reported by `GET /v2`.
-pub const EXTENSIONS: &[&str] = &["classification", "binary_tensor_data", "model_configuration", "model_repository(index)"];
+pub const EXTENSIONS: &[&str] = &[
+    "classification",
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository(index)",
+];
 
 /// Shared state of the HTTP frontend.
 pub struct HttpState {
@@ -44,7 +49,12 @@ type AppState = State<Arc<HttpState>>;
 /// The error response: Triton's status mapping and `{"error": message}` body.
 pub fn error_response(e: &Error) -> Response {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, [(header::CONTENT_TYPE, "application/json")], json!({ "error": e.message }).to_string()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({ "error": e.message }).to_string(),
+    )
+        .into_response()
 }
 
 fn json_response(v: Value) -> Response {
@@ -62,17 +72,30 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/v2/health/live", get(|| async { StatusCode::OK }))
         .route("/v2/health/ready", get(server_ready))
         .route("/v2/models/{model}", get(model_metadata))
-        .route("/v2/models/{model}/versions/{version}", get(model_metadata_v))
+        .route(
+            "/v2/models/{model}/versions/{version}",
+            get(model_metadata_v),
+        )
         .route("/v2/models/{model}/ready", get(model_ready))
-        .route("/v2/models/{model}/versions/{version}/ready", get(model_ready_v))
+        .route(
+            "/v2/models/{model}/versions/{version}/ready",
+            get(model_ready_v),
+        )
         .route("/v2/models/{model}/config", get(model_config))
-        .route("/v2/models/{model}/versions/{version}/config", get(model_config_v))
+        .route(
+            "/v2/models/{model}/versions/{version}/config",
+            get(model_config_v),
+        )
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer_v))
         .route("/v2/repository/index", post(repository_index))
         .fallback(|| async { error_response(&Error::not_found("no such endpoint")) })
         .method_not_allowed_fallback(|| async {
-            (StatusCode::METHOD_NOT_ALLOWED, [(header::CONTENT_TYPE, "application/json")], json!({"error": "method not allowed for this endpoint"}).to_string())
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                [(header::CONTENT_TYPE, "application/json")],
+                json!({"error": "method not allowed for this endpoint"}).to_string(),
+            )
         })
         .with_state(state)
 }
@@ -89,11 +112,14 @@ fn parse_version(v: &str) -> Result<Option<i64>> {
 }
 
 async fn server_metadata(State(s): AppState) -> Response {
-    json_response(json!({ "name": s.server_id, "version": env!("CARGO_PKG_VERSION"), "extensions": EXTENSIONS }))
+    json_response(
+        json!({ "name": s.server_id, "version": env!("CARGO_PKG_VERSION"), "extensions": EXTENSIONS }),
+    )
 }
 
 async fn server_ready(State(s): AppState) -> StatusCode {
-    let ready = !s.shutting_down.load(Ordering::Relaxed) && (!s.strict_readiness || s.repository.all_ready());
+    let ready = !s.shutting_down.load(Ordering::Relaxed)
+        && (!s.strict_readiness || s.repository.all_ready());
     if ready {
         StatusCode::OK
     } else {
@@ -106,15 +132,30 @@ fn metadata(s: &HttpState, model: &str, version: Option<i64>) -> Result<Response
     let cfg = &handle.config;
     let versions: Vec<String> = match version {
         Some(v) => vec![v.to_string()],
-        None => s.repository.ready_versions(model).iter().map(|v| v.to_string()).collect(),
+        None => s
+            .repository
+            .ready_versions(model)
+            .iter()
+            .map(|v| v.to_string())
+            .collect(),
     };
     let batch = cfg.max_batch_size > 0;
     let io = |name: &str, dt: i32, dims: &[i64]| -> Value {
-        let shape: Vec<i64> = if batch { std::iter::once(-1).chain(dims.iter().copied()).collect() } else { dims.to_vec() };
-        let datatype = DataType::from_config(dt).map(|d| d.wire_name()).unwrap_or("INVALID");
+        let shape: Vec<i64> = if batch {
+            std::iter::once(-1).chain(dims.iter().copied()).collect()
+        } else {
+            dims.to_vec()
+        };
+        let datatype = DataType::from_config(dt)
+            .map(|d| d.wire_name())
+            .unwrap_or("INVALID");
         json!({ "name": name, "datatype": datatype, "shape": shape })
     };
-    let platform = if cfg.platform.is_empty() { cfg.backend.clone() } else { cfg.platform.clone() };
+    let platform = if cfg.platform.is_empty() {
+        cfg.backend.clone()
+    } else {
+        cfg.platform.clone()
+    };
     Ok(json_response(json!({
         "name": cfg.name,
         "versions": versions,
@@ -128,7 +169,10 @@ async fn model_metadata(State(s): AppState, Path(model): Path<String>) -> Respon
     respond(metadata(&s, &model, None))
 }
 
-async fn model_metadata_v(State(s): AppState, Path((model, version)): Path<(String, String)>) -> Response {
+async fn model_metadata_v(
+    State(s): AppState,
+    Path((model, version)): Path<(String, String)>,
+) -> Response {
     respond(parse_version(&version).and_then(|v| metadata(&s, &model, v)))
 }
 
@@ -143,7 +187,10 @@ async fn model_ready(State(s): AppState, Path(model): Path<String>) -> Response 
     ready(&s, &model, None)
 }
 
-async fn model_ready_v(State(s): AppState, Path((model, version)): Path<(String, String)>) -> Response {
+async fn model_ready_v(
+    State(s): AppState,
+    Path((model, version)): Path<(String, String)>,
+) -> Response {
     match parse_version(&version) {
         Ok(v) => ready(&s, &model, v),
         Err(e) => error_response(&e),
@@ -159,48 +206,66 @@ async fn model_config(State(s): AppState, Path(model): Path<String>) -> Response
     respond(config(&s, &model, None))
 }
 
-async fn model_config_v(State(s): AppState, Path((model, version)): Path<(String, String)>) -> Response {
+async fn model_config_v(
+    State(s): AppState,
+    Path((model, version)): Path<(String, String)>,
+) -> Response {
     respond(parse_version(&version).and_then(|v| config(&s, &model, v)))
 }
 
 async fn repository_index(State(s): AppState, headers: HeaderMap, body: Body) -> Response {
-    respond(async {
-        let body = read_body(&s, &headers, body).await?;
-        let ready_only = if body.iter().all(u8::is_ascii_whitespace) {
-            false
-        } else {
-            let v: Value = serde_json::from_slice(&body)
-                .map_err(|e| Error::invalid_arg(format!("failed to parse the repository index request: {e}")))?;
-            match v.get("ready") {
-                None => false,
-                Some(Value::Bool(b)) => *b,
-                Some(_) => return Err(Error::invalid_arg("repository index 'ready' must be a bool")),
-            }
-        };
-        let rows: Vec<Value> = s
-            .repository
-            .index()
-            .into_iter()
-            .filter(|e| !ready_only || e.state == crate::repository::State::Ready)
-            .map(|e| {
-                let mut row = json!({ "name": e.name, "state": e.state.as_str(), "reason": e.reason });
-                if let Some(v) = e.version {
-                    row["version"] = Value::String(v.to_string());
+    respond(
+        async {
+            let body = read_body(&s, &headers, body).await?;
+            let ready_only = if body.iter().all(u8::is_ascii_whitespace) {
+                false
+            } else {
+                let v: Value = serde_json::from_slice(&body).map_err(|e| {
+                    Error::invalid_arg(format!("failed to parse the repository index request: {e}"))
+                })?;
+                match v.get("ready") {
+                    None => false,
+                    Some(Value::Bool(b)) => *b,
+                    Some(_) => {
+                        return Err(Error::invalid_arg(
+                            "repository index 'ready' must be a bool",
+                        ))
+                    }
                 }
-                row
-            })
-            .collect();
-        Ok(json_response(Value::Array(rows)))
-    }
-    .await)
+            };
+            let rows: Vec<Value> = s
+                .repository
+                .index()
+                .into_iter()
+                .filter(|e| !ready_only || e.state == crate::repository::State::Ready)
+                .map(|e| {
+                    let mut row =
+                        json!({ "name": e.name, "state": e.state.as_str(), "reason": e.reason });
+                    if let Some(v) = e.version {
+                        row["version"] = Value::String(v.to_string());
+                    }
+                    row
+                })
+                .collect();
+            Ok(json_response(Value::Array(rows)))
+        }
+        .await,
+    )
 }
 
 /// Reads a request body up to `--http-max-input-size`, decompressing it when
 /// `Content-Encoding` says so (the limit applies after decompression too).
 async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Bytes> {
     let limit = s.max_input_size;
-    let too_big = || Error::invalid_arg(format!("request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"));
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    let too_big = || {
+        Error::invalid_arg(format!(
+            "request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"
+        ))
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|len| len > limit) {
         drain(body).await;
         return Err(too_big());
@@ -208,7 +273,8 @@ async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Byt
     let mut body = body;
     let mut raw = Vec::with_capacity(declared.unwrap_or(0));
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
+        let frame = frame
+            .map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
             if raw.len() + data.len() > limit {
                 drain(body).await;
@@ -218,7 +284,9 @@ async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Byt
         }
     }
     let raw = Bytes::from(raw);
-    let encoding = headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("<invalid>"));
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("<invalid>"));
     match compression::content_coding(encoding)? {
         None => Ok(raw),
         Some(c) => compression::decompress(c, &raw, limit).map(Bytes::from),
@@ -240,11 +308,21 @@ async fn drain(mut body: Body) {
 
 const HEADER_LEN: &str = "inference-header-content-length";
 
-async fn infer(State(s): AppState, Path(model): Path<String>, headers: HeaderMap, body: Body) -> Response {
+async fn infer(
+    State(s): AppState,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     respond(run_infer(&s, &model, None, &headers, body).await)
 }
 
-async fn infer_v(State(s): AppState, Path((model, version)): Path<(String, String)>, headers: HeaderMap, body: Body) -> Response {
+async fn infer_v(
+    State(s): AppState,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let r = match parse_version(&version) {
         Ok(v) => run_infer(&s, &model, v, &headers, body).await,
         Err(e) => Err(e),
@@ -252,12 +330,25 @@ async fn infer_v(State(s): AppState, Path((model, version)): Path<(String, Strin
     respond(r)
 }
 
-async fn run_infer(s: &HttpState, model: &str, version: Option<i64>, headers: &HeaderMap, body: Body) -> Result<Response> {
+async fn run_infer(
+    s: &HttpState,
+    model: &str,
+    version: Option<i64>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response> {
     let header_len = match headers.get(HEADER_LEN) {
         None => None,
-        Some(v) => Some(v.to_str().ok().and_then(|v| v.trim().parse::<usize>().ok()).ok_or_else(|| {
-            Error::invalid_arg(format!("Inference-Header-Content-Length must be a non-negative integer, got {v:?}"))
-        })?),
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .ok_or_else(|| {
+                    Error::invalid_arg(format!(
+                        "Inference-Header-Content-Length must be a non-negative integer, got {v:?}"
+                    ))
+                })?,
+        ),
     };
     let body = read_body(s, headers, body).await?;
     let handle = s.repository.get(model, version)?;
@@ -265,24 +356,40 @@ async fn run_infer(s: &HttpState, model: &str, version: Option<i64>, headers: &H
     let requested = request.outputs.clone();
     let response = handle.infer(request).await?;
     let encoded = codec::encode_response(&response, &requested, &opts);
-    let coding = compression::accepted_coding(headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()));
+    let coding = compression::accepted_coding(
+        headers
+            .get(header::ACCEPT_ENCODING)
+            .and_then(|v| v.to_str().ok()),
+    );
     let (body, encoding) = match coding {
-        Some(c) => (Bytes::from(compression::compress(c, &encoded.body)), Some(c)),
+        Some(c) => (
+            Bytes::from(compression::compress(c, &encoded.body)),
+            Some(c),
+        ),
         None => (encoded.body, None),
     };
     let mut resp = Response::new(Body::from(body));
     let h = resp.headers_mut();
     match encoded.json_len {
         Some(n) => {
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
             h.insert(HEADER_LEN, HeaderValue::from(n));
         }
         None => {
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
         }
     }
     if let Some(c) = encoding {
-        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static(c.as_str()));
+        h.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static(c.as_str()),
+        );
     }
     Ok(resp)
 }
