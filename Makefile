@@ -51,6 +51,7 @@ test: setup lint unit e2e
 
 # Load benchmark (release build): see docs/PERFORMANCE.md.
 bench: release
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(CARGO) build --release -p tern --example baseline
 	$(PY) tests/bench/http_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/baseline
 

@@ -4,7 +4,8 @@
 //! load error, on machines without `libonnxruntime`.
 //!
 //! One ORT session per instance. Model parameters: `intra_op_thread_count`,
-//! `inter_op_thread_count`; `optimization { graph { level } }` as in Triton.
+//! `inter_op_thread_count` (as in Triton), `allow_spinning` (Tern: default
+//! false); `optimization { graph { level } }` as in Triton.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
