@@ -43,8 +43,8 @@ def sample(dt, shape=(2, 5)):
     t = NUMPY_TYPES[dt]
     if np.issubdtype(t, np.integer):
         info = np.iinfo(t)
-        vals = np.array([info.min, info.max, 0, 1, 7] * (n // 5 + 1))[:n]
-        return vals.astype(t).reshape(shape)
+        vals = ([int(info.min), int(info.max), 0, 1, 7] * (n // 5 + 1))[:n]
+        return np.array(vals, dtype=t).reshape(shape)
     return (np.arange(n) * 1.25 - 2).astype(t).reshape(shape)
 
 
