@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    numeric_parameter, Backend, BackendSettings, Instance, InstanceSpec, LoadContext, Model,
-    ModelFiles,
+    numeric_parameter, Backend, BackendSettings, ExecTiming, Instance, InstanceSpec, LoadContext,
+    Model, ModelFiles,
 };
 use crate::config::ModelConfig;
 use crate::core::{DataType, InferRequest, InferResponse, Tensor};
@@ -76,6 +76,10 @@ struct IdentityModel {
 }
 
 impl Model for IdentityModel {
+    fn supports_ragged(&self) -> bool {
+        true
+    }
+
     fn create_instance(&self, _spec: &InstanceSpec) -> Result<Box<dyn Instance>> {
         Ok(Box::new(IdentityInstance {
             name: self.name.clone(),
@@ -94,7 +98,11 @@ struct IdentityInstance {
 }
 
 impl Instance for IdentityInstance {
-    fn execute(&mut self, batch: &[InferRequest]) -> Vec<Result<InferResponse>> {
+    fn execute(
+        &mut self,
+        batch: &[InferRequest],
+        _timing: &mut ExecTiming,
+    ) -> Vec<Result<InferResponse>> {
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);
         }

@@ -64,12 +64,30 @@ pub struct InstanceSpec {
 pub trait Model: Send + Sync {
     /// Creates one execution instance; called once per `instance_group` instance.
     fn create_instance(&self, spec: &InstanceSpec) -> Result<Box<dyn Instance>>;
+    /// Whether a batch may mix requests whose `allow_ragged_batch` inputs differ in shape.
+    fn supports_ragged(&self) -> bool {
+        false
+    }
+}
+
+/// Moments within one execution, set by backends that can tell them apart;
+/// they feed the compute_input / compute_infer / compute_output statistics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ExecTiming {
+    /// Inputs are gathered and converted.
+    pub input_done: Option<std::time::Instant>,
+    /// The model has run.
+    pub infer_done: Option<std::time::Instant>,
 }
 
 /// One execution instance; owned by its own OS thread.
 pub trait Instance: Send {
     /// Executes a batch of requests, returning exactly one result per request, in order.
-    fn execute(&mut self, batch: &[InferRequest]) -> Vec<Result<InferResponse>>;
+    fn execute(
+        &mut self,
+        batch: &[InferRequest],
+        timing: &mut ExecTiming,
+    ) -> Vec<Result<InferResponse>>;
 }
 
 /// A backend: turns model files and a config into a [`Model`].

@@ -18,8 +18,8 @@ use ort::value::{
 };
 
 use super::{
-    model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, Instance, InstanceSpec,
-    LoadContext, Model, ModelFiles,
+    model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, ExecTiming, Instance,
+    InstanceSpec, LoadContext, Model, ModelFiles,
 };
 use crate::config::pb;
 use crate::config::ModelConfig;
@@ -211,6 +211,12 @@ impl Backend for OnnxBackend {
             .all(|(_, _, s)| s.first() == Some(&-1));
         if cfg.max_batch_size == 0 && cfg.input.is_empty() && cfg.output.is_empty() && batchable {
             cfg.max_batch_size = settings.default_max_batch_size;
+            // As Triton does: a model auto-completed to batch gets the dynamic batcher.
+            if cfg.max_batch_size > 1 && cfg.scheduling_choice.is_none() {
+                cfg.scheduling_choice = Some(pb::model_config::SchedulingChoice::DynamicBatching(
+                    Default::default(),
+                ));
+            }
         }
         let strip = cfg.max_batch_size > 0;
         let to_dims = |shape: &[i64]| -> (Vec<i64>, Option<pb::ModelTensorReshape>) {
@@ -399,12 +405,97 @@ fn from_ort(name: &str, value: ort::value::DynValue) -> Result<Tensor> {
     Ok(Tensor::new(name, dtype, shape, data))
 }
 
+/// Concatenates the same input of every request along the batch dimension.
+fn gather(batch: &[InferRequest], name: &str) -> Result<Tensor> {
+    let first = batch[0]
+        .input(name)
+        .ok_or_else(|| Error::internal(format!("input '{name}' missing from the batch")))?;
+    if batch.len() == 1 {
+        return Ok(first.clone());
+    }
+    let mut rows = 0;
+    let mut data = Vec::new();
+    for req in batch {
+        let t = req.input(name).ok_or_else(|| {
+            Error::internal(format!("input '{name}' missing from a batched request"))
+        })?;
+        rows += t.shape.first().copied().unwrap_or(1);
+        data.extend_from_slice(&t.data);
+    }
+    let mut shape = first.shape.clone();
+    shape[0] = rows;
+    Ok(Tensor::new(name, first.dtype, shape, data))
+}
+
+/// Splits a batched output back into one tensor per request (`rows` = each request's batch size).
+fn scatter(t: Tensor, rows: &[usize]) -> Result<Vec<Tensor>> {
+    if rows.len() == 1 {
+        return Ok(vec![t]);
+    }
+    let total: usize = rows.iter().sum();
+    if t.shape.first().map(|&d| d as usize) != Some(total) {
+        return Err(Error::internal(format!(
+            "output '{}' has shape {:?}, whose first dimension is not the batch size {total}",
+            t.name, t.shape
+        )));
+    }
+    let elements = bytes_tensor_elements(&t)?;
+    let per_row = if total == 0 {
+        0
+    } else {
+        elements.len() / total
+    };
+    let mut out = Vec::with_capacity(rows.len());
+    let mut at = 0;
+    for &r in rows {
+        let mut shape = t.shape.clone();
+        shape[0] = r as i64;
+        let part = &elements[at..at + r * per_row];
+        let data = match t.dtype.size() {
+            Some(_) => part.concat(),
+            None => bytes_tensor::encode(part),
+        };
+        out.push(Tensor::new(t.name.clone(), t.dtype, shape, data));
+        at += r * per_row;
+    }
+    Ok(out)
+}
+
+/// The elements of a tensor as byte slices (fixed-size or BYTES).
+fn bytes_tensor_elements(t: &Tensor) -> Result<Vec<&[u8]>> {
+    match t.dtype.size() {
+        Some(size) => Ok(t.data.chunks(size).collect()),
+        None => bytes_tensor::decode(&t.data),
+    }
+}
+
 impl OnnxInstance {
-    fn run_one(&mut self, req: &InferRequest) -> Result<InferResponse> {
+    /// Runs a batch as one ONNX Runtime call: inputs gathered along the batch
+    /// dimension, outputs scattered back per request.
+    fn run_batch(
+        &mut self,
+        batch: &[InferRequest],
+        timing: &mut ExecTiming,
+    ) -> Result<Vec<InferResponse>> {
         let cfg = &self.config;
         let batched = cfg.max_batch_size > 0;
-        let mut inputs: Vec<(String, DynTensor)> = Vec::with_capacity(req.inputs.len());
-        for t in &req.inputs {
+        let rows: Vec<usize> = batch
+            .iter()
+            .map(|r| {
+                if batched {
+                    r.inputs
+                        .first()
+                        .and_then(|t| t.shape.first())
+                        .copied()
+                        .unwrap_or(1) as usize
+                } else {
+                    1
+                }
+            })
+            .collect();
+        let mut inputs: Vec<(String, DynTensor)> = Vec::with_capacity(batch[0].inputs.len());
+        for name in batch[0].inputs.iter().map(|t| t.name.as_str()) {
+            let t = gather(batch, name)?;
             let reshape = cfg
                 .input
                 .iter()
@@ -417,12 +508,17 @@ impl OnnxInstance {
                 Some(r) => r.shape.clone(),
                 None => t.shape.clone(),
             };
-            inputs.push((t.name.clone(), to_ort(t, &shape)?));
+            inputs.push((t.name.clone(), to_ort(&t, &shape)?));
         }
+        timing.input_done = Some(std::time::Instant::now());
         let mut outputs = self.session.run(inputs).map_err(|e| {
             Error::internal(format!("model '{}': onnx runtime error: {e}", cfg.name))
         })?;
-        let mut tensors = Vec::with_capacity(cfg.output.len());
+        timing.infer_done = Some(std::time::Instant::now());
+        let mut per_request: Vec<Vec<Tensor>> = batch
+            .iter()
+            .map(|_| Vec::with_capacity(cfg.output.len()))
+            .collect();
         for output in &cfg.output {
             let value = outputs.remove(output.name.as_str()).ok_or_else(|| {
                 Error::internal(format!(
@@ -431,13 +527,6 @@ impl OnnxInstance {
                 ))
             })?;
             let mut t = from_ort(&output.name, value)?;
-            if output.reshape.is_some() {
-                t.shape = unreshape(
-                    &output.dims,
-                    batched.then(|| t.shape.first().copied().unwrap_or(1)),
-                    t.element_count(),
-                );
-            }
             if output.data_type != t.dtype.to_config() as i32 {
                 return Err(Error::internal(format!(
                     "model '{}': output '{}' has type {} but the config declares {}",
@@ -447,15 +536,30 @@ impl OnnxInstance {
                     crate::core::dtype::config_name(output.data_type)
                 )));
             }
-            tensors.push(t);
+            if output.reshape.is_some() {
+                t.shape = unreshape(
+                    &output.dims,
+                    batched.then(|| t.shape.first().copied().unwrap_or(1)),
+                    t.element_count(),
+                );
+            }
+            let parts =
+                scatter(t, &rows).map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+            for (list, part) in per_request.iter_mut().zip(parts) {
+                list.push(part);
+            }
         }
-        Ok(InferResponse {
-            model_name: cfg.name.clone(),
-            model_version: self.version,
-            id: req.id.clone(),
-            outputs: tensors,
-            parameters: Default::default(),
-        })
+        Ok(batch
+            .iter()
+            .zip(per_request)
+            .map(|(req, outputs)| InferResponse {
+                model_name: cfg.name.clone(),
+                model_version: self.version,
+                id: req.id.clone(),
+                outputs,
+                parameters: Default::default(),
+            })
+            .collect())
     }
 }
 
@@ -476,8 +580,15 @@ fn unreshape(dims: &[i64], batch: Option<i64>, elements: usize) -> Vec<i64> {
 }
 
 impl Instance for OnnxInstance {
-    fn execute(&mut self, batch: &[InferRequest]) -> Vec<Result<InferResponse>> {
-        batch.iter().map(|req| self.run_one(req)).collect()
+    fn execute(
+        &mut self,
+        batch: &[InferRequest],
+        timing: &mut ExecTiming,
+    ) -> Vec<Result<InferResponse>> {
+        match self.run_batch(batch, timing) {
+            Ok(responses) => responses.into_iter().map(Ok).collect(),
+            Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
+        }
     }
 }
 

@@ -208,15 +208,7 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
             out.push(name)
         }
     };
-    note(
-        matches!(
-            cfg.scheduling_choice,
-            Some(pb::model_config::SchedulingChoice::DynamicBatching(_))
-        ),
-        "dynamic_batching",
-    );
     note(cfg.optimization.is_some(), "optimization");
-    note(!cfg.model_warmup.is_empty(), "model_warmup");
     note(!cfg.batch_input.is_empty(), "batch_input");
     note(!cfg.batch_output.is_empty(), "batch_output");
     note(!cfg.cc_model_filenames.is_empty(), "cc_model_filenames");
@@ -249,10 +241,6 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
     note(
         cfg.instance_group.iter().any(|g| !g.host_policy.is_empty()),
         "instance_group.host_policy",
-    );
-    note(
-        cfg.input.iter().any(|i| i.allow_ragged_batch),
-        "input.allow_ragged_batch",
     );
     note(cfg.input.iter().any(|i| i.format != 0), "input.format");
     out

@@ -205,6 +205,7 @@ impl Repository {
                         model,
                         labels.clone(),
                         self.options.gpu_count,
+                        dir,
                     )
                 })
             };

@@ -1,26 +1,57 @@
 //! Scheduling: a loaded model version ([`ModelHandle`]) owns its instances,
-//! each on its own OS thread, and the default scheduler hands every request
-//! to whichever instance is free. Every request gets exactly one response,
-//! including when a backend panics or the model goes away.
+//! each on its own OS thread. Requests go through one queue per version;
+//! free instances take the next batch from it — one request at a time for
+//! the default scheduler, Triton's dynamic batcher when `dynamic_batching`
+//! is configured. Every request gets exactly one response, including on
+//! timeouts, full queues, backend panics and shutdown.
 
-use std::collections::HashMap;
+pub mod policy;
+pub mod queue;
+pub mod stats;
+pub mod warmup;
+
+use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{mpsc, Arc, Mutex};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use crate::backends::{DeviceKind, Instance, InstanceSpec, Model};
+use crate::backends::{DeviceKind, ExecTiming, Instance, InstanceSpec, Model};
 use crate::config::pb::model_instance_group::Kind;
 use crate::config::ModelConfig;
 use crate::core::classification::classify;
 use crate::core::validate::validate_request;
 use crate::core::{InferRequest, InferResponse};
 use crate::error::{Error, Result};
+use policy::BatchPolicy;
+use queue::{Decision, Pending, Queue};
+use stats::{ComputeTimes, ModelStats, RequestOutcome};
 
-struct Job {
-    request: InferRequest,
-    reply: oneshot::Sender<Result<InferResponse>>,
+type Reply = oneshot::Sender<Result<InferResponse>>;
+
+/// Holds finished responses until all earlier arrivals are released (`preserve_ordering`).
+#[derive(Default)]
+struct Reorder {
+    next: u64,
+    held: BTreeMap<u64, (Reply, Result<InferResponse>)>,
+}
+
+struct Shared {
+    config: Arc<ModelConfig>,
+    version: i64,
+    policy: BatchPolicy,
+    queue: Mutex<QueueState>,
+    ready: Condvar,
+    reorder: Mutex<Reorder>,
+    stats: ModelStats,
+}
+
+struct QueueState {
+    queue: Queue,
+    next_seq: u64,
 }
 
 /// One loaded, servable version of a model.
@@ -30,79 +61,134 @@ pub struct ModelHandle {
     /// Version number.
     pub version: i64,
     labels: HashMap<String, Vec<String>>,
-    queue: Mutex<Option<mpsc::Sender<Job>>>,
+    shared: Arc<Shared>,
     workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
+fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<Vec<InstanceSpec>> {
+    let mut specs = Vec::new();
+    for group in &config.instance_group {
+        let devices: Vec<DeviceKind> = if group.kind == Kind::Gpu as i32 {
+            if gpu_count == 0 {
+                return Err(Error::unavailable(format!(
+                    "model '{}': instance_group '{}' is KIND_GPU but no GPU is available on this machine \
+                     (use KIND_CPU or KIND_AUTO)",
+                    config.name, group.name
+                )));
+            }
+            let gpus: Vec<i32> = if group.gpus.is_empty() {
+                (0..gpu_count as i32).collect()
+            } else {
+                group.gpus.clone()
+            };
+            if let Some(g) = gpus.iter().find(|&&g| g < 0 || g as usize >= gpu_count) {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': instance_group '{}' names GPU {g}, but only {gpu_count} GPU(s) exist",
+                    config.name, group.name
+                )));
+            }
+            gpus.into_iter().map(DeviceKind::Gpu).collect()
+        } else {
+            vec![DeviceKind::Cpu]
+        };
+        for device in devices {
+            for i in 0..group.count.max(1) {
+                specs.push(InstanceSpec {
+                    name: format!("{}_{}", group.name, i),
+                    device,
+                });
+            }
+        }
+    }
+    Ok(specs)
+}
+
 impl ModelHandle {
-    /// Creates every instance of every `instance_group` and starts their threads.
-    /// Fails (and starts nothing) if any instance cannot be created.
+    /// Creates every instance of every `instance_group`, runs the warmup samples on
+    /// each, and starts their threads. Fails (and starts nothing) if any instance
+    /// cannot be created or warmed up.
     pub fn start(
         config: Arc<ModelConfig>,
         version: i64,
         model: Arc<dyn Model>,
         labels: HashMap<String, Vec<String>>,
         gpu_count: usize,
+        model_dir: &Path,
     ) -> Result<ModelHandle> {
-        let mut instances: Vec<(String, Box<dyn Instance>)> = Vec::new();
-        for group in &config.instance_group {
-            let devices: Vec<DeviceKind> = if group.kind == Kind::Gpu as i32 {
-                if gpu_count == 0 {
-                    return Err(Error::unavailable(format!(
-                        "model '{}': instance_group '{}' is KIND_GPU but no GPU is available on this machine \
-                         (use KIND_CPU or KIND_AUTO)",
-                        config.name, group.name
-                    )));
-                }
-                let gpus: Vec<i32> = if group.gpus.is_empty() {
-                    (0..gpu_count as i32).collect()
-                } else {
-                    group.gpus.clone()
-                };
-                if let Some(g) = gpus.iter().find(|&&g| g < 0 || g as usize >= gpu_count) {
-                    return Err(Error::invalid_arg(format!(
-                        "model '{}': instance_group '{}' names GPU {g}, but only {gpu_count} GPU(s) exist",
-                        config.name, group.name
-                    )));
-                }
-                gpus.into_iter().map(DeviceKind::Gpu).collect()
-            } else {
-                vec![DeviceKind::Cpu]
-            };
-            for device in devices {
-                for i in 0..group.count.max(1) {
-                    let spec = InstanceSpec {
-                        name: format!("{}_{}", group.name, i),
-                        device,
-                    };
-                    let instance = model.create_instance(&spec)?;
-                    instances.push((spec.name, instance));
-                }
-            }
+        let policy = BatchPolicy::from_config(&config, model.supports_ragged())?;
+        if !model.supports_ragged() && config.input.iter().any(|i| i.allow_ragged_batch) {
+            tracing::warn!(model = %config.name, "allow_ragged_batch is ignored: this backend batches only requests whose shapes match");
         }
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
+        let samples = warmup::samples(&config, model_dir)?;
+        let mut instances: Vec<(String, Box<dyn Instance>)> = Vec::new();
+        for spec in instance_specs(&config, gpu_count)? {
+            let mut instance = model.create_instance(&spec)?;
+            for sample in &samples {
+                let started = Instant::now();
+                for _ in 0..sample.count {
+                    let batch = std::slice::from_ref(&sample.request);
+                    let result = catch_unwind(AssertUnwindSafe(|| {
+                        instance.execute(batch, &mut ExecTiming::default())
+                    }));
+                    let failure = match result {
+                        Ok(mut r) if r.len() == 1 => r.pop().and_then(|r| r.err()),
+                        Ok(r) => Some(Error::internal(format!(
+                            "backend returned {} responses for 1 request",
+                            r.len()
+                        ))),
+                        Err(_) => Some(Error::internal("the backend panicked")),
+                    };
+                    if let Some(e) = failure {
+                        return Err(Error::new(
+                            e.code,
+                            format!(
+                                "model '{}': warmup sample '{}' failed on instance '{}': {}",
+                                config.name, sample.name, spec.name, e.message
+                            ),
+                        ));
+                    }
+                }
+                tracing::info!(model = %config.name, version, instance = %spec.name, "warmup sample '{}' ran {} time(s) in {:?}", sample.name, sample.count, started.elapsed());
+            }
+            instances.push((spec.name, instance));
+        }
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(QueueState {
+                queue: Queue::new(&policy),
+                next_seq: 0,
+            }),
+            ready: Condvar::new(),
+            reorder: Mutex::new(Reorder::default()),
+            stats: ModelStats::default(),
+            config: config.clone(),
+            version,
+            policy,
+        });
         let mut workers = Vec::new();
         for (name, instance) in instances {
-            let rx = rx.clone();
-            let thread_name = format!("{}:{}", config.name, name);
-            let model_name = config.name.clone();
+            let for_thread = shared.clone();
             let handle = std::thread::Builder::new()
-                .name(thread_name)
-                .spawn(move || worker(model_name, instance, rx))
+                .name(format!("{}:{}", config.name, name))
+                .spawn(move || worker(for_thread, name, instance))
                 .map_err(|e| {
                     Error::internal(format!(
                         "model '{}': cannot start an instance thread: {e}",
                         config.name
                     ))
-                })?;
-            workers.push(handle);
+                });
+            match handle {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    close(&shared);
+                    return Err(e);
+                }
+            }
         }
         Ok(ModelHandle {
             config,
             version,
             labels,
-            queue: Mutex::new(Some(tx)),
+            shared,
             workers: Mutex::new(workers),
         })
     }
@@ -110,16 +196,47 @@ impl ModelHandle {
     /// Validates and runs one request, returning its response with only the
     /// requested outputs (and classification applied).
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
-        validate_request(&self.config, &request)?;
+        let arrived = Instant::now();
+        let s = &self.shared;
+        let placed = validate_request(&self.config, &request).and_then(|batch| {
+            s.policy
+                .placement(&self.config.name, &request)
+                .map(|(level, timeout)| (batch, level, timeout))
+        });
+        let (batch_size, level, timeout) = match placed {
+            Ok(p) => p,
+            Err(e) => {
+                s.stats.record_failure(arrived.elapsed());
+                return Err(e);
+            }
+        };
         let requested = request.outputs.clone();
         let (reply, rx) = oneshot::channel();
         {
-            let queue = self.queue.lock().expect("queue lock");
-            let sender = queue.as_ref().ok_or_else(|| self.gone())?;
-            sender
-                .send(Job { request, reply })
-                .map_err(|_| self.gone())?;
+            let mut q = s.queue.lock().expect("queue lock");
+            if q.queue.closed {
+                return Err(self.gone());
+            }
+            let pending = Pending {
+                request,
+                batch_size,
+                level,
+                enqueued: arrived,
+                deadline: timeout.map(|t| arrived + t),
+                seq: q.next_seq,
+                reply,
+            };
+            if q.queue.push(pending, &s.policy).is_err() {
+                drop(q);
+                s.stats.record_failure(arrived.elapsed());
+                return Err(Error::unavailable(format!(
+                    "Exceeds maximum queue size: model '{}' priority level {level} is full",
+                    self.config.name
+                )));
+            }
+            q.next_seq += 1;
         }
+        s.ready.notify_one();
         let mut response = rx.await.map_err(|_| self.gone())??;
         if !requested.is_empty() {
             let mut all = std::mem::take(&mut response.outputs);
@@ -149,6 +266,11 @@ impl ModelHandle {
         Ok(response)
     }
 
+    /// Current statistics of this version.
+    pub fn stats(&self) -> stats::Snapshot {
+        self.shared.stats.snapshot()
+    }
+
     fn gone(&self) -> Error {
         Error::unavailable(format!(
             "model '{}' version {} is no longer available",
@@ -158,7 +280,7 @@ impl ModelHandle {
 
     /// Stops accepting requests, lets queued ones finish and joins the instance threads.
     pub fn shutdown(&self) {
-        self.queue.lock().expect("queue lock").take();
+        close(&self.shared);
         let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
         for w in workers {
             let _ = w.join();
@@ -166,36 +288,140 @@ impl ModelHandle {
     }
 }
 
+fn close(shared: &Shared) {
+    shared.queue.lock().expect("queue lock").queue.closed = true;
+    shared.ready.notify_all();
+}
+
 impl Drop for ModelHandle {
     fn drop(&mut self) {
-        self.queue.lock().map(|mut q| q.take()).ok();
+        close(&self.shared);
     }
 }
 
-fn worker(model: String, mut instance: Box<dyn Instance>, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
+/// Sends a response, in arrival order when `preserve_ordering` is set.
+fn deliver(s: &Shared, seq: u64, reply: Reply, result: Result<InferResponse>) {
+    if !s.policy.preserve_ordering {
+        let _ = reply.send(result);
+        return;
+    }
+    let mut r = s.reorder.lock().expect("reorder lock");
+    r.held.insert(seq, (reply, result));
+    while let Some((reply, result)) = {
+        let next = r.next;
+        r.held.remove(&next)
+    } {
+        r.next += 1;
+        let _ = reply.send(result);
+    }
+}
+
+/// Waits for the next batch; `None` when the model is closed and drained.
+fn next_batch(s: &Shared) -> Option<Vec<Pending>> {
+    let mut q = s.queue.lock().expect("queue lock");
     loop {
-        let job = {
-            let Ok(rx) = rx.lock() else { return };
-            match rx.recv() {
-                Ok(job) => job,
-                Err(_) => return,
+        let now = Instant::now();
+        let expired = q.queue.expire(&s.policy, now);
+        if !expired.is_empty() {
+            drop(q);
+            for p in expired {
+                s.stats.record_failure(p.enqueued.elapsed());
+                let e = Error::unavailable(format!(
+                    "Request timeout expired for model '{}'",
+                    s.config.name
+                ));
+                deliver(s, p.seq, p.reply, Err(e));
             }
-        };
-        let batch = [job.request];
-        let result = catch_unwind(AssertUnwindSafe(|| instance.execute(&batch)));
-        let reply = match result {
-            Ok(mut results) if results.len() == 1 => results.pop().expect("one result"),
-            Ok(results) => Err(Error::internal(format!(
-                "model '{model}': backend returned {} responses for 1 request",
-                results.len()
-            ))),
+            q = s.queue.lock().expect("queue lock");
+            continue;
+        }
+        if q.queue.is_empty() && q.queue.closed {
+            return None;
+        }
+        match q.queue.decide(&s.policy, now) {
+            Decision::Send(n) => return Some(q.queue.take(n)),
+            Decision::Wait(None) => q = s.ready.wait(q).expect("queue lock"),
+            Decision::Wait(Some(until)) => {
+                let wait = until.saturating_duration_since(Instant::now());
+                q = s.ready.wait_timeout(q, wait).expect("queue lock").0;
+            }
+        }
+    }
+}
+
+fn worker(s: Arc<Shared>, name: String, mut instance: Box<dyn Instance>) {
+    let model = &s.config.name;
+    while let Some(batch) = next_batch(&s) {
+        let size: usize = batch.iter().map(|p| p.batch_size).sum();
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let ids: Vec<&str> = batch
+                .iter()
+                .map(|p| {
+                    if p.request.id.is_empty() {
+                        "-"
+                    } else {
+                        p.request.id.as_str()
+                    }
+                })
+                .collect();
+            tracing::debug!(
+                "executing model={model} version={} instance={name} batch_size={size} requests={} ids=[{}]",
+                s.version,
+                batch.len(),
+                ids.join(",")
+            );
+        }
+        let mut metas = Vec::with_capacity(batch.len());
+        let mut requests = Vec::with_capacity(batch.len());
+        for p in batch {
+            metas.push((p.seq, p.reply, p.enqueued, p.batch_size));
+            requests.push(p.request);
+        }
+        let start = Instant::now();
+        let mut timing = ExecTiming::default();
+        let results = catch_unwind(AssertUnwindSafe(|| {
+            instance.execute(&requests, &mut timing)
+        }));
+        let end = Instant::now();
+        let results: Vec<Result<InferResponse>> = match results {
+            Ok(r) if r.len() == requests.len() => r,
+            Ok(r) => {
+                let e = Error::internal(format!(
+                    "model '{model}': backend returned {} responses for {} requests",
+                    r.len(),
+                    requests.len()
+                ));
+                requests.iter().map(|_| Err(e.clone())).collect()
+            }
             Err(_) => {
-                tracing::error!(model = %model, "backend panicked while executing a request");
-                Err(Error::internal(format!(
+                tracing::error!(model = %model, instance = %name, "backend panicked while executing a batch");
+                let e = Error::internal(format!(
                     "model '{model}': the backend failed while executing the request"
-                )))
+                ));
+                requests.iter().map(|_| Err(e.clone())).collect()
             }
         };
-        let _ = job.reply.send(reply);
+        let input_done = timing.input_done.unwrap_or(start).clamp(start, end);
+        let infer_done = timing.infer_done.unwrap_or(end).clamp(input_done, end);
+        let times = ComputeTimes {
+            input: input_done - start,
+            infer: infer_done - input_done,
+            output: end - infer_done,
+        };
+        let done = Instant::now();
+        let outcomes: Vec<RequestOutcome> = metas
+            .iter()
+            .zip(&results)
+            .map(|((_, _, enqueued, b), r)| RequestOutcome {
+                ok: r.is_ok(),
+                batch_size: *b,
+                queue: start - *enqueued,
+                total: done - *enqueued,
+            })
+            .collect();
+        s.stats.record_execution(size, times, &outcomes);
+        for ((seq, reply, _, _), result) in metas.into_iter().zip(results) {
+            deliver(&s, seq, reply, result);
+        }
     }
 }

@@ -1,0 +1,261 @@
+//! Scheduling policy derived from a model's config: whether requests are
+//! batched, preferred sizes, queue delay, priority levels and per-level
+//! queue policies (timeouts, REJECT/DELAY, maximum queue size), plus the
+//! per-request priority and timeout parameters.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::config::pb::{
+    model_config::SchedulingChoice, model_queue_policy::TimeoutAction, ModelQueuePolicy,
+};
+use crate::config::ModelConfig;
+use crate::core::{InferRequest, Parameter};
+use crate::error::{Error, Result};
+
+/// What happens to a request whose queue timeout expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnTimeout {
+    /// Respond with an error.
+    Reject,
+    /// Keep it, behind every request of its level (and above) that has not timed out.
+    Delay,
+}
+
+/// Queue policy of one priority level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LevelPolicy {
+    /// Action on timeout.
+    pub on_timeout: OnTimeout,
+    /// Default timeout; `None` = no timeout.
+    pub default_timeout: Option<Duration>,
+    /// Whether a request's `timeout` parameter may shorten the default.
+    pub allow_override: bool,
+    /// Maximum queued requests at this level; `None` = unbounded.
+    pub max_queue_size: Option<usize>,
+}
+
+impl From<&ModelQueuePolicy> for LevelPolicy {
+    fn from(p: &ModelQueuePolicy) -> Self {
+        LevelPolicy {
+            on_timeout: if p.timeout_action == TimeoutAction::Delay as i32 {
+                OnTimeout::Delay
+            } else {
+                OnTimeout::Reject
+            },
+            default_timeout: (p.default_timeout_microseconds > 0)
+                .then(|| Duration::from_micros(p.default_timeout_microseconds)),
+            allow_override: p.allow_timeout_override,
+            max_queue_size: (p.max_queue_size > 0).then_some(p.max_queue_size as usize),
+        }
+    }
+}
+
+/// How a model's requests are queued and grouped into executions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchPolicy {
+    /// Dynamic batching on; off = one request per execution, in arrival order.
+    pub dynamic: bool,
+    /// Largest batch (sum of request batch sizes); 1 for models that do not batch.
+    pub max_batch_size: usize,
+    /// Preferred batch sizes, ascending.
+    pub preferred: Vec<usize>,
+    /// `max_queue_delay_microseconds`.
+    pub max_delay: Duration,
+    /// Release responses in arrival order.
+    pub preserve_ordering: bool,
+    /// Number of priority levels (at least 1).
+    pub levels: usize,
+    /// Level (1-based) of requests without a priority.
+    pub default_level: usize,
+    /// Policy per level (index = level - 1).
+    pub level_policies: Vec<LevelPolicy>,
+    /// Inputs whose shapes may differ within a batch.
+    pub ragged: HashSet<String>,
+    /// `TRITONSERVER_DELAY_SCHEDULER`: hold requests until this many are queued (once).
+    pub delay_hook: Option<usize>,
+}
+
+impl BatchPolicy {
+    /// Derives the policy from a normalised config. `ragged_ok` says whether the backend
+    /// accepts ragged batches.
+    pub fn from_config(cfg: &ModelConfig, ragged_ok: bool) -> Result<BatchPolicy> {
+        let max_batch_size = cfg.max_batch_size.max(1) as usize;
+        let db = match &cfg.scheduling_choice {
+            Some(SchedulingChoice::DynamicBatching(db)) if cfg.max_batch_size > 0 => Some(db),
+            _ => None,
+        };
+        let Some(db) = db else {
+            return Ok(BatchPolicy {
+                dynamic: false,
+                max_batch_size,
+                preferred: vec![],
+                max_delay: Duration::ZERO,
+                preserve_ordering: false,
+                levels: 1,
+                default_level: 1,
+                level_policies: vec![LevelPolicy::from(&ModelQueuePolicy::default())],
+                ragged: HashSet::new(),
+                delay_hook: None,
+            });
+        };
+        let levels = db.priority_levels.max(1) as usize;
+        let default_level = if db.priority_levels == 0 {
+            1
+        } else {
+            db.default_priority_level as usize
+        };
+        if default_level < 1 || default_level > levels {
+            return Err(Error::invalid_arg(format!(
+                "model '{}': dynamic_batching default_priority_level {} must be between 1 and priority_levels {}",
+                cfg.name, db.default_priority_level, db.priority_levels
+            )));
+        }
+        let default_policy = db
+            .default_queue_policy
+            .as_ref()
+            .map(LevelPolicy::from)
+            .unwrap_or_else(|| LevelPolicy::from(&ModelQueuePolicy::default()));
+        for level in db.priority_queue_policy.keys() {
+            if *level < 1 || *level as usize > levels {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': dynamic_batching priority_queue_policy level {level} is outside 1..={levels}",
+                    cfg.name
+                )));
+            }
+        }
+        let level_policies = (1..=levels)
+            .map(|l| {
+                db.priority_queue_policy
+                    .get(&(l as u64))
+                    .map(LevelPolicy::from)
+                    .unwrap_or_else(|| default_policy.clone())
+            })
+            .collect();
+        let mut preferred: Vec<usize> = db
+            .preferred_batch_size
+            .iter()
+            .map(|&p| p as usize)
+            .collect();
+        preferred.sort_unstable();
+        preferred.dedup();
+        let ragged = if ragged_ok {
+            cfg.input
+                .iter()
+                .filter(|i| i.allow_ragged_batch)
+                .map(|i| i.name.clone())
+                .collect()
+        } else {
+            HashSet::new()
+        };
+        let delay_hook = std::env::var("TRITONSERVER_DELAY_SCHEDULER")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0);
+        Ok(BatchPolicy {
+            dynamic: true,
+            max_batch_size,
+            preferred,
+            max_delay: Duration::from_micros(db.max_queue_delay_microseconds),
+            preserve_ordering: db.preserve_ordering,
+            levels,
+            default_level,
+            level_policies,
+            ragged,
+            delay_hook,
+        })
+    }
+
+    /// The priority level (1-based) and queue timeout of a request, from its
+    /// `priority` and `timeout` (microseconds) parameters.
+    pub fn placement(&self, model: &str, req: &InferRequest) -> Result<(usize, Option<Duration>)> {
+        let level = match req.parameters.get("priority") {
+            None | Some(Parameter::Int(0)) => self.default_level,
+            Some(Parameter::Int(p)) if *p > 0 && (self.levels == 1 || *p as usize <= self.levels) => (*p as usize).min(self.levels),
+            Some(Parameter::Int(p)) => {
+                return Err(Error::invalid_arg(format!(
+                    "priority {p} is not valid for model '{model}': it has {} priority level(s) (1 is highest, 0 = default)",
+                    self.levels
+                )))
+            }
+            Some(other) => return Err(Error::invalid_arg(format!("request parameter 'priority' must be an integer, got {other:?}"))),
+        };
+        let policy = &self.level_policies[level - 1];
+        let requested = match req.parameters.get("timeout") {
+            None => None,
+            Some(Parameter::Int(t)) if *t >= 0 => (*t > 0).then(|| Duration::from_micros(*t as u64)),
+            Some(other) => {
+                return Err(Error::invalid_arg(format!("request parameter 'timeout' must be a non-negative integer (microseconds), got {other:?}")))
+            }
+        };
+        let timeout = match (policy.default_timeout, requested) {
+            (d, Some(r)) if policy.allow_override && d.is_none_or(|d| r < d) => Some(r),
+            (d, _) => d,
+        };
+        Ok((level, timeout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_pbtxt;
+
+    fn policy(extra: &str) -> BatchPolicy {
+        let cfg = parse_pbtxt(&format!("name: \"m\" max_batch_size: 8 input [{{name: \"X\" data_type: TYPE_FP32 dims: [-1] allow_ragged_batch: true}}] {extra}")).unwrap();
+        BatchPolicy::from_config(&cfg, true).unwrap()
+    }
+
+    fn req(params: &[(&str, i64)]) -> InferRequest {
+        let mut r = InferRequest::default();
+        for (k, v) in params {
+            r.parameters.insert(k.to_string(), Parameter::Int(*v));
+        }
+        r
+    }
+
+    #[test]
+    fn default_scheduler_without_dynamic_batching() {
+        let p = policy("");
+        assert!(!p.dynamic);
+        assert!(p.ragged.is_empty());
+    }
+
+    #[test]
+    fn priorities_and_timeouts() {
+        let p = policy(
+            "dynamic_batching { preferred_batch_size: [4, 2] max_queue_delay_microseconds: 100 priority_levels: 3 default_priority_level: 2
+               default_queue_policy { default_timeout_microseconds: 1000 allow_timeout_override: true max_queue_size: 5 }
+               priority_queue_policy { key: 1 value: { timeout_action: DELAY default_timeout_microseconds: 50 } } }",
+        );
+        assert!(p.dynamic);
+        assert_eq!(p.preferred, vec![2, 4]);
+        assert!(p.ragged.contains("X"));
+        assert_eq!(
+            p.placement("m", &req(&[])).unwrap(),
+            (2, Some(Duration::from_micros(1000)))
+        );
+        // Override may only shorten.
+        assert_eq!(
+            p.placement("m", &req(&[("timeout", 10)])).unwrap().1,
+            Some(Duration::from_micros(10))
+        );
+        assert_eq!(
+            p.placement("m", &req(&[("timeout", 5000)])).unwrap().1,
+            Some(Duration::from_micros(1000))
+        );
+        // Level 1 has its own policy, without override.
+        assert_eq!(
+            p.placement("m", &req(&[("priority", 1), ("timeout", 10)]))
+                .unwrap(),
+            (1, Some(Duration::from_micros(50)))
+        );
+        assert_eq!(p.level_policies[0].on_timeout, OnTimeout::Delay);
+        assert_eq!(p.level_policies[2].max_queue_size, Some(5));
+        assert!(p
+            .placement("m", &req(&[("priority", 4)]))
+            .unwrap_err()
+            .message
+            .contains("3 priority level"));
+    }
+}

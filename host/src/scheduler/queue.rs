@@ -1,0 +1,429 @@
+//! The request queue of one model version and the batch-forming rules of
+//! Triton's dynamic batcher: priority levels in order (delayed requests after
+//! the live ones of their level), the largest preferred batch that the queued
+//! requests can form, the full batch, shape compatibility (ragged inputs
+//! excepted), `max_queue_delay_microseconds`, per-level timeouts and queue
+//! sizes, and the `TRITONSERVER_DELAY_SCHEDULER` test hook.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::policy::{BatchPolicy, OnTimeout};
+use crate::core::{InferRequest, InferResponse};
+use crate::error::Result;
+
+/// A queued request.
+pub struct Pending {
+    /// The validated request.
+    pub request: InferRequest,
+    /// Its batch size (first dim; 1 for models that do not batch).
+    pub batch_size: usize,
+    /// Priority level, 1-based.
+    pub level: usize,
+    /// When it entered the queue.
+    pub enqueued: Instant,
+    /// When its queue timeout expires.
+    pub deadline: Option<Instant>,
+    /// Arrival number, for `preserve_ordering`.
+    pub seq: u64,
+    /// Where the response goes.
+    pub reply: oneshot::Sender<Result<InferResponse>>,
+}
+
+#[derive(Default)]
+struct Level {
+    live: VecDeque<Pending>,
+    delayed: VecDeque<Pending>,
+}
+
+/// What the scheduler should do next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Execute the first `n` requests (in queue order) as one batch.
+    Send(usize),
+    /// Wait for a new request, or at most until this instant.
+    Wait(Option<Instant>),
+}
+
+/// Queued requests of one model version.
+pub struct Queue {
+    levels: Vec<Level>,
+    len: usize,
+    hook: Option<usize>,
+    /// No new requests; drain what is queued without waiting.
+    pub closed: bool,
+}
+
+fn compatible(a: &InferRequest, b: &InferRequest, policy: &BatchPolicy) -> bool {
+    a.inputs.len() == b.inputs.len()
+        && a.inputs.iter().all(|ta| {
+            b.input(&ta.name).is_some_and(|tb| {
+                policy.ragged.contains(&ta.name) || ta.shape.get(1..) == tb.shape.get(1..)
+            })
+        })
+}
+
+impl Queue {
+    /// An empty queue for `policy`.
+    pub fn new(policy: &BatchPolicy) -> Queue {
+        Queue {
+            levels: (0..policy.levels).map(|_| Level::default()).collect(),
+            len: 0,
+            hook: policy.delay_hook,
+            closed: false,
+        }
+    }
+
+    /// Number of queued requests.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Queues a request; gives it back when its level is at `max_queue_size`.
+    pub fn push(
+        &mut self,
+        p: Pending,
+        policy: &BatchPolicy,
+    ) -> std::result::Result<(), Box<Pending>> {
+        let level = &mut self.levels[p.level - 1];
+        if let Some(max) = policy.level_policies[p.level - 1].max_queue_size {
+            if level.live.len() + level.delayed.len() >= max {
+                return Err(Box::new(p));
+            }
+        }
+        level.live.push_back(p);
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Applies queue timeouts: REJECT-ed requests are removed and returned,
+    /// DELAY-ed ones move behind the live requests of their level.
+    pub fn expire(&mut self, policy: &BatchPolicy, now: Instant) -> Vec<Pending> {
+        let mut rejected = Vec::new();
+        for (i, level) in self.levels.iter_mut().enumerate() {
+            if !level
+                .live
+                .iter()
+                .any(|p| p.deadline.is_some_and(|d| d <= now))
+            {
+                continue;
+            }
+            let mut keep = VecDeque::with_capacity(level.live.len());
+            for p in level.live.drain(..) {
+                if p.deadline.is_some_and(|d| d <= now) {
+                    match policy.level_policies[i].on_timeout {
+                        OnTimeout::Reject => rejected.push(p),
+                        OnTimeout::Delay => level.delayed.push_back(p),
+                    }
+                } else {
+                    keep.push_back(p);
+                }
+            }
+            level.live = keep;
+        }
+        self.len -= rejected.len();
+        rejected
+    }
+
+    fn ordered(&self) -> impl Iterator<Item = &Pending> {
+        self.levels
+            .iter()
+            .flat_map(|l| l.live.iter().chain(l.delayed.iter()))
+    }
+
+    /// Decides whether a batch should be executed now, following Triton's dynamic batcher.
+    pub fn decide(&mut self, policy: &BatchPolicy, now: Instant) -> Decision {
+        let next_deadline = self.ordered().filter_map(|p| p.deadline).min();
+        let Some(head) = self.ordered().next() else {
+            return Decision::Wait(None);
+        };
+        if !policy.dynamic || self.closed {
+            return if policy.dynamic {
+                self.scan(policy).send_all()
+            } else {
+                Decision::Send(1)
+            };
+        }
+        let delay_end = head.enqueued + policy.max_delay;
+        if let Some(n) = self.hook {
+            if self.len < n && (policy.max_delay.is_zero() || now < delay_end) {
+                return Decision::Wait(earliest(
+                    next_deadline,
+                    (!policy.max_delay.is_zero()).then_some(delay_end),
+                ));
+            }
+            self.hook = None;
+        }
+        let scan = self.scan(policy);
+        if scan.total == policy.max_batch_size {
+            return Decision::Send(scan.count);
+        }
+        if let Some(n) = scan.best_preferred {
+            return Decision::Send(n);
+        }
+        if scan.blocked || policy.max_delay.is_zero() || now >= delay_end {
+            return Decision::Send(scan.count);
+        }
+        Decision::Wait(earliest(next_deadline, Some(delay_end)))
+    }
+
+    fn scan(&self, policy: &BatchPolicy) -> Scan {
+        let mut scan = Scan::default();
+        let mut first: Option<&InferRequest> = None;
+        for p in self.ordered() {
+            if scan.total + p.batch_size > policy.max_batch_size
+                || first.is_some_and(|f| !compatible(f, &p.request, policy))
+            {
+                scan.blocked = true;
+                break;
+            }
+            first.get_or_insert(&p.request);
+            scan.total += p.batch_size;
+            scan.count += 1;
+            if policy.preferred.binary_search(&scan.total).is_ok() {
+                scan.best_preferred = Some(scan.count);
+            }
+        }
+        // A single request larger than max_batch_size cannot exist (validation), so count >= 1.
+        scan.count = scan.count.max(1);
+        scan
+    }
+
+    /// Removes the first `n` requests in queue order.
+    pub fn take(&mut self, n: usize) -> Vec<Pending> {
+        let mut out = Vec::with_capacity(n);
+        for level in &mut self.levels {
+            while out.len() < n {
+                match level.live.pop_front().or_else(|| level.delayed.pop_front()) {
+                    Some(p) => out.push(p),
+                    None => break,
+                }
+            }
+        }
+        self.len -= out.len();
+        out
+    }
+}
+
+#[derive(Default)]
+struct Scan {
+    total: usize,
+    count: usize,
+    best_preferred: Option<usize>,
+    blocked: bool,
+}
+
+impl Scan {
+    fn send_all(&self) -> Decision {
+        Decision::Send(self.count)
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::parse_pbtxt;
+    use crate::core::{DataType, Tensor};
+
+    fn policy(db: &str) -> BatchPolicy {
+        let cfg = parse_pbtxt(&format!(
+            "name: \"m\" max_batch_size: 8 input [{{name: \"X\" data_type: TYPE_FP32 dims: [-1]}}, {{name: \"R\" data_type: TYPE_FP32 dims: [-1] allow_ragged_batch: true optional: true}}] {db}"
+        ))
+        .unwrap();
+        BatchPolicy::from_config(&cfg, true).unwrap()
+    }
+
+    fn pending(batch: usize, width: i64, level: usize, at: Instant) -> Pending {
+        let (reply, _rx) = oneshot::channel();
+        let x = Tensor::new(
+            "X",
+            DataType::Fp32,
+            vec![batch as i64, width],
+            vec![0u8; batch * width as usize * 4],
+        );
+        Pending {
+            request: InferRequest {
+                inputs: vec![x],
+                ..Default::default()
+            },
+            batch_size: batch,
+            level,
+            enqueued: at,
+            deadline: None,
+            seq: 0,
+            reply,
+        }
+    }
+
+    fn queue_of(p: &BatchPolicy, items: Vec<Pending>) -> Queue {
+        let mut q = Queue::new(p);
+        for i in items {
+            assert!(q.push(i, p).is_ok());
+        }
+        q
+    }
+
+    #[test]
+    fn default_scheduler_sends_one_request() {
+        let p = policy("");
+        let now = Instant::now();
+        let mut q = queue_of(&p, vec![pending(2, 4, 1, now), pending(2, 4, 1, now)]);
+        assert_eq!(q.decide(&p, now), Decision::Send(1));
+    }
+
+    #[test]
+    fn largest_preferred_size_first() {
+        let p = policy("dynamic_batching { preferred_batch_size: [2, 4, 6] max_queue_delay_microseconds: 1000000 }");
+        let now = Instant::now();
+        let mut q = queue_of(&p, (0..7).map(|_| pending(1, 4, 1, now)).collect());
+        assert_eq!(q.decide(&p, now), Decision::Send(6));
+        assert_eq!(q.take(6).len(), 6);
+        // One left: no preferred size reachable, wait for the delay.
+        assert_eq!(
+            q.decide(&p, now),
+            Decision::Wait(Some(now + Duration::from_secs(1)))
+        );
+        assert_eq!(
+            q.decide(&p, now + Duration::from_secs(1)),
+            Decision::Send(1)
+        );
+    }
+
+    #[test]
+    fn full_batch_and_never_over_max() {
+        let p = policy("dynamic_batching { max_queue_delay_microseconds: 1000000 }");
+        let now = Instant::now();
+        let mut q = queue_of(
+            &p,
+            vec![
+                pending(3, 4, 1, now),
+                pending(5, 4, 1, now),
+                pending(1, 4, 1, now),
+            ],
+        );
+        assert_eq!(q.decide(&p, now), Decision::Send(2)); // 3 + 5 = 8 = max
+        q.take(2);
+        let mut q = queue_of(
+            &p,
+            vec![
+                pending(3, 4, 1, now),
+                pending(4, 4, 1, now),
+                pending(2, 4, 1, now),
+            ],
+        );
+        // 3 + 4 = 7, the next (2) does not fit: the batch cannot grow, send it.
+        assert_eq!(q.decide(&p, now), Decision::Send(2));
+    }
+
+    #[test]
+    fn shape_mismatch_ends_the_batch_but_ragged_inputs_join() {
+        let p = policy("dynamic_batching { max_queue_delay_microseconds: 1000000 }");
+        let now = Instant::now();
+        let mut q = queue_of(
+            &p,
+            vec![
+                pending(1, 4, 1, now),
+                pending(1, 4, 1, now),
+                pending(1, 5, 1, now),
+                pending(1, 4, 1, now),
+            ],
+        );
+        assert_eq!(q.decide(&p, now), Decision::Send(2));
+        q.take(2);
+        assert_eq!(q.decide(&p, now), Decision::Send(1)); // [1,5] alone: the next one mismatches
+        let ragged = |w: i64| {
+            let mut x = pending(1, 4, 1, now);
+            x.request.inputs.push(Tensor::new(
+                "R",
+                DataType::Fp32,
+                vec![1, w],
+                vec![0u8; w as usize * 4],
+            ));
+            x
+        };
+        let mut q = queue_of(&p, vec![ragged(2), ragged(3), ragged(9)]);
+        assert_eq!(
+            q.decide(&p, now + Duration::from_secs(2)),
+            Decision::Send(3)
+        );
+    }
+
+    #[test]
+    fn zero_delay_sends_what_is_there() {
+        let p = policy("dynamic_batching { }");
+        let now = Instant::now();
+        let mut q = queue_of(&p, vec![pending(1, 4, 1, now), pending(2, 4, 1, now)]);
+        assert_eq!(q.decide(&p, now), Decision::Send(2));
+    }
+
+    #[test]
+    fn priority_levels_come_first() {
+        let p = policy("dynamic_batching { priority_levels: 2 default_priority_level: 2 preferred_batch_size: [1] }");
+        let now = Instant::now();
+        let mut q = queue_of(&p, vec![pending(1, 4, 2, now), pending(1, 5, 1, now)]);
+        assert_eq!(q.decide(&p, now), Decision::Send(1));
+        assert_eq!(q.take(1)[0].request.inputs[0].shape, vec![1, 5]);
+    }
+
+    #[test]
+    fn timeouts_reject_or_delay() {
+        let p = policy(
+            "dynamic_batching { priority_levels: 2 default_priority_level: 2
+               priority_queue_policy { key: 1 value: { timeout_action: DELAY } } }",
+        );
+        let now = Instant::now();
+        let mut late1 = pending(1, 7, 1, now);
+        late1.deadline = Some(now);
+        let mut late2 = pending(1, 8, 2, now);
+        late2.deadline = Some(now);
+        let mut q = queue_of(
+            &p,
+            vec![late1, pending(1, 4, 1, now), late2, pending(1, 4, 2, now)],
+        );
+        let rejected = q.expire(&p, now);
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].request.inputs[0].shape, vec![1, 8]);
+        // The delayed level-1 request now comes after the live level-1 one, before level 2.
+        let order: Vec<i64> = q
+            .take(3)
+            .iter()
+            .map(|p| p.request.inputs[0].shape[1])
+            .collect();
+        assert_eq!(order, vec![4, 7, 4]);
+    }
+
+    #[test]
+    fn max_queue_size_refuses() {
+        let p = policy("dynamic_batching { default_queue_policy { max_queue_size: 1 } }");
+        let now = Instant::now();
+        let mut q = queue_of(&p, vec![pending(1, 4, 1, now)]);
+        assert!(q.push(pending(1, 4, 1, now), &p).is_err());
+    }
+
+    #[test]
+    fn delay_hook_holds_until_n_queued() {
+        let mut p = policy("dynamic_batching { }");
+        p.delay_hook = Some(3);
+        let now = Instant::now();
+        let mut q = queue_of(&p, vec![pending(1, 4, 1, now), pending(1, 4, 1, now)]);
+        assert_eq!(q.decide(&p, now), Decision::Wait(None));
+        q.push(pending(1, 4, 1, now), &p).ok().unwrap();
+        assert_eq!(q.decide(&p, now), Decision::Send(3));
+    }
+}

@@ -1,0 +1,203 @@
+//! Per-version inference statistics: the one source of truth for Triton's
+//! statistics extension (`GET /v2/models/stats`) and, later, Prometheus.
+//! Semantics follow Triton: `inference_count` counts batch elements of
+//! successful requests, `execution_count` backend executions; per-request
+//! durations (success, fail, queue, compute_*) and per-batch-size compute
+//! durations.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+/// A count and a total duration.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CountNs {
+    /// Number of observations.
+    pub count: u64,
+    /// Sum of their durations in nanoseconds.
+    pub ns: u64,
+}
+
+impl CountNs {
+    fn add(&mut self, d: Duration) {
+        self.count += 1;
+        self.ns += d.as_nanos() as u64;
+    }
+    fn json(&self) -> Value {
+        json!({ "count": self.count, "ns": self.ns })
+    }
+}
+
+/// Compute durations of one execution.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ComputeTimes {
+    /// Gathering/converting inputs.
+    pub input: Duration,
+    /// Running the model.
+    pub infer: Duration,
+    /// Scattering/converting outputs.
+    pub output: Duration,
+}
+
+/// A statistics snapshot.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Milliseconds since the epoch of the last execution (0 = never).
+    pub last_inference: u64,
+    /// Batch elements inferred successfully.
+    pub inference_count: u64,
+    /// Backend executions.
+    pub execution_count: u64,
+    /// Successful requests, end to end.
+    pub success: CountNs,
+    /// Failed requests, end to end.
+    pub fail: CountNs,
+    /// Queue time of successful requests.
+    pub queue: CountNs,
+    /// Input time of successful requests.
+    pub compute_input: CountNs,
+    /// Model time of successful requests.
+    pub compute_infer: CountNs,
+    /// Output time of successful requests.
+    pub compute_output: CountNs,
+    /// Per executed batch size: (input, infer, output).
+    pub batches: BTreeMap<usize, [CountNs; 3]>,
+}
+
+/// Statistics of one model version.
+#[derive(Default)]
+pub struct ModelStats {
+    inner: Mutex<Snapshot>,
+}
+
+/// Outcome of one request of an execution: success, its queue time and its end-to-end time.
+pub struct RequestOutcome {
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// Its batch size.
+    pub batch_size: usize,
+    /// Time spent queued.
+    pub queue: Duration,
+    /// Time from arrival to response.
+    pub total: Duration,
+}
+
+impl ModelStats {
+    /// Records one backend execution and the outcome of each of its requests.
+    pub fn record_execution(
+        &self,
+        batch_size: usize,
+        times: ComputeTimes,
+        outcomes: &[RequestOutcome],
+    ) {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let mut s = self.inner.lock().expect("stats lock");
+        s.last_inference = now_ms;
+        s.execution_count += 1;
+        let b = s.batches.entry(batch_size).or_default();
+        b[0].add(times.input);
+        b[1].add(times.infer);
+        b[2].add(times.output);
+        for o in outcomes {
+            if o.ok {
+                s.inference_count += o.batch_size as u64;
+                s.success.add(o.total);
+                s.queue.add(o.queue);
+                s.compute_input.add(times.input);
+                s.compute_infer.add(times.infer);
+                s.compute_output.add(times.output);
+            } else {
+                s.fail.add(o.total);
+            }
+        }
+    }
+
+    /// Records a request that failed without being executed (invalid, rejected, timed out).
+    pub fn record_failure(&self, total: Duration) {
+        self.inner.lock().expect("stats lock").fail.add(total);
+    }
+
+    /// A copy of the current values.
+    pub fn snapshot(&self) -> Snapshot {
+        self.inner.lock().expect("stats lock").clone()
+    }
+}
+
+impl Snapshot {
+    /// Triton's JSON for one model version in `model_stats`.
+    pub fn to_json(&self, name: &str, version: i64) -> Value {
+        json!({
+            "name": name,
+            "version": version.to_string(),
+            "last_inference": self.last_inference,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.json(),
+                "fail": self.fail.json(),
+                "queue": self.queue.json(),
+                "compute_input": self.compute_input.json(),
+                "compute_infer": self.compute_infer.json(),
+                "compute_output": self.compute_output.json(),
+                "cache_hit": CountNs::default().json(),
+                "cache_miss": CountNs::default().json(),
+            },
+            "batch_stats": self.batches.iter().map(|(size, [i, n, o])| json!({
+                "batch_size": size,
+                "compute_input": i.json(),
+                "compute_infer": n.json(),
+                "compute_output": o.json(),
+            })).collect::<Vec<_>>(),
+            "memory_usage": [],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_follow_triton() {
+        let s = ModelStats::default();
+        let t = ComputeTimes {
+            input: Duration::from_nanos(10),
+            infer: Duration::from_nanos(100),
+            output: Duration::from_nanos(5),
+        };
+        let ok = |b| RequestOutcome {
+            ok: true,
+            batch_size: b,
+            queue: Duration::from_nanos(7),
+            total: Duration::from_nanos(200),
+        };
+        s.record_execution(3, t, &[ok(2), ok(1)]);
+        s.record_execution(
+            1,
+            t,
+            &[RequestOutcome {
+                ok: false,
+                batch_size: 1,
+                queue: Duration::ZERO,
+                total: Duration::from_nanos(50),
+            }],
+        );
+        s.record_failure(Duration::from_nanos(1));
+        let snap = s.snapshot();
+        assert_eq!(snap.inference_count, 3);
+        assert_eq!(snap.execution_count, 2);
+        assert_eq!(snap.success, CountNs { count: 2, ns: 400 });
+        assert_eq!(snap.fail, CountNs { count: 2, ns: 51 });
+        assert_eq!(snap.compute_infer, CountNs { count: 2, ns: 200 });
+        assert_eq!(snap.batches[&3][1], CountNs { count: 1, ns: 100 });
+        let j = snap.to_json("m", 1);
+        assert_eq!(j["version"], "1");
+        assert_eq!(j["batch_stats"][0]["batch_size"], 1);
+        assert_eq!(j["batch_stats"][1]["compute_infer"]["count"], 1);
+    }
+}

@@ -1,0 +1,204 @@
+//! Model warmup (`model_warmup [ ... ]`): synthetic requests built from the
+//! config (zero data, random data, or raw files under `<model>/warmup/`) and
+//! run on every instance before the model reports READY.
+
+use std::path::Path;
+
+use crate::config::pb::model_warmup::input::InputDataType;
+use crate::config::ModelConfig;
+use crate::core::tensor::{element_count, shape_str};
+use crate::core::validate::validate_request;
+use crate::core::{bytes_tensor, DataType, InferRequest, Tensor};
+use crate::error::{Error, Result};
+
+/// One warmup sample: its name, the request and how many times to run it.
+#[derive(Debug)]
+pub struct Sample {
+    /// `model_warmup.name`.
+    pub name: String,
+    /// The request.
+    pub request: InferRequest,
+    /// Executions (at least 1).
+    pub count: u32,
+}
+
+/// A small deterministic generator for `random_data` (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn random_bytes(dt: DataType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * dt.size().unwrap_or(4));
+    for _ in 0..n {
+        match dt {
+            DataType::Bool => out.push((rng.next() & 1) as u8),
+            DataType::Fp32 => out.extend_from_slice(&(rng.unit() as f32).to_le_bytes()),
+            DataType::Fp64 => out.extend_from_slice(&rng.unit().to_le_bytes()),
+            DataType::Fp16 => out.extend_from_slice(&half::f16::from_f64(rng.unit()).to_le_bytes()),
+            DataType::Bf16 => {
+                out.extend_from_slice(&half::bf16::from_f64(rng.unit()).to_le_bytes())
+            }
+            DataType::Bytes => bytes_tensor::push(&mut out, b""),
+            other => out.extend_from_slice(&rng.next().to_le_bytes()[..other.size().unwrap_or(1)]),
+        }
+    }
+    out
+}
+
+/// Builds the warmup samples of a config; errors name the sample and input.
+pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut out = Vec::new();
+    for w in &cfg.model_warmup {
+        let what = format!("model '{}' warmup sample '{}'", cfg.name, w.name);
+        if w.batch_size < 1
+            || (cfg.max_batch_size == 0 && w.batch_size != 1)
+            || (cfg.max_batch_size > 0 && w.batch_size as i32 > cfg.max_batch_size)
+        {
+            return Err(Error::invalid_arg(format!(
+                "{what}: batch_size {} must be between 1 and {}",
+                w.batch_size,
+                cfg.max_batch_size.max(1)
+            )));
+        }
+        let mut inputs = Vec::new();
+        let mut names: Vec<&String> = w.inputs.keys().collect();
+        names.sort();
+        for name in names {
+            let input = &w.inputs[name];
+            let dt = DataType::from_config(input.data_type)
+                .map_err(|e| e.context(format!("{what} input '{name}'")))?;
+            if input.dims.iter().any(|&d| d < 0) {
+                return Err(Error::invalid_arg(format!(
+                    "{what} input '{name}': dims {} must be fixed (no -1)",
+                    shape_str(&input.dims)
+                )));
+            }
+            let mut shape = input.dims.clone();
+            if cfg.max_batch_size > 0 {
+                shape.insert(0, w.batch_size as i64);
+            }
+            let per_item = element_count(&input.dims);
+            let n = element_count(&shape);
+            let data = match &input.input_data_type {
+                Some(InputDataType::ZeroData(_)) | None => match dt {
+                    DataType::Bytes => bytes_tensor::encode(std::iter::repeat_n(b"", n)),
+                    _ => vec![0u8; n * dt.size().unwrap_or(1)],
+                },
+                Some(InputDataType::RandomData(_)) => random_bytes(dt, n, &mut rng),
+                Some(InputDataType::InputDataFile(file)) => {
+                    let path = model_dir.join("warmup").join(file);
+                    let raw = std::fs::read(&path).map_err(|e| {
+                        Error::invalid_arg(format!(
+                            "{what} input '{name}': cannot read '{}': {e}",
+                            path.display()
+                        ))
+                    })?;
+                    // The file holds one batch item; it is repeated for batch_size.
+                    let item_ok = match dt.size() {
+                        Some(size) => raw.len() == per_item * size,
+                        None => bytes_tensor::count(&raw)
+                            .map(|c| c == per_item)
+                            .unwrap_or(false),
+                    };
+                    if !item_ok {
+                        return Err(Error::invalid_arg(format!(
+                            "{what} input '{name}': '{}' has {} bytes, which is not {per_item} {dt} element(s)",
+                            path.display(),
+                            raw.len()
+                        )));
+                    }
+                    raw.repeat(if cfg.max_batch_size > 0 {
+                        w.batch_size as usize
+                    } else {
+                        1
+                    })
+                }
+            };
+            inputs.push(Tensor::new(name.clone(), dt, shape, data));
+        }
+        let request = InferRequest {
+            model_name: cfg.name.clone(),
+            id: format!("warmup:{}", w.name),
+            inputs,
+            ..Default::default()
+        };
+        validate_request(cfg, &request).map_err(|e| e.context(&what))?;
+        out.push(Sample {
+            name: w.name.clone(),
+            request,
+            count: w.count.max(1),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_pbtxt;
+
+    const IO: &str = r#"name: "m" max_batch_size: 4
+        input [{name: "A" data_type: TYPE_FP32 dims: [3]}, {name: "S" data_type: TYPE_STRING dims: [2]}]"#;
+
+    #[test]
+    fn builds_each_data_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("warmup")).unwrap();
+        std::fs::write(
+            dir.path().join("warmup/a.bin"),
+            [1f32, 2., 3.]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let cfg = parse_pbtxt(&format!(
+            r#"{IO} model_warmup [
+                {{ name: "zeros" batch_size: 2 inputs {{ key: "A" value: {{ data_type: TYPE_FP32 dims: [3] zero_data: true }} }}
+                                               inputs {{ key: "S" value: {{ data_type: TYPE_STRING dims: [2] random_data: true }} }} }},
+                {{ name: "file" batch_size: 1 count: 3 inputs {{ key: "A" value: {{ data_type: TYPE_FP32 dims: [3] input_data_file: "a.bin" }} }}
+                                                     inputs {{ key: "S" value: {{ data_type: TYPE_STRING dims: [2] zero_data: true }} }} }} ]"#
+        ))
+        .unwrap();
+        let s = samples(&cfg, dir.path()).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].request.inputs[0].shape, vec![2, 3]);
+        assert_eq!(s[0].request.inputs[0].data.len(), 24);
+        assert_eq!(s[1].count, 3);
+        assert_eq!(&s[1].request.inputs[0].data[4..8], &2f32.to_le_bytes());
+    }
+
+    #[test]
+    fn rejects_bad_samples() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = |w: &str| {
+            samples(
+                &parse_pbtxt(&format!("{IO} model_warmup [{w}]")).unwrap(),
+                dir.path(),
+            )
+            .unwrap_err()
+            .message
+        };
+        assert!(bad(r#"{ name: "v" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [-1] zero_data: true } } }"#).contains("must be fixed"));
+        assert!(bad(r#"{ name: "b" batch_size: 9 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [3] zero_data: true } } }"#).contains("batch_size 9"));
+        assert!(bad(r#"{ name: "f" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [3] input_data_file: "x" } } }"#).contains("cannot read"));
+        let e = bad(
+            r#"{ name: "m" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [3] zero_data: true } } }"#,
+        );
+        assert!(
+            e.contains("warmup sample 'm'") && e.contains("missing required input(s) ['S']"),
+            "{e}"
+        );
+    }
+}
