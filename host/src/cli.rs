@@ -63,6 +63,10 @@ pub struct Args {
     #[arg(long, env = "TERN_LOG_VERBOSE", default_value_t = 0)]
     pub log_verbose: u32,
 
+    /// Log line format: `default` or `ISO8601`.
+    #[arg(long, env = "TERN_LOG_FORMAT", default_value = "default")]
+    pub log_format: String,
+
     /// Log to this file instead of stderr.
     #[arg(long, env = "TERN_LOG_FILE")]
     pub log_file: Option<PathBuf>,
@@ -133,7 +137,6 @@ const NOT_YET: &[&str] = &[
     "--http-thread-count",
     "--http-header-forward-pattern",
     "--http-restricted-api",
-    "--log-format",
     "--model-load-retry-count",
     "--enable-peer-access",
     "--disable-auto-complete-config-for",

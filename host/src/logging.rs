@@ -1,30 +1,264 @@
-//! Logging setup from the tritonserver logging flags.
+//! Logging: tritonserver's flags (`--log-verbose`, `--log-info`,
+//! `--log-warning`, `--log-error`, `--log-format`, `--log-file`), Triton's
+//! line formats, and the logging extension's run-time changes
+//! (`GET/POST /v2/logging`).
+//!
+//! Line formats (stable; users grep them):
+//! * `default`: `I1122 04:50:06.896056 4242 tern] message key=value`
+//! * `ISO8601`: `2026-11-22T04:50:06Z I 4242 tern] message key=value`
+//!
+//! The first letter is the level: `E`rror, `W`arning, `I`nfo, `V`erbose.
+//! The enabled levels are a threshold: the least severe enabled level and
+//! everything more severe. Verbose output is Tern's own (dependencies stay at
+//! info) so `--log-verbose=1` shows e.g. the `executing model=...` lines.
 
-use std::sync::Mutex;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use tracing_subscriber::EnvFilter;
+use serde_json::{json, Value};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{reload, EnvFilter, Registry};
 
 use crate::cli::Args;
 use crate::error::{Error, Result};
 
-/// The level filter the flags ask for (`RUST_LOG` overrides it).
-pub fn level(args: &Args) -> &'static str {
-    match args.log_verbose {
-        v if v >= 2 => "trace",
-        1 => "debug",
-        _ if args.log_info => "info",
-        _ if args.log_warning => "warn",
-        _ if args.log_error => "error",
-        _ => "off",
+/// The logging settings that can be read and changed at run time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `--log-file` (read-only at run time; empty = stderr).
+    pub log_file: String,
+    /// Info messages on.
+    pub log_info: bool,
+    /// Warnings on.
+    pub log_warning: bool,
+    /// Errors on.
+    pub log_error: bool,
+    /// Verbose level (0 = off).
+    pub log_verbose_level: u32,
+    /// `default` or `ISO8601`.
+    pub log_format: String,
+}
+
+impl Settings {
+    /// From the command line.
+    pub fn from_args(args: &Args) -> Settings {
+        Settings {
+            log_file: args
+                .log_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            log_info: args.log_info,
+            log_warning: args.log_warning,
+            log_error: args.log_error,
+            log_verbose_level: args.log_verbose,
+            log_format: args.log_format.clone(),
+        }
+    }
+
+    /// Triton's JSON for `GET /v2/logging`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "log_file": self.log_file,
+            "log_info": self.log_info,
+            "log_warning": self.log_warning,
+            "log_error": self.log_error,
+            "log_verbose_level": self.log_verbose_level,
+            "log_format": self.log_format,
+        })
+    }
+
+    /// The filter directive for these settings.
+    pub fn directive(&self) -> String {
+        let base = if self.log_info {
+            "info"
+        } else if self.log_warning {
+            "warn"
+        } else if self.log_error {
+            "error"
+        } else {
+            "off"
+        };
+        match self.log_verbose_level {
+            0 => base.to_string(),
+            1 => format!("{base},tern=debug"),
+            _ => format!("{base},tern=trace"),
+        }
+    }
+}
+
+/// Checks a `--log-format` value.
+pub fn check_format(format: &str) -> Result<()> {
+    match format {
+        "default" | "ISO8601" => Ok(()),
+        other => Err(Error::invalid_arg(format!(
+            "unknown log format '{other}' (expected 'default' or 'ISO8601')"
+        ))),
+    }
+}
+
+static ISO: AtomicBool = AtomicBool::new(false);
+
+/// Applies a new filter directive to the installed subscriber.
+type Reloader = Box<dyn Fn(&str) -> Result<()> + Send + Sync>;
+
+struct State {
+    settings: Settings,
+    reload: Option<Reloader>,
+}
+
+fn state() -> &'static Mutex<State> {
+    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+    STATE.get_or_init(|| {
+        Mutex::new(State {
+            settings: Settings {
+                log_file: String::new(),
+                log_info: true,
+                log_warning: true,
+                log_error: true,
+                log_verbose_level: 0,
+                log_format: "default".into(),
+            },
+            reload: None,
+        })
+    })
+}
+
+/// The current settings.
+pub fn settings() -> Settings {
+    state().lock().expect("logging lock").settings.clone()
+}
+
+/// Applies a `POST /v2/logging` body; unknown keys, wrong types and a changed
+/// `log_file` are errors and change nothing.
+pub fn update(body: &Value) -> Result<Settings> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| Error::invalid_arg("logging settings must be a JSON object"))?;
+    let mut st = state().lock().expect("logging lock");
+    let mut new = st.settings.clone();
+    for (key, value) in obj {
+        let bool_value = || {
+            value.as_bool().ok_or_else(|| {
+                Error::invalid_arg(format!("logging setting '{key}' must be a bool"))
+            })
+        };
+        match key.as_str() {
+            "log_info" => new.log_info = bool_value()?,
+            "log_warning" => new.log_warning = bool_value()?,
+            "log_error" => new.log_error = bool_value()?,
+            "log_verbose_level" => {
+                new.log_verbose_level = value
+                    .as_u64()
+                    .and_then(|v| u32::try_from(v).ok())
+                    .ok_or_else(|| {
+                        Error::invalid_arg(
+                            "logging setting 'log_verbose_level' must be a non-negative integer",
+                        )
+                    })?
+            }
+            "log_format" => {
+                let f = value.as_str().ok_or_else(|| {
+                    Error::invalid_arg("logging setting 'log_format' must be a string")
+                })?;
+                check_format(f)?;
+                new.log_format = f.to_string();
+            }
+            "log_file" => {
+                if value.as_str() != Some(new.log_file.as_str()) {
+                    return Err(Error::unsupported(
+                        "log_file cannot be changed at run time; restart with --log-file",
+                    ));
+                }
+            }
+            other => {
+                return Err(Error::invalid_arg(format!(
+                    "unknown logging setting '{other}'"
+                )))
+            }
+        }
+    }
+    if let Some(reload) = &st.reload {
+        reload(&new.directive())?;
+    }
+    ISO.store(new.log_format == "ISO8601", Ordering::Relaxed);
+    st.settings = new.clone();
+    Ok(new)
+}
+
+/// Triton-style line format.
+struct TritonFormat;
+
+/// (year, month, day) of a day count since 1970-01-01 (proleptic Gregorian).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+impl<S, N> FormatEvent<S, N> for TritonFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let secs = now.as_secs() as i64;
+        let (y, mo, d) = civil(secs.div_euclid(86_400));
+        let sod = secs.rem_euclid(86_400);
+        let (h, mi, s) = (sod / 3600, sod % 3600 / 60, sod % 60);
+        let letter = match *event.metadata().level() {
+            Level::ERROR => 'E',
+            Level::WARN => 'W',
+            Level::INFO => 'I',
+            _ => 'V',
+        };
+        let pid = std::process::id();
+        if ISO.load(Ordering::Relaxed) {
+            write!(
+                writer,
+                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z {letter} {pid} tern] "
+            )?;
+        } else {
+            write!(
+                writer,
+                "{letter}{mo:02}{d:02} {h:02}:{mi:02}:{s:02}.{:06} {pid} tern] ",
+                now.subsec_micros()
+            )?;
+        }
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
     }
 }
 
 /// Installs the global subscriber (stderr or `--log-file`).
 pub fn init(args: &Args) -> Result<()> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level(args)));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
+    check_format(&args.log_format)?;
+    let settings = Settings::from_args(args);
+    let filter = EnvFilter::try_new(settings.directive())
+        .map_err(|e| Error::internal(format!("log filter: {e}")))?;
+    let (filter, handle) = reload::Layer::<EnvFilter, Registry>::new(filter);
+    let layer = tracing_subscriber::fmt::layer().event_format(TritonFormat);
     match &args.log_file {
         Some(path) => {
             let file = std::fs::OpenOptions::new()
@@ -34,12 +268,54 @@ pub fn init(args: &Args) -> Result<()> {
                 .map_err(|e| {
                     Error::invalid_arg(format!("cannot open --log-file '{}': {e}", path.display()))
                 })?;
-            builder
-                .with_ansi(false)
-                .with_writer(Mutex::new(file))
+            tracing_subscriber::registry()
+                .with(filter)
+                .with(layer.with_ansi(false).with_writer(Mutex::new(file)))
                 .init();
         }
-        None => builder.with_writer(std::io::stderr).init(),
+        None => tracing_subscriber::registry()
+            .with(filter)
+            .with(layer.with_writer(std::io::stderr))
+            .init(),
     }
+    ISO.store(settings.log_format == "ISO8601", Ordering::Relaxed);
+    let mut st = state().lock().expect("logging lock");
+    st.settings = settings;
+    st.reload = Some(Box::new(move |directive: &str| {
+        let f = EnvFilter::try_new(directive)
+            .map_err(|e| Error::internal(format!("log filter: {e}")))?;
+        handle
+            .reload(f)
+            .map_err(|e| Error::internal(format!("cannot change log levels: {e}")))
+    }));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil(0), (1970, 1, 1));
+        assert_eq!(civil(20_414), (2025, 11, 22));
+        assert_eq!(civil(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn directives_and_updates() {
+        let mut s = settings();
+        s.log_verbose_level = 1;
+        assert_eq!(s.directive(), "info,tern=debug");
+        s.log_info = false;
+        s.log_verbose_level = 0;
+        assert_eq!(s.directive(), "warn");
+        assert!(update(&json!({"log_format": "XML"})).is_err());
+        assert!(update(&json!({"log_file": "/x"})).is_err());
+        assert!(update(&json!({"bogus": 1})).is_err());
+        let s = update(&json!({"log_verbose_level": 2, "log_format": "ISO8601"})).unwrap();
+        assert_eq!(s.log_verbose_level, 2);
+        assert_eq!(settings().log_format, "ISO8601");
+        update(&json!({"log_verbose_level": 0, "log_format": "default"})).unwrap();
+    }
 }

@@ -440,11 +440,7 @@ fn scatter(t: Tensor, rows: &[usize]) -> Result<Vec<Tensor>> {
         )));
     }
     let elements = bytes_tensor_elements(&t)?;
-    let per_row = if total == 0 {
-        0
-    } else {
-        elements.len() / total
-    };
+    let per_row = elements.len().checked_div(total).unwrap_or(0);
     let mut out = Vec::with_capacity(rows.len());
     let mut at = 0;
     for &r in rows {

@@ -376,6 +376,33 @@ impl Repository {
         })
     }
 
+    /// Ready handles: every model (`name` = None), one model, or one version.
+    pub fn handles(
+        &self,
+        name: Option<&str>,
+        version: Option<i64>,
+    ) -> Result<Vec<Arc<ModelHandle>>> {
+        let models = self.models.read().expect("models lock");
+        match name {
+            None => Ok(models
+                .values()
+                .flat_map(|e| e.ready.values().cloned())
+                .collect()),
+            Some(n) => {
+                let entry = models.get(n).ok_or_else(|| unknown(n, version))?;
+                match version {
+                    None => Ok(entry.ready.values().cloned().collect()),
+                    Some(v) => entry
+                        .ready
+                        .get(&v)
+                        .cloned()
+                        .map(|h| vec![h])
+                        .ok_or_else(|| unknown(n, version)),
+                }
+            }
+        }
+    }
+
     /// Ready versions of a model, ascending.
     pub fn ready_versions(&self, name: &str) -> Vec<i64> {
         let models = self.models.read().expect("models lock");

@@ -425,3 +425,62 @@ fn worker(s: Arc<Shared>, name: String, mut instance: Box<dyn Instance>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_pbtxt;
+
+    fn shared(preserve: bool) -> Shared {
+        let cfg = parse_pbtxt(&format!(
+            "name: \"m\" max_batch_size: 4 input [{{name: \"X\" data_type: TYPE_FP32 dims: [1]}}] dynamic_batching {{ preserve_ordering: {preserve} }}"
+        ))
+        .unwrap();
+        let policy = BatchPolicy::from_config(&cfg, false).unwrap();
+        Shared {
+            queue: Mutex::new(QueueState {
+                queue: Queue::new(&policy),
+                next_seq: 0,
+            }),
+            ready: Condvar::new(),
+            reorder: Mutex::new(Reorder::default()),
+            stats: ModelStats::default(),
+            config: Arc::new(cfg),
+            version: 1,
+            policy,
+        }
+    }
+
+    fn response(id: &str) -> Result<InferResponse> {
+        Ok(InferResponse {
+            id: id.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn preserve_ordering_releases_in_arrival_order() {
+        let s = shared(true);
+        let (t0, mut r0) = oneshot::channel();
+        let (t1, mut r1) = oneshot::channel();
+        let (t2, mut r2) = oneshot::channel();
+        deliver(&s, 2, t2, response("c"));
+        deliver(&s, 1, t1, Err(Error::unavailable("timed out")));
+        assert!(
+            r1.try_recv().is_err() && r2.try_recv().is_err(),
+            "held until request 0 is done"
+        );
+        deliver(&s, 0, t0, response("a"));
+        assert_eq!(r0.try_recv().unwrap().unwrap().id, "a");
+        assert!(r1.try_recv().unwrap().is_err());
+        assert_eq!(r2.try_recv().unwrap().unwrap().id, "c");
+    }
+
+    #[test]
+    fn without_preserve_ordering_responses_go_at_once() {
+        let s = shared(false);
+        let (t1, mut r1) = oneshot::channel();
+        deliver(&s, 1, t1, response("b"));
+        assert_eq!(r1.try_recv().unwrap().unwrap().id, "b");
+    }
+}

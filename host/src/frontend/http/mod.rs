@@ -89,6 +89,13 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer_v))
         .route("/v2/repository/index", post(repository_index))
+        .route("/v2/models/stats", get(all_stats))
+        .route("/v2/models/{model}/stats", get(model_stats))
+        .route(
+            "/v2/models/{model}/versions/{version}/stats",
+            get(model_stats_v),
+        )
+        .route("/v2/logging", get(get_logging).post(set_logging))
         .fallback(|| async { error_response(&Error::not_found("no such endpoint")) })
         .method_not_allowed_fallback(|| async {
             (
@@ -248,6 +255,49 @@ async fn repository_index(State(s): AppState, headers: HeaderMap, body: Body) ->
                 })
                 .collect();
             Ok(json_response(Value::Array(rows)))
+        }
+        .await,
+    )
+}
+
+fn stats(s: &HttpState, model: Option<&str>, version: Option<i64>) -> Result<Response> {
+    let rows: Vec<Value> = s
+        .repository
+        .handles(model, version)?
+        .iter()
+        .map(|h| h.stats().to_json(&h.config.name, h.version))
+        .collect();
+    Ok(json_response(json!({ "model_stats": rows })))
+}
+
+async fn all_stats(State(s): AppState) -> Response {
+    respond(stats(&s, None, None))
+}
+
+async fn model_stats(State(s): AppState, Path(model): Path<String>) -> Response {
+    respond(stats(&s, Some(&model), None))
+}
+
+async fn model_stats_v(
+    State(s): AppState,
+    Path((model, version)): Path<(String, String)>,
+) -> Response {
+    respond(parse_version(&version).and_then(|v| stats(&s, Some(&model), v)))
+}
+
+async fn get_logging() -> Response {
+    json_response(crate::logging::settings().to_json())
+}
+
+async fn set_logging(State(s): AppState, headers: HeaderMap, body: Body) -> Response {
+    respond(
+        async {
+            let body = read_body(&s, &headers, body).await?;
+            let v: Value = serde_json::from_slice(&body).map_err(|e| {
+                Error::invalid_arg(format!("failed to parse the logging request: {e}"))
+            })?;
+            let updated = crate::logging::update(&v)?;
+            Ok(json_response(updated.to_json()))
         }
         .await,
     )
