@@ -11,7 +11,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test setup build release unit e2e lint bench clean models
+.PHONY: run test setup build release unit e2e lint bench bench-batching clean models
 
 setup: $(VENV)/.stamp $(ORT_LIB) models
 
@@ -54,6 +54,10 @@ bench: release
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(CARGO) build --release -p tern --example baseline
 	$(PY) tests/bench/http_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/baseline
+
+bench-batching: release
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(PY) tests/bench/batching.py --tern $(CARGO_TARGET_DIR)/release/tern
 
 clean:
 	rm -rf $(CARGO_TARGET_DIR) $(VENV) .cache
