@@ -49,6 +49,23 @@ struct Shared {
     stats: ModelStats,
 }
 
+impl Shared {
+    fn new(config: Arc<ModelConfig>, version: i64, policy: BatchPolicy) -> Shared {
+        Shared {
+            queue: Mutex::new(QueueState {
+                queue: Queue::new(&policy),
+                next_seq: 0,
+            }),
+            ready: Condvar::new(),
+            reorder: Mutex::new(Reorder::default()),
+            stats: ModelStats::default(),
+            config,
+            version,
+            policy,
+        }
+    }
+}
+
 struct QueueState {
     queue: Queue,
     next_seq: u64,
@@ -152,18 +169,7 @@ impl ModelHandle {
             }
             instances.push((spec.name, instance));
         }
-        let shared = Arc::new(Shared {
-            queue: Mutex::new(QueueState {
-                queue: Queue::new(&policy),
-                next_seq: 0,
-            }),
-            ready: Condvar::new(),
-            reorder: Mutex::new(Reorder::default()),
-            stats: ModelStats::default(),
-            config: config.clone(),
-            version,
-            policy,
-        });
+        let shared = Arc::new(Shared::new(config.clone(), version, policy));
         let mut workers = Vec::new();
         for (name, instance) in instances {
             let for_thread = shared.clone();
@@ -437,18 +443,7 @@ mod tests {
         ))
         .unwrap();
         let policy = BatchPolicy::from_config(&cfg, false).unwrap();
-        Shared {
-            queue: Mutex::new(QueueState {
-                queue: Queue::new(&policy),
-                next_seq: 0,
-            }),
-            ready: Condvar::new(),
-            reorder: Mutex::new(Reorder::default()),
-            stats: ModelStats::default(),
-            config: Arc::new(cfg),
-            version: 1,
-            policy,
-        }
+        Shared::new(Arc::new(cfg), 1, policy)
     }
 
     fn response(id: &str) -> Result<InferResponse> {
