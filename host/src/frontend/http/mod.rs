@@ -358,23 +358,25 @@ async fn drain(mut body: Body) {
 
 const HEADER_LEN: &str = "inference-header-content-length";
 
+// The request is taken whole (not as a `HeaderMap` extractor, which clones
+// every header) because this is the hot path.
 async fn infer(
     State(s): AppState,
     Path(model): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    req: axum::extract::Request,
 ) -> Response {
-    respond(run_infer(&s, &model, None, &headers, body).await)
+    let (parts, body) = req.into_parts();
+    respond(run_infer(&s, &model, None, &parts.headers, body).await)
 }
 
 async fn infer_v(
     State(s): AppState,
     Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
+    req: axum::extract::Request,
 ) -> Response {
+    let (parts, body) = req.into_parts();
     let r = match parse_version(&version) {
-        Ok(v) => run_infer(&s, &model, v, &headers, body).await,
+        Ok(v) => run_infer(&s, &model, v, &parts.headers, body).await,
         Err(e) => Err(e),
     };
     respond(r)
