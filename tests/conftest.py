@@ -34,7 +34,7 @@ class Tern:
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.proc = subprocess.Popen(
-            [tern_bin(), "--http-port=0", "--http-address=127.0.0.1", *args],
+            [tern_bin(), "--http-port=0", "--http-address=127.0.0.1", "--grpc-port=0", "--grpc-address=127.0.0.1", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -42,14 +42,19 @@ class Tern:
         )
         self.lines = []
         self.url = None
+        self.grpc_url = None
         started = threading.Event()
 
         def pump():
             for line in self.proc.stdout:
                 self.lines.append(line)
+                m = re.search(r"started GRPCInferenceService at [^:]+:(\d+)", line)
+                if m:
+                    self.grpc_url = f"127.0.0.1:{m.group(1)}"
                 m = re.search(r"started HTTP service at [^:]+:(\d+)", line)
                 if m:
                     self.url = f"127.0.0.1:{m.group(1)}"
+                if self.url and (self.grpc_url or "--allow-grpc=false" in args):
                     started.set()
             started.set()
 

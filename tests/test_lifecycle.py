@@ -20,8 +20,8 @@ def test_exit_on_error_default(test_repo):
 
 
 def test_unknown_and_unimplemented_flags():
-    r = subprocess.run([tern_bin(), "--model-repository=/tmp", "--grpc-port=8001"], capture_output=True, text=True)
-    assert r.returncode == 2 and "'--grpc-port' is not supported" in r.stderr
+    r = subprocess.run([tern_bin(), "--model-repository=/tmp", "--grpc-use-ssl=true"], capture_output=True, text=True)
+    assert r.returncode == 2 and "'--grpc-use-ssl' is not supported" in r.stderr
     r = subprocess.run([tern_bin(), "--model-repository=/tmp", "--no-such-flag"], capture_output=True, text=True)
     assert r.returncode == 2 and "--no-such-flag" in r.stderr
 

@@ -31,6 +31,35 @@ pub struct Args {
     #[arg(long, env = "TERN_HTTP_ADDRESS", default_value = "0.0.0.0")]
     pub http_address: String,
 
+    /// gRPC port (0 = pick a free port).
+    #[arg(long, env = "TERN_GRPC_PORT", default_value_t = 8001)]
+    pub grpc_port: u16,
+
+    /// gRPC bind address.
+    #[arg(long, env = "TERN_GRPC_ADDRESS", default_value = "0.0.0.0")]
+    pub grpc_address: String,
+
+    /// Serve gRPC.
+    #[arg(long, env = "TERN_ALLOW_GRPC", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_grpc: bool,
+
+    /// Interval of gRPC keepalive pings, in milliseconds.
+    #[arg(long, env = "TERN_GRPC_KEEPALIVE_TIME", default_value_t = 7_200_000)]
+    pub grpc_keepalive_time: u64,
+
+    /// How long to wait for a keepalive ping acknowledgement, in milliseconds.
+    #[arg(long, env = "TERN_GRPC_KEEPALIVE_TIMEOUT", default_value_t = 20_000)]
+    pub grpc_keepalive_timeout: u64,
+
+    /// Compression of inference responses for clients that accept it: none|low|medium|high
+    /// (any level other than none uses gzip; tonic does not expose the level).
+    #[arg(
+        long,
+        env = "TERN_GRPC_INFER_RESPONSE_COMPRESSION_LEVEL",
+        default_value = "none"
+    )]
+    pub grpc_infer_response_compression_level: String,
+
     /// Serve HTTP.
     #[arg(long, env = "TERN_ALLOW_HTTP", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub allow_http: bool,
@@ -106,8 +135,17 @@ pub struct Args {
 
 /// tritonserver flags (or flag prefixes) that Tern does not implement yet.
 const NOT_YET: &[&str] = &[
-    "--grpc-",
-    "--allow-grpc",
+    "--grpc-keepalive-permit-without-calls",
+    "--grpc-http2-",
+    "--grpc-max-connection-age",
+    "--grpc-max-connection-age-grace",
+    "--grpc-use-ssl",
+    "--grpc-use-ssl-mutual",
+    "--grpc-server-cert",
+    "--grpc-server-key",
+    "--grpc-root-cert",
+    "--grpc-restricted-protocol",
+    "--grpc-header-forward-pattern",
     "--metrics-",
     "--allow-metrics",
     "--allow-gpu-metrics",
@@ -166,6 +204,24 @@ impl Args {
             }
         }
         Args::try_parse_from(args).map_err(|e| Error::invalid_arg(e.to_string()))
+    }
+
+    /// gRPC server settings.
+    pub fn grpc_settings(&self) -> Result<crate::frontend::grpc::GrpcSettings> {
+        let compress = match self.grpc_infer_response_compression_level.as_str() {
+            "none" => false,
+            "low" | "medium" | "high" => true,
+            other => {
+                return Err(Error::invalid_arg(format!(
+                    "--grpc-infer-response-compression-level must be none, low, medium or high, got '{other}'"
+                )))
+            }
+        };
+        Ok(crate::frontend::grpc::GrpcSettings {
+            keepalive_time: std::time::Duration::from_millis(self.grpc_keepalive_time),
+            keepalive_timeout: std::time::Duration::from_millis(self.grpc_keepalive_timeout),
+            compress_responses: compress,
+        })
     }
 
     /// Whether configs are auto-completed.
@@ -242,9 +298,12 @@ mod tests {
 
     #[test]
     fn rejects_unimplemented_and_unknown() {
-        let e =
-            Args::parse_checked(["tern", "--model-repository=/m", "--grpc-port=8001"]).unwrap_err();
-        assert!(e.message.contains("'--grpc-port' is not supported"), "{e}");
+        let e = Args::parse_checked(["tern", "--model-repository=/m", "--grpc-use-ssl=true"])
+            .unwrap_err();
+        assert!(
+            e.message.contains("'--grpc-use-ssl' is not supported"),
+            "{e}"
+        );
         let e = Args::parse_checked(["tern", "--model-repository=/m", "--bogus"]).unwrap_err();
         assert!(e.message.contains("--bogus"), "{e}");
     }

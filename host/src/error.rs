@@ -109,6 +109,23 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The gRPC status for this error: Triton's mapping, in this one place.
+    pub fn grpc_status(&self) -> tonic::Status {
+        let code = match self.code {
+            Code::InvalidArg => tonic::Code::InvalidArgument,
+            Code::NotFound => tonic::Code::NotFound,
+            Code::Unavailable => tonic::Code::Unavailable,
+            Code::Unsupported => tonic::Code::Unimplemented,
+            Code::AlreadyExists => tonic::Code::AlreadyExists,
+            Code::Cancelled => tonic::Code::Cancelled,
+            Code::Internal => tonic::Code::Internal,
+            Code::Unknown => tonic::Code::Unknown,
+        };
+        tonic::Status::new(code, self.message.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +137,27 @@ mod tests {
         assert_eq!(Error::unavailable("x").http_status(), 503);
         assert_eq!(Error::unsupported("x").http_status(), 501);
         assert_eq!(Error::internal("x").http_status(), 500);
+    }
+
+    #[test]
+    fn grpc_mapping_follows_triton() {
+        assert_eq!(
+            Error::invalid_arg("x").grpc_status().code(),
+            tonic::Code::InvalidArgument
+        );
+        assert_eq!(
+            Error::not_found("x").grpc_status().code(),
+            tonic::Code::NotFound
+        );
+        assert_eq!(
+            Error::unavailable("x").grpc_status().code(),
+            tonic::Code::Unavailable
+        );
+        assert_eq!(
+            Error::unsupported("x").grpc_status().code(),
+            tonic::Code::Unimplemented
+        );
+        assert_eq!(Error::internal("x").grpc_status().message(), "x");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod core;
 pub mod error;
 pub mod frontend;
 pub mod logging;
+pub mod proto;
 pub mod repository;
 pub mod scheduler;
 pub mod server;

@@ -12,6 +12,8 @@ use tokio::task::JoinHandle;
 
 use crate::cli::Args;
 use crate::error::{Error, Result};
+use crate::frontend::common::ServerInfo;
+use crate::frontend::grpc;
 use crate::frontend::http::{router, HttpState};
 use crate::repository::{Repository, RepositoryOptions, State};
 
@@ -19,11 +21,13 @@ use crate::repository::{Repository, RepositoryOptions, State};
 pub struct RunningServer {
     /// Bound HTTP address (`None` when HTTP is disabled).
     pub http_addr: Option<SocketAddr>,
+    /// Bound gRPC address (`None` when gRPC is disabled).
+    pub grpc_addr: Option<SocketAddr>,
     /// All models.
     pub repository: Arc<Repository>,
-    http_state: Option<Arc<HttpState>>,
+    info: Arc<ServerInfo>,
     stop: watch::Sender<bool>,
-    http_task: Option<JoinHandle<()>>,
+    tasks: Vec<JoinHandle<()>>,
     exit_timeout: Duration,
 }
 
@@ -74,34 +78,28 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
             ),
         ));
     }
+    let grpc_settings = args.grpc_settings()?;
+    let info = Arc::new(ServerInfo {
+        repository: repository.clone(),
+        server_id: args.id.clone(),
+        strict_readiness: args.strict_readiness,
+        shutting_down: AtomicBool::new(false),
+    });
     let (stop, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let mut tasks = Vec::new();
     let mut http_addr = None;
-    let mut http_task = None;
-    let mut http_state = None;
     if args.allow_http {
-        let addr = format!("{}:{}", args.http_address, args.http_port);
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .map_err(|e| Error::unavailable(format!("cannot bind HTTP on {addr}: {e}")))?;
-        http_addr = Some(
-            listener
-                .local_addr()
-                .map_err(|e| Error::internal(e.to_string()))?,
-        );
-        let state = Arc::new(HttpState {
-            repository: repository.clone(),
-            server_id: args.id.clone(),
+        let (listener, addr) = bind("HTTP", &args.http_address, args.http_port).await?;
+        http_addr = Some(addr);
+        let app = router(Arc::new(HttpState {
+            info: info.clone(),
             max_input_size: args.http_max_input_size,
-            strict_readiness: args.strict_readiness,
-            shutting_down: AtomicBool::new(false),
-        });
-        http_state = Some(state.clone());
-        let app = router(state);
-        let mut rx = stop_rx.clone();
-        http_task = Some(tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = rx.wait_for(|v| *v).await;
-            };
+        }));
+        let shutdown = stopped(stop_rx.clone());
+        tasks.push(tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await
@@ -109,33 +107,62 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
                 tracing::error!("HTTP server error: {e}");
             }
         }));
-        tracing::info!("started HTTP service at {}", http_addr.expect("bound"));
+        tracing::info!("started HTTP service at {addr}");
+    }
+    let mut grpc_addr = None;
+    if args.allow_grpc {
+        let (listener, addr) = bind("gRPC", &args.grpc_address, args.grpc_port).await?;
+        grpc_addr = Some(addr);
+        let shutdown = stopped(stop_rx.clone());
+        let info = info.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = grpc::serve(info, grpc_settings, listener, shutdown).await {
+                tracing::error!("gRPC server error: {e}");
+            }
+        }));
+        tracing::info!("started GRPCInferenceService at {addr}");
     }
     Ok(RunningServer {
         http_addr,
+        grpc_addr,
         repository,
-        http_state,
+        info,
         stop,
-        http_task,
+        tasks,
         exit_timeout: Duration::from_secs(args.exit_timeout_secs),
     })
+}
+
+async fn bind(
+    what: &str,
+    address: &str,
+    port: u16,
+) -> Result<(tokio::net::TcpListener, SocketAddr)> {
+    let addr = format!("{address}:{port}");
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| Error::unavailable(format!("cannot bind {what} on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::internal(e.to_string()))?;
+    Ok((listener, local))
 }
 
 impl RunningServer {
     /// Stops accepting connections, waits for in-flight requests up to the
     /// exit timeout, then stops every model.
     pub async fn shutdown(mut self) {
-        if let Some(s) = &self.http_state {
-            s.shutting_down.store(true, Ordering::Relaxed);
-        }
+        self.info.shutting_down.store(true, Ordering::Relaxed);
         let _ = self.stop.send(true);
-        if let Some(task) = self.http_task.take() {
-            if tokio::time::timeout(self.exit_timeout, task).await.is_err() {
-                tracing::warn!(
-                    "in-flight requests did not finish within {:?}; exiting anyway",
-                    self.exit_timeout
-                );
-            }
+        let tasks = std::mem::take(&mut self.tasks);
+        if tokio::time::timeout(self.exit_timeout, futures_join(tasks))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "in-flight requests did not finish within {:?}; exiting anyway",
+                self.exit_timeout
+            );
         }
         let repo = self.repository.clone();
         let _ = tokio::time::timeout(
@@ -143,6 +170,13 @@ impl RunningServer {
             tokio::task::spawn_blocking(move || repo.shutdown()),
         )
         .await;
+    }
+}
+
+/// Waits for every task.
+async fn futures_join(tasks: Vec<JoinHandle<()>>) {
+    for t in tasks {
+        let _ = t.await;
     }
 }
 

@@ -41,6 +41,8 @@ async fn boot(repo: &Path, extra: &[&str]) -> RunningServer {
         format!("--model-repository={}", repo.display()),
         "--http-port=0".into(),
         "--http-address=127.0.0.1".into(),
+        "--grpc-port=0".into(),
+        "--grpc-address=127.0.0.1".into(),
     ];
     argv.extend(extra.iter().map(|s| s.to_string()));
     let args = Args::parse_checked(argv).unwrap();
@@ -131,6 +133,7 @@ async fn exit_on_error_fails_startup() {
         "tern".to_string(),
         format!("--model-repository={}", dir.path().display()),
         "--http-port=0".into(),
+        "--grpc-port=0".into(),
     ];
     let err = start(&Args::parse_checked(argv).unwrap())
         .await

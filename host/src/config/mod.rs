@@ -12,10 +12,7 @@ use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
 use crate::error::{Error, Result};
 
 /// Generated protobuf types (package `inference`).
-#[allow(missing_docs, clippy::all)]
-pub mod pb {
-    include!(concat!(env!("OUT_DIR"), "/inference.rs"));
-}
+pub use crate::proto as pb;
 
 pub use pb::ModelConfig;
 

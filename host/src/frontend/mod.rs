@@ -1,4 +1,7 @@
 //! Wire frontends. They only translate between their protocol and the core
-//! types; validation and execution live in `core` and `scheduler`.
+//! types; validation and execution live in `core` and `scheduler`, and what
+//! both frontends answer alike lives in `common`.
 
+pub mod common;
+pub mod grpc;
 pub mod http;

@@ -5,7 +5,6 @@
 pub mod codec;
 pub mod compression;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -18,30 +17,15 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
-use crate::core::DataType;
+use super::common::{self, parse_version, ServerInfo, EXTENSIONS};
 use crate::error::{Error, Result};
-use crate::repository::Repository;
-
-/// Extensions this server implements, reported by `GET /v2`.
-pub const EXTENSIONS: &[&str] = &[
-    "classification",
-    "binary_tensor_data",
-    "model_configuration",
-    "model_repository(index)",
-];
 
 /// Shared state of the HTTP frontend.
 pub struct HttpState {
-    /// All models.
-    pub repository: Arc<Repository>,
-    /// `--id`.
-    pub server_id: String,
+    /// Server-wide state shared with the other frontends.
+    pub info: Arc<ServerInfo>,
     /// `--http-max-input-size`.
     pub max_input_size: usize,
-    /// `--strict-readiness`.
-    pub strict_readiness: bool,
-    /// Set when shutdown starts: the server stops reporting ready.
-    pub shutting_down: AtomicBool,
 }
 
 type AppState = State<Arc<HttpState>>;
@@ -107,27 +91,14 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .with_state(state)
 }
 
-fn parse_version(v: &str) -> Result<Option<i64>> {
-    if v.is_empty() {
-        return Ok(None);
-    }
-    v.parse::<i64>()
-        .ok()
-        .filter(|&n| n >= 0)
-        .map(|n| if n == 0 { None } else { Some(n) })
-        .ok_or_else(|| Error::invalid_arg(format!("'{v}' is not a valid model version")))
-}
-
 async fn server_metadata(State(s): AppState) -> Response {
     json_response(
-        json!({ "name": s.server_id, "version": env!("CARGO_PKG_VERSION"), "extensions": EXTENSIONS }),
+        json!({ "name": s.info.server_id, "version": env!("CARGO_PKG_VERSION"), "extensions": EXTENSIONS }),
     )
 }
 
 async fn server_ready(State(s): AppState) -> StatusCode {
-    let ready = !s.shutting_down.load(Ordering::Relaxed)
-        && (!s.strict_readiness || s.repository.all_ready());
-    if ready {
+    if s.info.ready() {
         StatusCode::OK
     } else {
         StatusCode::BAD_REQUEST
@@ -135,40 +106,14 @@ async fn server_ready(State(s): AppState) -> StatusCode {
 }
 
 fn metadata(s: &HttpState, model: &str, version: Option<i64>) -> Result<Response> {
-    let handle = s.repository.get(model, version)?;
-    let cfg = &handle.config;
-    let versions: Vec<String> = match version {
-        Some(v) => vec![v.to_string()],
-        None => s
-            .repository
-            .ready_versions(model)
-            .iter()
-            .map(|v| v.to_string())
-            .collect(),
-    };
-    let batch = cfg.max_batch_size > 0;
-    let io = |name: &str, dt: i32, dims: &[i64]| -> Value {
-        let shape: Vec<i64> = if batch {
-            std::iter::once(-1).chain(dims.iter().copied()).collect()
-        } else {
-            dims.to_vec()
-        };
-        let datatype = DataType::from_config(dt)
-            .map(|d| d.wire_name())
-            .unwrap_or("INVALID");
-        json!({ "name": name, "datatype": datatype, "shape": shape })
-    };
-    let platform = if cfg.platform.is_empty() {
-        cfg.backend.clone()
-    } else {
-        cfg.platform.clone()
-    };
+    let m = common::model_metadata(&s.info.repository, model, version)?;
+    let io = |t: &super::common::TensorMeta| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape });
     Ok(json_response(json!({
-        "name": cfg.name,
-        "versions": versions,
-        "platform": platform,
-        "inputs": cfg.input.iter().map(|i| io(&i.name, i.data_type, &i.dims)).collect::<Vec<_>>(),
-        "outputs": cfg.output.iter().map(|o| io(&o.name, o.data_type, &o.dims)).collect::<Vec<_>>(),
+        "name": m.name,
+        "versions": m.versions,
+        "platform": m.platform,
+        "inputs": m.inputs.iter().map(io).collect::<Vec<_>>(),
+        "outputs": m.outputs.iter().map(io).collect::<Vec<_>>(),
     })))
 }
 
@@ -184,7 +129,7 @@ async fn model_metadata_v(
 }
 
 fn ready(s: &HttpState, model: &str, version: Option<i64>) -> Response {
-    match s.repository.get(model, version) {
+    match s.info.repository.get(model, version) {
         Ok(_) => StatusCode::OK.into_response(),
         Err(_) => StatusCode::BAD_REQUEST.into_response(),
     }
@@ -205,7 +150,7 @@ async fn model_ready_v(
 }
 
 fn config(s: &HttpState, model: &str, version: Option<i64>) -> Result<Response> {
-    let cfg = s.repository.config(model, version)?;
+    let cfg = s.info.repository.config(model, version)?;
     Ok(json_response(crate::config::json::to_json(&cfg)))
 }
 
@@ -241,6 +186,7 @@ async fn repository_index(State(s): AppState, headers: HeaderMap, body: Body) ->
                 }
             };
             let rows: Vec<Value> = s
+                .info
                 .repository
                 .index()
                 .into_iter()
@@ -262,6 +208,7 @@ async fn repository_index(State(s): AppState, headers: HeaderMap, body: Body) ->
 
 fn stats(s: &HttpState, model: Option<&str>, version: Option<i64>) -> Result<Response> {
     let rows: Vec<Value> = s
+        .info
         .repository
         .handles(model, version)?
         .iter()
@@ -403,7 +350,7 @@ async fn run_infer(
         ),
     };
     let body = read_body(s, headers, body).await?;
-    let handle = s.repository.get(model, version)?;
+    let handle = s.info.repository.get(model, version)?;
     let (request, opts) = codec::decode_request(model, version, body, header_len, &handle.config)?;
     let requested = request.outputs.clone();
     let response = handle.infer(request).await?;

@@ -1,0 +1,126 @@
+//! What every frontend answers the same way: server readiness and model
+//! metadata, computed once here and rendered by each protocol.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::core::DataType;
+use crate::error::Result;
+use crate::repository::Repository;
+
+/// Extensions this server implements, reported by server metadata.
+pub const EXTENSIONS: &[&str] = &[
+    "classification",
+    "binary_tensor_data",
+    "model_configuration",
+    "statistics",
+    "logging",
+    "model_repository(index)",
+];
+
+/// Server-wide state shared by the frontends.
+pub struct ServerInfo {
+    /// All models.
+    pub repository: Arc<Repository>,
+    /// `--id`.
+    pub server_id: String,
+    /// `--strict-readiness`.
+    pub strict_readiness: bool,
+    /// Set when shutdown starts: the server stops reporting ready.
+    pub shutting_down: AtomicBool,
+}
+
+impl ServerInfo {
+    /// Readiness as `--strict-readiness` defines it.
+    pub fn ready(&self) -> bool {
+        !self.shutting_down.load(Ordering::Relaxed)
+            && (!self.strict_readiness || self.repository.all_ready())
+    }
+}
+
+/// Name, datatype and shape of a model input or output.
+pub struct TensorMeta {
+    /// Tensor name.
+    pub name: String,
+    /// Wire datatype (`"FP32"`).
+    pub datatype: &'static str,
+    /// Shape with the batch dimension as -1 when the model batches.
+    pub shape: Vec<i64>,
+}
+
+/// Model metadata (KServe v2).
+pub struct ModelMetadata {
+    /// Model name.
+    pub name: String,
+    /// Ready versions (or the one asked for).
+    pub versions: Vec<String>,
+    /// `platform`, or the backend name when the config has no platform.
+    pub platform: String,
+    /// Inputs.
+    pub inputs: Vec<TensorMeta>,
+    /// Outputs.
+    pub outputs: Vec<TensorMeta>,
+}
+
+/// Metadata of a ready model version.
+pub fn model_metadata(
+    repository: &Repository,
+    model: &str,
+    version: Option<i64>,
+) -> Result<ModelMetadata> {
+    let handle = repository.get(model, version)?;
+    let cfg = &handle.config;
+    let versions = match version {
+        Some(v) => vec![v.to_string()],
+        None => repository
+            .ready_versions(model)
+            .iter()
+            .map(|v| v.to_string())
+            .collect(),
+    };
+    let batch = cfg.max_batch_size > 0;
+    let meta = |name: &str, dt: i32, dims: &[i64]| TensorMeta {
+        name: name.to_string(),
+        datatype: DataType::from_config(dt)
+            .map(|d| d.wire_name())
+            .unwrap_or("INVALID"),
+        shape: if batch {
+            std::iter::once(-1).chain(dims.iter().copied()).collect()
+        } else {
+            dims.to_vec()
+        },
+    };
+    Ok(ModelMetadata {
+        name: cfg.name.clone(),
+        versions,
+        platform: if cfg.platform.is_empty() {
+            cfg.backend.clone()
+        } else {
+            cfg.platform.clone()
+        },
+        inputs: cfg
+            .input
+            .iter()
+            .map(|i| meta(&i.name, i.data_type, &i.dims))
+            .collect(),
+        outputs: cfg
+            .output
+            .iter()
+            .map(|o| meta(&o.name, o.data_type, &o.dims))
+            .collect(),
+    })
+}
+
+/// Parses a version string from a path or message: empty = policy's choice.
+pub fn parse_version(v: &str) -> Result<Option<i64>> {
+    if v.is_empty() {
+        return Ok(None);
+    }
+    v.parse::<i64>()
+        .ok()
+        .filter(|&n| n >= 1)
+        .map(Some)
+        .ok_or_else(|| {
+            crate::error::Error::invalid_arg(format!("'{v}' is not a valid model version"))
+        })
+}

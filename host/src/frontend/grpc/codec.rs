@@ -1,0 +1,392 @@
+//! Conversion between `inference.ModelInferRequest`/`ModelInferResponse`
+//! and the core types: typed `contents` or `raw_input_contents` (never both)
+//! in, `raw_output_contents` out, as Triton does.
+
+use std::collections::HashMap;
+
+use crate::core::tensor::{element_count, shape_str};
+use crate::core::{
+    bytes_tensor, DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput,
+    Tensor,
+};
+use crate::error::{Error, Result};
+use crate::proto::{
+    infer_parameter::ParameterChoice, model_infer_response, InferParameter, InferTensorContents,
+    ModelInferRequest, ModelInferResponse,
+};
+
+fn parameters(map: HashMap<String, InferParameter>, what: &str) -> Result<Parameters> {
+    let mut out = Parameters::new();
+    for (k, v) in map {
+        let p = match v.parameter_choice {
+            Some(ParameterChoice::BoolParam(b)) => Parameter::Bool(b),
+            Some(ParameterChoice::Int64Param(i)) => Parameter::Int(i),
+            Some(ParameterChoice::StringParam(s)) => Parameter::String(s),
+            Some(ParameterChoice::DoubleParam(d)) => Parameter::Double(d),
+            Some(ParameterChoice::Uint64Param(u)) => {
+                Parameter::Int(i64::try_from(u).map_err(|_| {
+                    Error::invalid_arg(format!("{what} parameter '{k}': {u} is too large"))
+                })?)
+            }
+            None => {
+                return Err(Error::invalid_arg(format!(
+                    "{what} parameter '{k}' has no value"
+                )))
+            }
+        };
+        out.insert(k, p);
+    }
+    Ok(out)
+}
+
+fn to_wire(p: &Parameter) -> InferParameter {
+    let choice = match p {
+        Parameter::Bool(b) => ParameterChoice::BoolParam(*b),
+        Parameter::Int(i) => ParameterChoice::Int64Param(*i),
+        Parameter::Double(d) => ParameterChoice::DoubleParam(*d),
+        Parameter::String(s) => ParameterChoice::StringParam(s.clone()),
+    };
+    InferParameter {
+        parameter_choice: Some(choice),
+    }
+}
+
+/// Typed contents → tensor bytes; the list used must match the datatype.
+fn contents_to_bytes(name: &str, dt: DataType, c: InferTensorContents) -> Result<(Vec<u8>, usize)> {
+    let wrong = || {
+        Error::invalid_arg(format!(
+            "input '{name}': the contents for datatype {dt} must be in the {} field",
+            match dt {
+                DataType::Bool => "bool_contents",
+                DataType::Int8 | DataType::Int16 | DataType::Int32 => "int_contents",
+                DataType::Int64 => "int64_contents",
+                DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => "uint_contents",
+                DataType::Uint64 => "uint64_contents",
+                DataType::Fp32 => "fp32_contents",
+                DataType::Fp64 => "fp64_contents",
+                DataType::Bytes => "bytes_contents",
+                DataType::Fp16 | DataType::Bf16 =>
+                    "raw_input_contents (FP16/BF16 have no typed contents)",
+            }
+        ))
+    };
+    let used = [
+        !c.bool_contents.is_empty(),
+        !c.int_contents.is_empty(),
+        !c.int64_contents.is_empty(),
+        !c.uint_contents.is_empty(),
+        !c.uint64_contents.is_empty(),
+        !c.fp32_contents.is_empty(),
+        !c.fp64_contents.is_empty(),
+        !c.bytes_contents.is_empty(),
+    ];
+    let allowed = match dt {
+        DataType::Bool => 0,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => 1,
+        DataType::Int64 => 2,
+        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => 3,
+        DataType::Uint64 => 4,
+        DataType::Fp32 => 5,
+        DataType::Fp64 => 6,
+        DataType::Bytes => 7,
+        DataType::Fp16 | DataType::Bf16 => return Err(wrong()),
+    };
+    if used.iter().enumerate().any(|(i, &u)| u && i != allowed) {
+        return Err(wrong());
+    }
+    let range =
+        |v: i64| Error::invalid_arg(format!("input '{name}': {v} is not a valid {dt} value"));
+    let mut buf = Vec::new();
+    let n = match dt {
+        DataType::Bool => {
+            buf.extend(c.bool_contents.iter().map(|&b| b as u8));
+            c.bool_contents.len()
+        }
+        DataType::Int8 => {
+            for &v in &c.int_contents {
+                buf.push(i8::try_from(v).map_err(|_| range(v as i64))? as u8);
+            }
+            c.int_contents.len()
+        }
+        DataType::Int16 => {
+            for &v in &c.int_contents {
+                buf.extend_from_slice(
+                    &i16::try_from(v).map_err(|_| range(v as i64))?.to_le_bytes(),
+                );
+            }
+            c.int_contents.len()
+        }
+        DataType::Int32 => {
+            c.int_contents
+                .iter()
+                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+            c.int_contents.len()
+        }
+        DataType::Int64 => {
+            c.int64_contents
+                .iter()
+                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+            c.int64_contents.len()
+        }
+        DataType::Uint8 => {
+            for &v in &c.uint_contents {
+                buf.push(u8::try_from(v).map_err(|_| range(v as i64))?);
+            }
+            c.uint_contents.len()
+        }
+        DataType::Uint16 => {
+            for &v in &c.uint_contents {
+                buf.extend_from_slice(
+                    &u16::try_from(v).map_err(|_| range(v as i64))?.to_le_bytes(),
+                );
+            }
+            c.uint_contents.len()
+        }
+        DataType::Uint32 => {
+            c.uint_contents
+                .iter()
+                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+            c.uint_contents.len()
+        }
+        DataType::Uint64 => {
+            c.uint64_contents
+                .iter()
+                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+            c.uint64_contents.len()
+        }
+        DataType::Fp32 => {
+            c.fp32_contents
+                .iter()
+                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+            c.fp32_contents.len()
+        }
+        DataType::Fp64 => {
+            c.fp64_contents
+                .iter()
+                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+            c.fp64_contents.len()
+        }
+        DataType::Bytes => {
+            c.bytes_contents
+                .iter()
+                .for_each(|v| bytes_tensor::push(&mut buf, v));
+            c.bytes_contents.len()
+        }
+        DataType::Fp16 | DataType::Bf16 => unreachable!("rejected above"),
+    };
+    Ok((buf, n))
+}
+
+/// Decodes a gRPC inference request.
+pub fn decode_request(req: ModelInferRequest) -> Result<InferRequest> {
+    let version = crate::frontend::common::parse_version(&req.model_version)?;
+    let raw = req.raw_input_contents;
+    if !raw.is_empty() && raw.len() != req.inputs.len() {
+        return Err(Error::invalid_arg(format!(
+            "raw_input_contents has {} entries but the request has {} inputs; there must be one per input, in order",
+            raw.len(),
+            req.inputs.len()
+        )));
+    }
+    let mut raw = raw.into_iter();
+    let mut inputs = Vec::with_capacity(req.inputs.len());
+    for input in req.inputs {
+        let name = input.name;
+        let dt = DataType::from_wire(&input.datatype).ok_or_else(|| {
+            Error::invalid_arg(format!(
+                "input '{name}': unknown datatype '{}'",
+                input.datatype
+            ))
+        })?;
+        if let Some(d) = input.shape.iter().find(|&&d| d < 0) {
+            return Err(Error::invalid_arg(format!(
+                "input '{name}': shape {} contains negative dim {d}",
+                shape_str(&input.shape)
+            )));
+        }
+        if input.parameters.contains_key("shared_memory_region") {
+            return Err(Error::unsupported(format!(
+                "input '{name}': shared memory inputs are not supported by this version of Tern"
+            )));
+        }
+        let data = match (raw.next(), input.contents) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid_arg(format!(
+                    "input '{name}': contents and raw_input_contents cannot both be specified"
+                )))
+            }
+            (Some(bytes), None) => bytes,
+            (None, Some(c)) => {
+                let (buf, n) = contents_to_bytes(&name, dt, c)?;
+                let expected = element_count(&input.shape);
+                if n != expected {
+                    return Err(Error::invalid_arg(format!(
+                        "input '{name}': shape {} has {expected} element(s) but 'contents' has {n}",
+                        shape_str(&input.shape)
+                    )));
+                }
+                buf.into()
+            }
+            (None, None) => {
+                if element_count(&input.shape) != 0 {
+                    return Err(Error::invalid_arg(format!(
+                        "input '{name}' has neither contents nor raw_input_contents"
+                    )));
+                }
+                Default::default()
+            }
+        };
+        inputs.push(Tensor::new(name, dt, input.shape, data));
+    }
+    let mut outputs = Vec::with_capacity(req.outputs.len());
+    for out in req.outputs {
+        let params = parameters(out.parameters, &format!("output '{}'", out.name))?;
+        if params.contains_key("shared_memory_region") {
+            return Err(Error::unsupported(format!(
+                "output '{}': shared memory outputs are not supported by this version of Tern",
+                out.name
+            )));
+        }
+        let classification = match params.get("classification") {
+            None => None,
+            Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
+            Some(_) => {
+                return Err(Error::invalid_arg(format!(
+                    "output '{}': 'classification' must be a non-negative integer",
+                    out.name
+                )))
+            }
+        };
+        outputs.push(RequestedOutput {
+            name: out.name,
+            classification,
+            binary: None,
+        });
+    }
+    Ok(InferRequest {
+        model_name: req.model_name,
+        model_version: version,
+        id: req.id,
+        inputs,
+        outputs,
+        parameters: parameters(req.parameters, "request")?,
+    })
+}
+
+/// Encodes a response with `raw_output_contents`, as Triton does.
+pub fn encode_response(resp: InferResponse) -> ModelInferResponse {
+    let mut outputs = Vec::with_capacity(resp.outputs.len());
+    let mut raw = Vec::with_capacity(resp.outputs.len());
+    for t in resp.outputs {
+        outputs.push(model_infer_response::InferOutputTensor {
+            name: t.name,
+            datatype: t.dtype.wire_name().to_string(),
+            shape: t.shape,
+            parameters: HashMap::new(),
+            contents: None,
+        });
+        raw.push(t.data);
+    }
+    ModelInferResponse {
+        model_name: resp.model_name,
+        model_version: resp.model_version.to_string(),
+        id: resp.id,
+        parameters: resp
+            .parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), to_wire(v)))
+            .collect(),
+        outputs,
+        raw_output_contents: raw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::model_infer_request::InferInputTensor;
+
+    fn input(dt: &str, shape: Vec<i64>, contents: Option<InferTensorContents>) -> InferInputTensor {
+        InferInputTensor {
+            name: "X".into(),
+            datatype: dt.into(),
+            shape,
+            parameters: HashMap::new(),
+            contents,
+        }
+    }
+
+    #[test]
+    fn typed_and_raw_contents() {
+        let c = InferTensorContents {
+            int_contents: vec![1, -2],
+            ..Default::default()
+        };
+        let req = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("INT16", vec![2], Some(c))],
+            ..Default::default()
+        };
+        let r = decode_request(req).unwrap();
+        assert_eq!(&r.inputs[0].data[..], &[1, 0, 0xfe, 0xff]);
+        let req = ModelInferRequest {
+            inputs: vec![input("FP16", vec![1], None)],
+            raw_input_contents: vec![vec![0, 60].into()],
+            ..Default::default()
+        };
+        assert_eq!(decode_request(req).unwrap().inputs[0].data.len(), 2);
+        let c = InferTensorContents {
+            bytes_contents: vec![b"ab".to_vec().into()],
+            ..Default::default()
+        };
+        let req = ModelInferRequest {
+            inputs: vec![input("BYTES", vec![1], Some(c))],
+            ..Default::default()
+        };
+        assert_eq!(
+            &decode_request(req).unwrap().inputs[0].data[..],
+            &[2, 0, 0, 0, b'a', b'b']
+        );
+    }
+
+    #[test]
+    fn errors() {
+        let err = |req: ModelInferRequest| decode_request(req).unwrap_err().message;
+        let c = || {
+            Some(InferTensorContents {
+                fp32_contents: vec![1.0],
+                ..Default::default()
+            })
+        };
+        assert!(err(ModelInferRequest {
+            inputs: vec![input("INT32", vec![1], c())],
+            ..Default::default()
+        })
+        .contains("int_contents"));
+        assert!(err(ModelInferRequest {
+            inputs: vec![input("FP32", vec![2], c())],
+            ..Default::default()
+        })
+        .contains("has 2 element(s) but 'contents' has 1"));
+        assert!(err(ModelInferRequest {
+            inputs: vec![input("FP32", vec![1], c())],
+            raw_input_contents: vec![vec![0; 4].into()],
+            ..Default::default()
+        })
+        .contains("cannot both"));
+        assert!(err(ModelInferRequest {
+            inputs: vec![input("FP16", vec![1], Some(Default::default()))],
+            ..Default::default()
+        })
+        .contains("raw_input_contents"));
+        let big = Some(InferTensorContents {
+            int_contents: vec![300],
+            ..Default::default()
+        });
+        assert!(err(ModelInferRequest {
+            inputs: vec![input("INT8", vec![1], big)],
+            ..Default::default()
+        })
+        .contains("300 is not a valid INT8"));
+    }
+}

@@ -1,0 +1,451 @@
+//! The gRPC frontend: Triton's `inference.GRPCInferenceService` (tonic) and
+//! the standard `grpc.health.v1.Health` service. Requests go through the
+//! same core as HTTP (`core::validate`, the model's scheduler), so both
+//! frontends give the same answers and the same error messages.
+
+pub mod codec;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::{Stream, StreamExt};
+use tonic::codec::CompressionEncoding;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::common::{model_metadata, parse_version, ServerInfo, EXTENSIONS};
+use crate::error::{Error, Result};
+use crate::proto::grpc_inference_service_server::{
+    GrpcInferenceService, GrpcInferenceServiceServer,
+};
+use crate::proto::health::health_check_response::ServingStatus;
+use crate::proto::health::health_server::{Health, HealthServer};
+use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
+use crate::proto::*;
+use crate::scheduler::stats::{CountNs, Snapshot};
+
+/// gRPC server settings from the command line.
+#[derive(Debug, Clone)]
+pub struct GrpcSettings {
+    /// `--grpc-keepalive-time` (ms): interval of server keepalive pings.
+    pub keepalive_time: Duration,
+    /// `--grpc-keepalive-timeout` (ms): how long to wait for a ping ack.
+    pub keepalive_timeout: Duration,
+    /// Compress responses (gzip) for clients that accept it.
+    pub compress_responses: bool,
+}
+
+/// The inference service.
+pub struct InferenceService {
+    info: Arc<ServerInfo>,
+}
+
+fn status(e: Error) -> Status {
+    e.grpc_status()
+}
+
+fn unimplemented(what: &str, issue: &str) -> Status {
+    Error::unsupported(format!(
+        "{what} is not supported by this version of Tern ({issue})"
+    ))
+    .grpc_status()
+}
+
+fn duration(c: &CountNs) -> Option<StatisticDuration> {
+    Some(StatisticDuration {
+        count: c.count,
+        ns: c.ns,
+    })
+}
+
+fn statistics(name: &str, version: i64, s: &Snapshot) -> ModelStatistics {
+    ModelStatistics {
+        name: name.to_string(),
+        version: version.to_string(),
+        last_inference: s.last_inference,
+        inference_count: s.inference_count,
+        execution_count: s.execution_count,
+        inference_stats: Some(InferStatistics {
+            success: duration(&s.success),
+            fail: duration(&s.fail),
+            queue: duration(&s.queue),
+            compute_input: duration(&s.compute_input),
+            compute_infer: duration(&s.compute_infer),
+            compute_output: duration(&s.compute_output),
+            cache_hit: duration(&CountNs::default()),
+            cache_miss: duration(&CountNs::default()),
+        }),
+        batch_stats: s
+            .batches
+            .iter()
+            .map(|(size, [i, n, o])| InferBatchStatistics {
+                batch_size: *size as u64,
+                compute_input: duration(i),
+                compute_infer: duration(n),
+                compute_output: duration(o),
+            })
+            .collect(),
+        memory_usage: vec![],
+        response_stats: HashMap::new(),
+    }
+}
+
+impl InferenceService {
+    async fn infer(&self, req: ModelInferRequest) -> Result<ModelInferResponse> {
+        let request = codec::decode_request(req)?;
+        let handle = self
+            .info
+            .repository
+            .get(&request.model_name, request.model_version)?;
+        let response = handle.infer(request).await?;
+        Ok(codec::encode_response(response))
+    }
+}
+
+fn log_settings_response(s: &crate::logging::Settings) -> LogSettingsResponse {
+    use log_settings_response::setting_value::ParameterChoice as P;
+    use log_settings_response::SettingValue as V;
+    let v = |p: P| V {
+        parameter_choice: Some(p),
+    };
+    let mut settings = HashMap::new();
+    settings.insert("log_file".into(), v(P::StringParam(s.log_file.clone())));
+    settings.insert("log_info".into(), v(P::BoolParam(s.log_info)));
+    settings.insert("log_warning".into(), v(P::BoolParam(s.log_warning)));
+    settings.insert("log_error".into(), v(P::BoolParam(s.log_error)));
+    settings.insert(
+        "log_verbose_level".into(),
+        v(P::Uint32Param(s.log_verbose_level)),
+    );
+    settings.insert("log_format".into(), v(P::StringParam(s.log_format.clone())));
+    LogSettingsResponse { settings }
+}
+
+type StreamOut = Pin<
+    Box<dyn Stream<Item = std::result::Result<ModelStreamInferResponse, Status>> + Send + 'static>,
+>;
+
+#[tonic::async_trait]
+impl GrpcInferenceService for InferenceService {
+    async fn server_live(
+        &self,
+        _: Request<ServerLiveRequest>,
+    ) -> std::result::Result<Response<ServerLiveResponse>, Status> {
+        Ok(Response::new(ServerLiveResponse { live: true }))
+    }
+
+    async fn server_ready(
+        &self,
+        _: Request<ServerReadyRequest>,
+    ) -> std::result::Result<Response<ServerReadyResponse>, Status> {
+        Ok(Response::new(ServerReadyResponse {
+            ready: self.info.ready(),
+        }))
+    }
+
+    async fn model_ready(
+        &self,
+        req: Request<ModelReadyRequest>,
+    ) -> std::result::Result<Response<ModelReadyResponse>, Status> {
+        let r = req.into_inner();
+        let version = parse_version(&r.version).map_err(status)?;
+        Ok(Response::new(ModelReadyResponse {
+            ready: self.info.repository.get(&r.name, version).is_ok(),
+        }))
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> std::result::Result<Response<ServerMetadataResponse>, Status> {
+        Ok(Response::new(ServerMetadataResponse {
+            name: self.info.server_id.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            extensions: EXTENSIONS.iter().map(|e| e.to_string()).collect(),
+        }))
+    }
+
+    async fn model_metadata(
+        &self,
+        req: Request<ModelMetadataRequest>,
+    ) -> std::result::Result<Response<ModelMetadataResponse>, Status> {
+        let r = req.into_inner();
+        let version = parse_version(&r.version).map_err(status)?;
+        let m = model_metadata(&self.info.repository, &r.name, version).map_err(status)?;
+        let meta = |t: super::common::TensorMeta| model_metadata_response::TensorMetadata {
+            name: t.name,
+            datatype: t.datatype.to_string(),
+            shape: t.shape,
+        };
+        Ok(Response::new(ModelMetadataResponse {
+            name: m.name,
+            versions: m.versions,
+            platform: m.platform,
+            inputs: m.inputs.into_iter().map(meta).collect(),
+            outputs: m.outputs.into_iter().map(meta).collect(),
+        }))
+    }
+
+    async fn model_infer(
+        &self,
+        req: Request<ModelInferRequest>,
+    ) -> std::result::Result<Response<ModelInferResponse>, Status> {
+        self.infer(req.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(status)
+    }
+
+    type ModelStreamInferStream = StreamOut;
+
+    async fn model_stream_infer(
+        &self,
+        req: Request<Streaming<ModelInferRequest>>,
+    ) -> std::result::Result<Response<Self::ModelStreamInferStream>, Status> {
+        let mut incoming = req.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let service = InferenceService {
+            info: self.info.clone(),
+        };
+        let service = Arc::new(service);
+        tokio::spawn(async move {
+            // Each request runs concurrently; the output stream ends when the client has
+            // half-closed and every outstanding response has been sent.
+            while let Some(next) = incoming.next().await {
+                let req = match next {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        break;
+                    }
+                };
+                let tx = tx.clone();
+                let service = service.clone();
+                tokio::spawn(async move {
+                    let id = req.id.clone();
+                    let model_name = req.model_name.clone();
+                    let model_version = req.model_version.clone();
+                    let msg = match service.infer(req).await {
+                        Ok(resp) => ModelStreamInferResponse {
+                            error_message: String::new(),
+                            infer_response: Some(resp),
+                        },
+                        Err(e) => ModelStreamInferResponse {
+                            error_message: e.message,
+                            infer_response: Some(ModelInferResponse {
+                                model_name,
+                                model_version,
+                                id,
+                                ..Default::default()
+                            }),
+                        },
+                    };
+                    let _ = tx.send(Ok(msg)).await;
+                });
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx)) as StreamOut))
+    }
+
+    async fn model_config(
+        &self,
+        req: Request<ModelConfigRequest>,
+    ) -> std::result::Result<Response<ModelConfigResponse>, Status> {
+        let r = req.into_inner();
+        let version = parse_version(&r.version).map_err(status)?;
+        let cfg = self
+            .info
+            .repository
+            .config(&r.name, version)
+            .map_err(status)?;
+        Ok(Response::new(ModelConfigResponse {
+            config: Some((*cfg).clone()),
+        }))
+    }
+
+    async fn model_statistics(
+        &self,
+        req: Request<ModelStatisticsRequest>,
+    ) -> std::result::Result<Response<ModelStatisticsResponse>, Status> {
+        let r = req.into_inner();
+        let version = parse_version(&r.version).map_err(status)?;
+        let name = (!r.name.is_empty()).then_some(r.name.as_str());
+        let handles = self
+            .info
+            .repository
+            .handles(name, version)
+            .map_err(status)?;
+        let model_stats = handles
+            .iter()
+            .map(|h| statistics(&h.config.name, h.version, &h.stats()))
+            .collect();
+        Ok(Response::new(ModelStatisticsResponse { model_stats }))
+    }
+
+    async fn repository_index(
+        &self,
+        req: Request<RepositoryIndexRequest>,
+    ) -> std::result::Result<Response<RepositoryIndexResponse>, Status> {
+        let ready_only = req.into_inner().ready;
+        let models = self
+            .info
+            .repository
+            .index()
+            .into_iter()
+            .filter(|e| !ready_only || e.state == crate::repository::State::Ready)
+            .map(|e| repository_index_response::ModelIndex {
+                name: e.name,
+                version: e.version.map(|v| v.to_string()).unwrap_or_default(),
+                state: e.state.as_str().to_string(),
+                reason: e.reason,
+            })
+            .collect();
+        Ok(Response::new(RepositoryIndexResponse { models }))
+    }
+
+    async fn repository_model_load(
+        &self,
+        _: Request<RepositoryModelLoadRequest>,
+    ) -> std::result::Result<Response<RepositoryModelLoadResponse>, Status> {
+        Err(unimplemented(
+            "loading models through the API",
+            "model control mode is 'none'",
+        ))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        _: Request<RepositoryModelUnloadRequest>,
+    ) -> std::result::Result<Response<RepositoryModelUnloadResponse>, Status> {
+        Err(unimplemented(
+            "unloading models through the API",
+            "model control mode is 'none'",
+        ))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        _: Request<SystemSharedMemoryStatusRequest>,
+    ) -> std::result::Result<Response<SystemSharedMemoryStatusResponse>, Status> {
+        Err(unimplemented("system shared memory", "not implemented yet"))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        _: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> std::result::Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
+        Err(unimplemented("system shared memory", "not implemented yet"))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        _: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> std::result::Result<Response<SystemSharedMemoryUnregisterResponse>, Status> {
+        Err(unimplemented("system shared memory", "not implemented yet"))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        _: Request<CudaSharedMemoryStatusRequest>,
+    ) -> std::result::Result<Response<CudaSharedMemoryStatusResponse>, Status> {
+        Err(unimplemented("CUDA shared memory", "not implemented yet"))
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> std::result::Result<Response<CudaSharedMemoryRegisterResponse>, Status> {
+        Err(unimplemented("CUDA shared memory", "not implemented yet"))
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> std::result::Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
+        Err(unimplemented("CUDA shared memory", "not implemented yet"))
+    }
+
+    async fn trace_setting(
+        &self,
+        _: Request<TraceSettingRequest>,
+    ) -> std::result::Result<Response<TraceSettingResponse>, Status> {
+        Err(unimplemented("tracing", "not implemented yet"))
+    }
+
+    async fn log_settings(
+        &self,
+        req: Request<LogSettingsRequest>,
+    ) -> std::result::Result<Response<LogSettingsResponse>, Status> {
+        use log_settings_request::setting_value::ParameterChoice as P;
+        let settings = req.into_inner().settings;
+        if settings.is_empty() {
+            return Ok(Response::new(log_settings_response(
+                &crate::logging::settings(),
+            )));
+        }
+        let mut body = serde_json::Map::new();
+        for (k, v) in settings {
+            let value = match v.parameter_choice {
+                Some(P::BoolParam(b)) => serde_json::Value::Bool(b),
+                Some(P::Uint32Param(u)) => serde_json::Value::from(u),
+                Some(P::StringParam(s)) => serde_json::Value::String(s),
+                None => {
+                    return Err(
+                        Error::invalid_arg(format!("log setting '{k}' has no value")).grpc_status(),
+                    )
+                }
+            };
+            body.insert(k, value);
+        }
+        let updated = crate::logging::update(&serde_json::Value::Object(body)).map_err(status)?;
+        Ok(Response::new(log_settings_response(&updated)))
+    }
+}
+
+/// `grpc.health.v1.Health`: SERVING when the server is ready.
+pub struct HealthService {
+    info: Arc<ServerInfo>,
+}
+
+#[tonic::async_trait]
+impl Health for HealthService {
+    async fn check(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> std::result::Result<Response<HealthCheckResponse>, Status> {
+        let status = if self.info.ready() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        Ok(Response::new(HealthCheckResponse {
+            status: status as i32,
+        }))
+    }
+}
+
+/// Serves gRPC on `listener` until `shutdown` resolves (in-flight calls finish first).
+pub async fn serve(
+    info: Arc<ServerInfo>,
+    settings: GrpcSettings,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::result::Result<(), tonic::transport::Error> {
+    let mut inference = GrpcInferenceServiceServer::new(InferenceService { info: info.clone() })
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate)
+        .max_decoding_message_size(i32::MAX as usize)
+        .max_encoding_message_size(i32::MAX as usize);
+    if settings.compress_responses {
+        inference = inference.send_compressed(CompressionEncoding::Gzip);
+    }
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(settings.keepalive_time))
+        .http2_keepalive_timeout(Some(settings.keepalive_timeout))
+        .add_service(inference)
+        .add_service(HealthServer::new(HealthService { info }))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}
