@@ -239,3 +239,25 @@ def test_grpc_health_service(server):
     with grpc.insecure_channel(server.grpc_url) as ch:
         check = ch.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda x: x, response_deserializer=lambda x: x)
         assert check(b"") == bytes([0x08, 0x02])
+
+
+def test_connection_age_and_keepalive_flags(start_tern, good_repo):
+    import time
+
+    t = start_tern(
+        [
+            f"--model-repository={good_repo}",
+            "--grpc-max-connection-age=300",
+            "--grpc-max-connection-age-grace=100",
+            "--grpc-keepalive-time=1000",
+            "--grpc-keepalive-timeout=500",
+            "--grpc-infer-response-compression-level=high",
+        ]
+    )
+    c = grpcclient.InferenceServerClient(t.grpc_url)
+    a = np.ones((1, 16), dtype=np.int32)
+    for _ in range(3):
+        # The server retires each connection after 300 ms (GOAWAY); the client reconnects.
+        np.testing.assert_array_equal(c.infer("simple", simple_inputs(a, a)).as_numpy("OUTPUT0"), a * 2)
+        time.sleep(0.5)
+    c.close()

@@ -51,6 +51,14 @@ pub struct Args {
     #[arg(long, env = "TERN_GRPC_KEEPALIVE_TIMEOUT", default_value_t = 20_000)]
     pub grpc_keepalive_timeout: u64,
 
+    /// Close gRPC connections older than this many milliseconds (0 = never).
+    #[arg(long, env = "TERN_GRPC_MAX_CONNECTION_AGE", default_value_t = 0)]
+    pub grpc_max_connection_age: u64,
+
+    /// Extra time, in milliseconds, an aged connection gets to finish its calls.
+    #[arg(long, env = "TERN_GRPC_MAX_CONNECTION_AGE_GRACE", default_value_t = 0)]
+    pub grpc_max_connection_age_grace: u64,
+
     /// Compression of inference responses for clients that accept it: none|low|medium|high
     /// (any level other than none uses gzip; tonic does not expose the level).
     #[arg(
@@ -137,8 +145,6 @@ pub struct Args {
 const NOT_YET: &[&str] = &[
     "--grpc-keepalive-permit-without-calls",
     "--grpc-http2-",
-    "--grpc-max-connection-age",
-    "--grpc-max-connection-age-grace",
     "--grpc-use-ssl",
     "--grpc-use-ssl-mutual",
     "--grpc-server-cert",
@@ -221,6 +227,10 @@ impl Args {
             keepalive_time: std::time::Duration::from_millis(self.grpc_keepalive_time),
             keepalive_timeout: std::time::Duration::from_millis(self.grpc_keepalive_timeout),
             compress_responses: compress,
+            max_connection_age: (self.grpc_max_connection_age > 0)
+                .then(|| std::time::Duration::from_millis(self.grpc_max_connection_age)),
+            max_connection_age_grace: (self.grpc_max_connection_age_grace > 0)
+                .then(|| std::time::Duration::from_millis(self.grpc_max_connection_age_grace)),
         })
     }
 

@@ -35,6 +35,10 @@ pub struct GrpcSettings {
     pub keepalive_timeout: Duration,
     /// Compress responses (gzip) for clients that accept it.
     pub compress_responses: bool,
+    /// `--grpc-max-connection-age`: connections older than this are closed (GOAWAY).
+    pub max_connection_age: Option<Duration>,
+    /// `--grpc-max-connection-age-grace`: time an aged connection gets to finish.
+    pub max_connection_age_grace: Option<Duration>,
 }
 
 /// The inference service.
@@ -441,9 +445,16 @@ pub async fn serve(
     if settings.compress_responses {
         inference = inference.send_compressed(CompressionEncoding::Gzip);
     }
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(settings.keepalive_time))
-        .http2_keepalive_timeout(Some(settings.keepalive_timeout))
+        .http2_keepalive_timeout(Some(settings.keepalive_timeout));
+    if let Some(age) = settings.max_connection_age {
+        builder = builder.max_connection_age(age);
+    }
+    if let Some(grace) = settings.max_connection_age_grace {
+        builder = builder.max_connection_age_grace(grace);
+    }
+    builder
         .add_service(inference)
         .add_service(HealthServer::new(HealthService { info }))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
