@@ -261,3 +261,58 @@ def test_connection_age_and_keepalive_flags(start_tern, good_repo):
         np.testing.assert_array_equal(c.infer("simple", simple_inputs(a, a)).as_numpy("OUTPUT0"), a * 2)
         time.sleep(0.5)
     c.close()
+
+
+def make_certs(d):
+    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate, via openssl."""
+    import subprocess
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=tern-test-ca", "-keyout", "ca.key", "-out", "ca.pem")
+    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.csr")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1", "-extfile", "san.cnf", "-out", f"{name}.pem")
+    return {n: str(d / n) for n in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+
+
+def test_tls_and_mutual_tls(start_tern, good_repo, tmp_path):
+    certs = make_certs(tmp_path)
+    a = np.ones((1, 16), dtype=np.int32)
+    tls = [f"--grpc-server-cert={certs['server.pem']}", f"--grpc-server-key={certs['server.key']}"]
+    t = start_tern([f"--model-repository={good_repo}", "--grpc-use-ssl=true", *tls])
+    c = grpcclient.InferenceServerClient(t.grpc_url, ssl=True, root_certificates=certs["ca.pem"])
+    np.testing.assert_array_equal(c.infer("simple", simple_inputs(a, a)).as_numpy("OUTPUT0"), a * 2)
+    c.close()
+    plain = grpcclient.InferenceServerClient(t.grpc_url)
+    with pytest.raises(InferenceServerException):
+        plain.is_server_live()
+    plain.close()
+
+    m = start_tern([f"--model-repository={good_repo}", "--grpc-use-ssl-mutual=true", *tls, f"--grpc-root-cert={certs['ca.pem']}"])
+    c = grpcclient.InferenceServerClient(
+        m.grpc_url, ssl=True, root_certificates=certs["ca.pem"], private_key=certs["client.key"], certificate_chain=certs["client.pem"]
+    )
+    assert c.is_server_live()
+    c.close()
+    anonymous = grpcclient.InferenceServerClient(m.grpc_url, ssl=True, root_certificates=certs["ca.pem"])
+    with pytest.raises(InferenceServerException):
+        anonymous.is_server_live()
+    anonymous.close()
+
+
+def test_bad_tls_material_fails_startup(good_repo, tmp_path):
+    from conftest import Tern
+
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    t = Tern(
+        [f"--model-repository={good_repo}", "--grpc-use-ssl", f"--grpc-server-cert={tmp_path / 'bad.pem'}", f"--grpc-server-key={tmp_path / 'bad.pem'}"],
+        wait_ready=False,
+    )
+    assert t.wait(60) != 0
+    assert "gRPC TLS configuration" in t.log()
+    t = Tern([f"--model-repository={good_repo}", "--grpc-use-ssl"], wait_ready=False)
+    assert t.wait(60) != 0
+    assert "TLS for gRPC needs --grpc-server-cert" in t.log()

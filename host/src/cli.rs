@@ -59,6 +59,26 @@ pub struct Args {
     #[arg(long, env = "TERN_GRPC_MAX_CONNECTION_AGE_GRACE", default_value_t = 0)]
     pub grpc_max_connection_age_grace: u64,
 
+    /// Serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key).
+    #[arg(long, env = "TERN_GRPC_USE_SSL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub grpc_use_ssl: bool,
+
+    /// Require client certificates signed by --grpc-root-cert (implies --grpc-use-ssl).
+    #[arg(long, env = "TERN_GRPC_USE_SSL_MUTUAL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub grpc_use_ssl_mutual: bool,
+
+    /// PEM file with the server certificate chain.
+    #[arg(long, env = "TERN_GRPC_SERVER_CERT")]
+    pub grpc_server_cert: Option<PathBuf>,
+
+    /// PEM file with the server private key.
+    #[arg(long, env = "TERN_GRPC_SERVER_KEY")]
+    pub grpc_server_key: Option<PathBuf>,
+
+    /// PEM file with the CA that signs client certificates (mutual TLS).
+    #[arg(long, env = "TERN_GRPC_ROOT_CERT")]
+    pub grpc_root_cert: Option<PathBuf>,
+
     /// Compression of inference responses for clients that accept it: none|low|medium|high
     /// (any level other than none uses gzip; tonic does not expose the level).
     #[arg(
@@ -145,11 +165,6 @@ pub struct Args {
 const NOT_YET: &[&str] = &[
     "--grpc-keepalive-permit-without-calls",
     "--grpc-http2-",
-    "--grpc-use-ssl",
-    "--grpc-use-ssl-mutual",
-    "--grpc-server-cert",
-    "--grpc-server-key",
-    "--grpc-root-cert",
     "--grpc-restricted-protocol",
     "--grpc-header-forward-pattern",
     "--metrics-",
@@ -223,7 +238,28 @@ impl Args {
                 )))
             }
         };
+        let read = |flag: &str, path: &Option<PathBuf>| -> Result<Vec<u8>> {
+            let path = path
+                .as_ref()
+                .ok_or_else(|| Error::invalid_arg(format!("TLS for gRPC needs {flag}")))?;
+            std::fs::read(path)
+                .map_err(|e| Error::invalid_arg(format!("{flag} '{}': {e}", path.display())))
+        };
+        let tls = if self.grpc_use_ssl || self.grpc_use_ssl_mutual {
+            Some(crate::frontend::grpc::TlsSettings {
+                cert: read("--grpc-server-cert", &self.grpc_server_cert)?,
+                key: read("--grpc-server-key", &self.grpc_server_key)?,
+                client_ca: if self.grpc_use_ssl_mutual {
+                    Some(read("--grpc-root-cert", &self.grpc_root_cert)?)
+                } else {
+                    None
+                },
+            })
+        } else {
+            None
+        };
         Ok(crate::frontend::grpc::GrpcSettings {
+            tls,
             keepalive_time: std::time::Duration::from_millis(self.grpc_keepalive_time),
             keepalive_timeout: std::time::Duration::from_millis(self.grpc_keepalive_timeout),
             compress_responses: compress,
@@ -308,10 +344,15 @@ mod tests {
 
     #[test]
     fn rejects_unimplemented_and_unknown() {
-        let e = Args::parse_checked(["tern", "--model-repository=/m", "--grpc-use-ssl=true"])
-            .unwrap_err();
+        let e = Args::parse_checked([
+            "tern",
+            "--model-repository=/m",
+            "--grpc-http2-max-ping-strikes=2",
+        ])
+        .unwrap_err();
         assert!(
-            e.message.contains("'--grpc-use-ssl' is not supported"),
+            e.message
+                .contains("'--grpc-http2-max-ping-strikes' is not supported"),
             "{e}"
         );
         let e = Args::parse_checked(["tern", "--model-repository=/m", "--bogus"]).unwrap_err();

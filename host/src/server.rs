@@ -89,6 +89,12 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
+    // Built before anything listens, so bad TLS material fails startup cleanly.
+    let mut grpc_router = if args.allow_grpc {
+        Some(grpc::build(info.clone(), &grpc_settings)?)
+    } else {
+        None
+    };
     let mut tasks = Vec::new();
     let mut http_addr = None;
     if args.allow_http {
@@ -114,9 +120,9 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         let (listener, addr) = bind("gRPC", &args.grpc_address, args.grpc_port).await?;
         grpc_addr = Some(addr);
         let shutdown = stopped(stop_rx.clone());
-        let info = info.clone();
+        let router = grpc_router.take().expect("built when gRPC is allowed");
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = grpc::serve(info, grpc_settings, listener, shutdown).await {
+            if let Err(e) = grpc::serve(router, listener, shutdown).await {
                 tracing::error!("gRPC server error: {e}");
             }
         }));

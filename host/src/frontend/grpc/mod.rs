@@ -26,9 +26,30 @@ use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::*;
 use crate::scheduler::stats::{CountNs, Snapshot};
 
+/// TLS material for the gRPC server (PEM).
+#[derive(Clone)]
+pub struct TlsSettings {
+    /// Server certificate chain.
+    pub cert: Vec<u8>,
+    /// Server private key.
+    pub key: Vec<u8>,
+    /// CA for client certificates; `Some` = mutual TLS (clients must present one).
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("mutual", &self.client_ca.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// gRPC server settings from the command line.
 #[derive(Debug, Clone)]
 pub struct GrpcSettings {
+    /// TLS, when enabled.
+    pub tls: Option<TlsSettings>,
     /// `--grpc-keepalive-time` (ms): interval of server keepalive pings.
     pub keepalive_time: Duration,
     /// `--grpc-keepalive-timeout` (ms): how long to wait for a ping ack.
@@ -430,13 +451,12 @@ impl Health for HealthService {
     }
 }
 
-/// Serves gRPC on `listener` until `shutdown` resolves (in-flight calls finish first).
-pub async fn serve(
+/// Builds the gRPC server (services, limits, keepalive, TLS). Bad TLS
+/// material is an error here, at startup.
+pub fn build(
     info: Arc<ServerInfo>,
-    settings: GrpcSettings,
-    listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::result::Result<(), tonic::transport::Error> {
+    settings: &GrpcSettings,
+) -> Result<tonic::transport::server::Router> {
     let mut inference = GrpcInferenceServiceServer::new(InferenceService { info: info.clone() })
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate)
@@ -448,15 +468,34 @@ pub async fn serve(
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(settings.keepalive_time))
         .http2_keepalive_timeout(Some(settings.keepalive_timeout));
+    if let Some(tls) = &settings.tls {
+        let mut config = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key));
+        if let Some(ca) = &tls.client_ca {
+            config = config.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        builder = builder
+            .tls_config(config)
+            .map_err(|e| Error::invalid_arg(format!("gRPC TLS configuration: {e} (check --grpc-server-cert, --grpc-server-key, --grpc-root-cert)")))?;
+    }
     if let Some(age) = settings.max_connection_age {
         builder = builder.max_connection_age(age);
     }
     if let Some(grace) = settings.max_connection_age_grace {
         builder = builder.max_connection_age_grace(grace);
     }
-    builder
+    Ok(builder
         .add_service(inference)
-        .add_service(HealthServer::new(HealthService { info }))
+        .add_service(HealthServer::new(HealthService { info })))
+}
+
+/// Serves a built gRPC server on `listener` until `shutdown` resolves (in-flight calls finish first).
+pub async fn serve(
+    router: tonic::transport::server::Router,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::result::Result<(), tonic::transport::Error> {
+    router
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await
 }
