@@ -88,6 +88,16 @@ pub struct Args {
     )]
     pub grpc_infer_response_compression_level: String,
 
+    /// Restrict HTTP API categories to calls carrying a header:
+    /// `<category>[,<category>...]:<key>=<value>` (repeatable).
+    #[arg(long, env = "TERN_HTTP_RESTRICTED_API")]
+    pub http_restricted_api: Vec<String>,
+
+    /// Restrict gRPC protocol categories to calls carrying metadata:
+    /// `<category>[,<category>...]:<key>=<value>` (repeatable).
+    #[arg(long, env = "TERN_GRPC_RESTRICTED_PROTOCOL")]
+    pub grpc_restricted_protocol: Vec<String>,
+
     /// Serve HTTP.
     #[arg(long, env = "TERN_ALLOW_HTTP", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub allow_http: bool,
@@ -165,7 +175,6 @@ pub struct Args {
 const NOT_YET: &[&str] = &[
     "--grpc-keepalive-permit-without-calls",
     "--grpc-http2-",
-    "--grpc-restricted-protocol",
     "--grpc-header-forward-pattern",
     "--metrics-",
     "--allow-metrics",
@@ -195,7 +204,6 @@ const NOT_YET: &[&str] = &[
     "--min-supported-compute-capability",
     "--http-thread-count",
     "--http-header-forward-pattern",
-    "--http-restricted-api",
     "--model-load-retry-count",
     "--enable-peer-access",
     "--disable-auto-complete-config-for",
@@ -259,6 +267,10 @@ impl Args {
             None
         };
         Ok(crate::frontend::grpc::GrpcSettings {
+            restrictions: crate::frontend::restrict::Restrictions::parse(
+                &self.grpc_restricted_protocol,
+                "--grpc-restricted-protocol",
+            )?,
             tls,
             keepalive_time: std::time::Duration::from_millis(self.grpc_keepalive_time),
             keepalive_timeout: std::time::Duration::from_millis(self.grpc_keepalive_timeout),

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::frontend::common::ServerInfo;
 use crate::frontend::grpc;
 use crate::frontend::http::{router, HttpState};
+use crate::frontend::restrict::Restrictions;
 use crate::repository::{Repository, RepositoryOptions, State};
 
 /// A started server.
@@ -89,7 +90,9 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
-    // Built before anything listens, so bad TLS material fails startup cleanly.
+    // Parsed and built before anything listens, so bad flags or TLS material fail startup cleanly.
+    let http_restrictions =
+        Restrictions::parse(&args.http_restricted_api, "--http-restricted-api")?;
     let mut grpc_router = if args.allow_grpc {
         Some(grpc::build(info.clone(), &grpc_settings)?)
     } else {
@@ -103,6 +106,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         let app = router(Arc::new(HttpState {
             info: info.clone(),
             max_input_size: args.http_max_input_size,
+            restrictions: http_restrictions,
         }));
         let shutdown = stopped(stop_rx.clone());
         tasks.push(tokio::spawn(async move {

@@ -5,3 +5,4 @@
 pub mod common;
 pub mod grpc;
 pub mod http;
+pub mod restrict;

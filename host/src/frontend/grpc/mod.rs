@@ -16,6 +16,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::common::{model_metadata, parse_version, ServerInfo, EXTENSIONS};
+use super::restrict::{grpc_category, Restrictions};
 use crate::error::{Error, Result};
 use crate::proto::grpc_inference_service_server::{
     GrpcInferenceService, GrpcInferenceServiceServer,
@@ -48,6 +49,8 @@ impl std::fmt::Debug for TlsSettings {
 /// gRPC server settings from the command line.
 #[derive(Debug, Clone)]
 pub struct GrpcSettings {
+    /// `--grpc-restricted-protocol`.
+    pub restrictions: Restrictions,
     /// TLS, when enabled.
     pub tls: Option<TlsSettings>,
     /// `--grpc-keepalive-time` (ms): interval of server keepalive pings.
@@ -484,9 +487,65 @@ pub fn build(
     if let Some(grace) = settings.max_connection_age_grace {
         builder = builder.max_connection_age_grace(grace);
     }
+    let rules = Arc::new(settings.restrictions.clone());
     Ok(builder
-        .add_service(inference)
-        .add_service(HealthServer::new(HealthService { info })))
+        .add_service(Restricted {
+            inner: inference,
+            rules: rules.clone(),
+        })
+        .add_service(Restricted {
+            inner: HealthServer::new(HealthService { info }),
+            rules,
+        }))
+}
+
+/// Wraps a gRPC service with the `--grpc-restricted-protocol` check, which
+/// runs before the call reaches the service (unary and streaming alike).
+#[derive(Clone)]
+pub struct Restricted<S> {
+    inner: S,
+    rules: Arc<Restrictions>,
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Restricted<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> tonic::codegen::Service<tonic::codegen::http::Request<B>> for Restricted<S>
+where
+    S: tonic::codegen::Service<
+        tonic::codegen::http::Request<B>,
+        Response = tonic::codegen::http::Response<tonic::body::Body>,
+        Error = std::convert::Infallible,
+    >,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::result::Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: tonic::codegen::http::Request<B>) -> Self::Future {
+        if let Some(category) = grpc_category(req.uri().path()) {
+            let headers = req.headers();
+            if let Err(key) = self
+                .rules
+                .check(category, |k| headers.get(k).and_then(|v| v.to_str().ok()))
+            {
+                let status = Status::unavailable(format!(
+                    "This protocol is restricted, expecting header '{key}'"
+                ));
+                return Box::pin(async move { Ok(status.into_http()) });
+            }
+        }
+        Box::pin(self.inner.call(req))
+    }
 }
 
 /// Serves a built gRPC server on `listener` until `shutdown` resolves (in-flight calls finish first).

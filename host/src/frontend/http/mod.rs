@@ -18,6 +18,7 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
 use super::common::{self, parse_version, ServerInfo, EXTENSIONS};
+use super::restrict::{http_category, Restrictions};
 use crate::error::{Error, Result};
 
 /// Shared state of the HTTP frontend.
@@ -26,6 +27,8 @@ pub struct HttpState {
     pub info: Arc<ServerInfo>,
     /// `--http-max-input-size`.
     pub max_input_size: usize,
+    /// `--http-restricted-api`.
+    pub restrictions: Restrictions,
 }
 
 type AppState = State<Arc<HttpState>>;
@@ -88,7 +91,38 @@ pub fn router(state: Arc<HttpState>) -> Router {
                 json!({"error": "method not allowed for this endpoint"}).to_string(),
             )
         })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            restrict,
+        ))
         .with_state(state)
+}
+
+/// The `--http-restricted-api` check, before any handler runs.
+async fn restrict(
+    State(s): AppState,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !s.restrictions.is_empty() {
+        if let Some(category) = http_category(req.uri().path()) {
+            let headers = req.headers();
+            if let Err(key) = s
+                .restrictions
+                .check(category, |k| headers.get(k).and_then(|v| v.to_str().ok()))
+            {
+                let body =
+                    json!({ "error": format!("This API is restricted, expecting header '{key}'") });
+                return (
+                    StatusCode::FORBIDDEN,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    body.to_string(),
+                )
+                    .into_response();
+            }
+        }
+    }
+    next.run(req).await
 }
 
 async fn server_metadata(State(s): AppState) -> Response {
