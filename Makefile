@@ -11,7 +11,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test setup build release unit e2e lint bench bench-batching clean models
+.PHONY: run test setup build release unit e2e lint bench bench-batching bench-grpc clean models
 
 setup: $(VENV)/.stamp $(ORT_LIB) models
 
@@ -58,6 +58,11 @@ bench: release
 bench-batching: release
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(PY) tests/bench/batching.py --tern $(CARGO_TARGET_DIR)/release/tern
+
+bench-grpc: release
+	@command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
+	$(CARGO) build --release -p tern --example grpc_baseline
+	$(PY) tests/bench/grpc_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/grpc_baseline
 
 clean:
 	rm -rf $(CARGO_TARGET_DIR) $(VENV) .cache

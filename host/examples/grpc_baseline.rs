@@ -1,0 +1,112 @@
+//! Benchmark baseline for gRPC: a minimal tonic server with the same
+//! `inference.GRPCInferenceService` that decodes the request (prost) and
+//! answers a fixed `simple` response. Every other RPC is UNIMPLEMENTED.
+//! Tern's gRPC throughput is reported as a ratio of this one's.
+//!
+//! Usage: `grpc_baseline <port>`
+
+use std::pin::Pin;
+
+use tern::proto::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use tern::proto::*;
+use tonic::{Request, Response, Status, Streaming};
+
+struct Baseline {
+    response: ModelInferResponse,
+}
+
+type R<T> = Result<Response<T>, Status>;
+
+fn no<T>() -> R<T> {
+    Err(Status::unimplemented("baseline"))
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for Baseline {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> R<ServerLiveResponse> {
+        Ok(Response::new(ServerLiveResponse { live: true }))
+    }
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> R<ServerReadyResponse> {
+        Ok(Response::new(ServerReadyResponse { ready: true }))
+    }
+    async fn model_ready(&self, _: Request<ModelReadyRequest>) -> R<ModelReadyResponse> {
+        no()
+    }
+    async fn server_metadata(&self, _: Request<ServerMetadataRequest>) -> R<ServerMetadataResponse> {
+        no()
+    }
+    async fn model_metadata(&self, _: Request<ModelMetadataRequest>) -> R<ModelMetadataResponse> {
+        no()
+    }
+    async fn model_infer(&self, req: Request<ModelInferRequest>) -> R<ModelInferResponse> {
+        std::hint::black_box(req.into_inner());
+        Ok(Response::new(self.response.clone()))
+    }
+    type ModelStreamInferStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
+    async fn model_stream_infer(&self, _: Request<Streaming<ModelInferRequest>>) -> R<Self::ModelStreamInferStream> {
+        no()
+    }
+    async fn model_config(&self, _: Request<ModelConfigRequest>) -> R<ModelConfigResponse> {
+        no()
+    }
+    async fn model_statistics(&self, _: Request<ModelStatisticsRequest>) -> R<ModelStatisticsResponse> {
+        no()
+    }
+    async fn repository_index(&self, _: Request<RepositoryIndexRequest>) -> R<RepositoryIndexResponse> {
+        no()
+    }
+    async fn repository_model_load(&self, _: Request<RepositoryModelLoadRequest>) -> R<RepositoryModelLoadResponse> {
+        no()
+    }
+    async fn repository_model_unload(&self, _: Request<RepositoryModelUnloadRequest>) -> R<RepositoryModelUnloadResponse> {
+        no()
+    }
+    async fn system_shared_memory_status(&self, _: Request<SystemSharedMemoryStatusRequest>) -> R<SystemSharedMemoryStatusResponse> {
+        no()
+    }
+    async fn system_shared_memory_register(&self, _: Request<SystemSharedMemoryRegisterRequest>) -> R<SystemSharedMemoryRegisterResponse> {
+        no()
+    }
+    async fn system_shared_memory_unregister(&self, _: Request<SystemSharedMemoryUnregisterRequest>) -> R<SystemSharedMemoryUnregisterResponse> {
+        no()
+    }
+    async fn cuda_shared_memory_status(&self, _: Request<CudaSharedMemoryStatusRequest>) -> R<CudaSharedMemoryStatusResponse> {
+        no()
+    }
+    async fn cuda_shared_memory_register(&self, _: Request<CudaSharedMemoryRegisterRequest>) -> R<CudaSharedMemoryRegisterResponse> {
+        no()
+    }
+    async fn cuda_shared_memory_unregister(&self, _: Request<CudaSharedMemoryUnregisterRequest>) -> R<CudaSharedMemoryUnregisterResponse> {
+        no()
+    }
+    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> R<TraceSettingResponse> {
+        no()
+    }
+    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> R<LogSettingsResponse> {
+        no()
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let port: u16 = std::env::args().nth(1).and_then(|p| p.parse().ok()).unwrap_or(9001);
+    let out = |name: &str| model_infer_response::InferOutputTensor {
+        name: name.into(),
+        datatype: "INT32".into(),
+        shape: vec![1, 16],
+        ..Default::default()
+    };
+    let data: Vec<u8> = (1..=16i32).flat_map(|v| v.to_le_bytes()).collect();
+    let response = ModelInferResponse {
+        model_name: "simple".into(),
+        model_version: "1".into(),
+        outputs: vec![out("OUTPUT0"), out("OUTPUT1")],
+        raw_output_contents: vec![data.clone().into(), data.into()],
+        ..Default::default()
+    };
+    tonic::transport::Server::builder()
+        .add_service(GrpcInferenceServiceServer::new(Baseline { response }))
+        .serve(([127, 0, 0, 1], port).into())
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""gRPC load benchmark: Tern vs. a minimal tonic server, measured in the same run.
+
+    make bench-grpc    # or: python tests/bench/grpc_load.py --tern target/release/tern --baseline target/release/examples/grpc_baseline
+
+1. Unary ModelInfer on `simple` (2 x INT32[1,16], raw contents) driven by h2load
+   (Debian nghttp2-client) with a pre-serialised gRPC message, at concurrency 1, 16, 64
+   (one HTTP/2 connection per concurrent client). Mean latency is what h2load reports.
+2. Streaming vs unary through the same Python client (tritonclient.grpc.aio), so the
+   ratio compares the two RPC styles on Tern, not the client.
+"""
+
+import argparse
+import asyncio
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from http_load import ROOT, free_port, rss_kib  # noqa: E402,F401
+
+
+def message():
+    from tritonclient.grpc import service_pb2
+
+    req = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        req.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+    req.raw_input_contents.append(np.arange(16, dtype=np.int32).tobytes())
+    req.raw_input_contents.append(np.ones(16, dtype=np.int32).tobytes())
+    payload = req.SerializeToString()
+    return b"\x00" + struct.pack(">I", len(payload)) + payload
+
+
+def wait_grpc(url, timeout=30):
+    import tritonclient.grpc as grpcclient
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if grpcclient.InferenceServerClient(url).is_server_live():
+                return
+        except Exception:  # noqa: BLE001
+            time.sleep(0.2)
+    raise RuntimeError(f"no gRPC server at {url}")
+
+
+def h2load(port, conc, duration, body):
+    out = subprocess.run(
+        [
+            "h2load",
+            f"-D{duration}",
+            f"-c{conc}",
+            "-m1",
+            f"-t{min(2, conc)}",
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+            "-d",
+            body,
+            f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rps = float(re.search(r"finished in [^,]+, ([\d.]+) req/s", out).group(1))
+    m = re.search(r"time for request:\s+(\S+)\s+(\S+)\s+(\S+)", out)
+
+    def ms(v):
+        n = float(re.match(r"[\d.]+", v).group(0))
+        return n / 1000 if v.endswith("us") else n * 1000 if v.endswith("s") and not v.endswith("ms") else n
+
+    ok = re.search(r"status codes: (\d+) 2xx", out)
+    if not ok or int(ok.group(1)) == 0:
+        raise RuntimeError(out)
+    return rps, ms(m.group(3))
+
+
+async def unary_vs_stream(url, n=2000, conc=16):
+    import tritonclient.grpc.aio as aio
+
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+
+    def inputs():
+        ins = [aio.InferInput("INPUT0", [1, 16], "INT32"), aio.InferInput("INPUT1", [1, 16], "INT32")]
+        ins[0].set_data_from_numpy(a)
+        ins[1].set_data_from_numpy(a)
+        return ins
+
+    c = aio.InferenceServerClient(url)
+    sem = asyncio.Semaphore(conc)
+
+    async def one():
+        async with sem:
+            await c.infer("simple", inputs())
+
+    t0 = time.time()
+    await asyncio.gather(*[one() for _ in range(n)])
+    unary = n / (time.time() - t0)
+
+    async def requests():
+        for i in range(n):
+            yield {"model_name": "simple", "inputs": inputs(), "request_id": str(i)}
+
+    t0 = time.time()
+    got = 0
+    async for result, error in c.stream_infer(requests()):
+        assert error is None, error
+        got += 1
+        if got == n:
+            break
+    stream = n / (time.time() - t0)
+    await c.close()
+    return unary, stream
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tern", required=True)
+    ap.add_argument("--baseline", required=True)
+    ap.add_argument("--duration", type=int, default=10)
+    args = ap.parse_args()
+    with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
+        f.write(message())
+        body = f.name
+    tport, bport = free_port(), free_port()
+    tern = subprocess.Popen(
+        [args.tern, f"--model-repository={ROOT}/model_repository", "--allow-http=false", f"--grpc-port={tport}", "--grpc-address=127.0.0.1", "--log-info=false"]
+    )
+    base = subprocess.Popen([args.baseline, str(bport)])
+    try:
+        wait_grpc(f"127.0.0.1:{tport}")
+        wait_grpc(f"127.0.0.1:{bport}")
+        rows = []
+        for conc in (1, 16, 64):
+            h2load(bport, conc, 2, body)
+            h2load(tport, conc, 2, body)
+            b = h2load(bport, conc, args.duration, body)
+            t = h2load(tport, conc, args.duration, body)
+            rows.append((conc, t, b))
+        unary, stream = asyncio.run(unary_vs_stream(f"127.0.0.1:{tport}"))
+    finally:
+        tern.terminate()
+        base.terminate()
+        tern.wait()
+        base.wait()
+        os.unlink(body)
+    print(f"\nh2load, {args.duration}s per point, unary ModelInfer on `simple` (raw contents), {os.cpu_count()} cores shared by client and servers\n")
+    print("| concurrency | Tern req/s | tonic baseline req/s | Tern/baseline | Tern mean ms | baseline mean ms |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for conc, t, b in rows:
+        print(f"| {conc} | {t[0]:.0f} | {b[0]:.0f} | {t[0] / b[0]:.2f} | {t[1]:.3f} | {b[1]:.3f} |")
+    print(f"\ntritonclient.grpc.aio, 2000 requests, 16 in flight: unary {unary:.0f} req/s, streaming {stream:.0f} req/s (stream/unary {stream / unary:.2f})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
