@@ -7,7 +7,9 @@
 
 use std::pin::Pin;
 
-use tern::proto::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use tern::proto::grpc_inference_service_server::{
+    GrpcInferenceService, GrpcInferenceServiceServer,
+};
 use tern::proto::*;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -32,7 +34,10 @@ impl GrpcInferenceService for Baseline {
     async fn model_ready(&self, _: Request<ModelReadyRequest>) -> R<ModelReadyResponse> {
         no()
     }
-    async fn server_metadata(&self, _: Request<ServerMetadataRequest>) -> R<ServerMetadataResponse> {
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> R<ServerMetadataResponse> {
         no()
     }
     async fn model_metadata(&self, _: Request<ModelMetadataRequest>) -> R<ModelMetadataResponse> {
@@ -42,41 +47,75 @@ impl GrpcInferenceService for Baseline {
         std::hint::black_box(req.into_inner());
         Ok(Response::new(self.response.clone()))
     }
-    type ModelStreamInferStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
-    async fn model_stream_infer(&self, _: Request<Streaming<ModelInferRequest>>) -> R<Self::ModelStreamInferStream> {
+    type ModelStreamInferStream =
+        Pin<Box<dyn tokio_stream::Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
+    async fn model_stream_infer(
+        &self,
+        _: Request<Streaming<ModelInferRequest>>,
+    ) -> R<Self::ModelStreamInferStream> {
         no()
     }
     async fn model_config(&self, _: Request<ModelConfigRequest>) -> R<ModelConfigResponse> {
         no()
     }
-    async fn model_statistics(&self, _: Request<ModelStatisticsRequest>) -> R<ModelStatisticsResponse> {
+    async fn model_statistics(
+        &self,
+        _: Request<ModelStatisticsRequest>,
+    ) -> R<ModelStatisticsResponse> {
         no()
     }
-    async fn repository_index(&self, _: Request<RepositoryIndexRequest>) -> R<RepositoryIndexResponse> {
+    async fn repository_index(
+        &self,
+        _: Request<RepositoryIndexRequest>,
+    ) -> R<RepositoryIndexResponse> {
         no()
     }
-    async fn repository_model_load(&self, _: Request<RepositoryModelLoadRequest>) -> R<RepositoryModelLoadResponse> {
+    async fn repository_model_load(
+        &self,
+        _: Request<RepositoryModelLoadRequest>,
+    ) -> R<RepositoryModelLoadResponse> {
         no()
     }
-    async fn repository_model_unload(&self, _: Request<RepositoryModelUnloadRequest>) -> R<RepositoryModelUnloadResponse> {
+    async fn repository_model_unload(
+        &self,
+        _: Request<RepositoryModelUnloadRequest>,
+    ) -> R<RepositoryModelUnloadResponse> {
         no()
     }
-    async fn system_shared_memory_status(&self, _: Request<SystemSharedMemoryStatusRequest>) -> R<SystemSharedMemoryStatusResponse> {
+    async fn system_shared_memory_status(
+        &self,
+        _: Request<SystemSharedMemoryStatusRequest>,
+    ) -> R<SystemSharedMemoryStatusResponse> {
         no()
     }
-    async fn system_shared_memory_register(&self, _: Request<SystemSharedMemoryRegisterRequest>) -> R<SystemSharedMemoryRegisterResponse> {
+    async fn system_shared_memory_register(
+        &self,
+        _: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> R<SystemSharedMemoryRegisterResponse> {
         no()
     }
-    async fn system_shared_memory_unregister(&self, _: Request<SystemSharedMemoryUnregisterRequest>) -> R<SystemSharedMemoryUnregisterResponse> {
+    async fn system_shared_memory_unregister(
+        &self,
+        _: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> R<SystemSharedMemoryUnregisterResponse> {
         no()
     }
-    async fn cuda_shared_memory_status(&self, _: Request<CudaSharedMemoryStatusRequest>) -> R<CudaSharedMemoryStatusResponse> {
+    async fn cuda_shared_memory_status(
+        &self,
+        _: Request<CudaSharedMemoryStatusRequest>,
+    ) -> R<CudaSharedMemoryStatusResponse> {
         no()
     }
-    async fn cuda_shared_memory_register(&self, _: Request<CudaSharedMemoryRegisterRequest>) -> R<CudaSharedMemoryRegisterResponse> {
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> R<CudaSharedMemoryRegisterResponse> {
         no()
     }
-    async fn cuda_shared_memory_unregister(&self, _: Request<CudaSharedMemoryUnregisterRequest>) -> R<CudaSharedMemoryUnregisterResponse> {
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> R<CudaSharedMemoryUnregisterResponse> {
         no()
     }
     async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> R<TraceSettingResponse> {
@@ -89,7 +128,10 @@ impl GrpcInferenceService for Baseline {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let port: u16 = std::env::args().nth(1).and_then(|p| p.parse().ok()).unwrap_or(9001);
+    let port: u16 = std::env::args()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(9001);
     let out = |name: &str| model_infer_response::InferOutputTensor {
         name: name.into(),
         datatype: "INT32".into(),
