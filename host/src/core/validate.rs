@@ -137,6 +137,44 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
     Ok(batch_size.unwrap_or(1) as usize)
 }
 
+/// Checks an input's wire description (datatype name, non-negative dims), with the same
+/// messages for every frontend; returns the data type.
+pub fn input_header(name: &str, datatype: &str, shape: &[i64]) -> Result<DataType> {
+    let dt = DataType::from_wire(datatype).ok_or_else(|| {
+        Error::invalid_arg(format!("input '{name}': unknown datatype '{datatype}'"))
+    })?;
+    if let Some(d) = shape.iter().find(|&&d| d < 0) {
+        return Err(Error::invalid_arg(format!(
+            "input '{name}': shape {} contains negative dim {d}",
+            shape_str(shape)
+        )));
+    }
+    Ok(dt)
+}
+
+/// Checks that typed data (`field`: `'data'`, `'contents'`) holds as many elements as the shape.
+pub fn element_count_matches(name: &str, shape: &[i64], count: usize, field: &str) -> Result<()> {
+    let expected = super::tensor::element_count(shape);
+    if count != expected {
+        return Err(Error::invalid_arg(format!(
+            "input '{name}': shape {} has {expected} element(s) but {field} has {count}",
+            shape_str(shape)
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a requested output's `classification` parameter (top N classes).
+pub fn classification_param(output: &str, params: &super::Parameters) -> Result<Option<usize>> {
+    match params.get("classification") {
+        None => Ok(None),
+        Some(super::Parameter::Int(n)) if *n >= 0 => Ok(Some(*n as usize)),
+        Some(_) => Err(Error::invalid_arg(format!(
+            "output '{output}': 'classification' must be a non-negative integer"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use crate::core::tensor::{element_count, shape_str};
+use crate::core::tensor::element_count;
+use crate::core::validate::{classification_param, element_count_matches, input_header};
 use crate::core::{
     bytes_tensor, DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput,
     Tensor,
@@ -192,18 +193,7 @@ pub fn decode_request(req: ModelInferRequest) -> Result<InferRequest> {
     let mut inputs = Vec::with_capacity(req.inputs.len());
     for input in req.inputs {
         let name = input.name;
-        let dt = DataType::from_wire(&input.datatype).ok_or_else(|| {
-            Error::invalid_arg(format!(
-                "input '{name}': unknown datatype '{}'",
-                input.datatype
-            ))
-        })?;
-        if let Some(d) = input.shape.iter().find(|&&d| d < 0) {
-            return Err(Error::invalid_arg(format!(
-                "input '{name}': shape {} contains negative dim {d}",
-                shape_str(&input.shape)
-            )));
-        }
+        let dt = input_header(&name, &input.datatype, &input.shape)?;
         if input.parameters.contains_key("shared_memory_region") {
             return Err(Error::unsupported(format!(
                 "input '{name}': shared memory inputs are not supported by this version of Tern"
@@ -218,13 +208,7 @@ pub fn decode_request(req: ModelInferRequest) -> Result<InferRequest> {
             (Some(bytes), None) => bytes,
             (None, Some(c)) => {
                 let (buf, n) = contents_to_bytes(&name, dt, c)?;
-                let expected = element_count(&input.shape);
-                if n != expected {
-                    return Err(Error::invalid_arg(format!(
-                        "input '{name}': shape {} has {expected} element(s) but 'contents' has {n}",
-                        shape_str(&input.shape)
-                    )));
-                }
+                element_count_matches(&name, &input.shape, n, "'contents'")?;
                 buf.into()
             }
             (None, None) => {
@@ -247,16 +231,7 @@ pub fn decode_request(req: ModelInferRequest) -> Result<InferRequest> {
                 out.name
             )));
         }
-        let classification = match params.get("classification") {
-            None => None,
-            Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
-            Some(_) => {
-                return Err(Error::invalid_arg(format!(
-                    "output '{}': 'classification' must be a non-negative integer",
-                    out.name
-                )))
-            }
-        };
+        let classification = classification_param(&out.name, &params)?;
         outputs.push(RequestedOutput {
             name: out.name,
             classification,

@@ -6,7 +6,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::config::ModelConfig;
-use crate::core::tensor::{element_count, shape_str};
+use crate::core::tensor::shape_str;
+use crate::core::validate::{classification_param, element_count_matches, input_header};
 use crate::core::{
     bytes_tensor, DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput,
     Tensor,
@@ -184,18 +185,7 @@ pub fn decode_request(
     let mut inputs = Vec::with_capacity(json.inputs.len());
     for input in json.inputs {
         let name = input.name;
-        let dtype = DataType::from_wire(&input.datatype).ok_or_else(|| {
-            Error::invalid_arg(format!(
-                "input '{name}': unknown datatype '{}'",
-                input.datatype
-            ))
-        })?;
-        if let Some(d) = input.shape.iter().find(|&&d| d < 0) {
-            return Err(Error::invalid_arg(format!(
-                "input '{name}': shape {} contains negative dim {d}",
-                shape_str(&input.shape)
-            )));
-        }
+        let dtype = input_header(&name, &input.datatype, &input.shape)?;
         let params = parse_parameters(input.parameters, &format!("input '{name}'"))?;
         let binary_size = match params.get("binary_data_size") {
             None => None,
@@ -228,13 +218,7 @@ pub fn decode_request(
             }
             (None, Some(data)) => {
                 let (buf, count) = json_to_bytes(&name, dtype, &data)?;
-                let expected = element_count(&input.shape);
-                if count != expected {
-                    return Err(Error::invalid_arg(format!(
-                        "input '{name}': shape {} has {expected} element(s) but 'data' has {count}",
-                        shape_str(&input.shape)
-                    )));
-                }
+                element_count_matches(&name, &input.shape, count, "'data'")?;
                 buf.into()
             }
             (None, None) => {
@@ -264,16 +248,7 @@ pub fn decode_request(
                 )))
             }
         };
-        let classification = match params.get("classification") {
-            None => None,
-            Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
-            Some(_) => {
-                return Err(Error::invalid_arg(format!(
-                    "output '{}': 'classification' must be a non-negative integer",
-                    out.name
-                )))
-            }
-        };
+        let classification = classification_param(&out.name, &params)?;
         if params.contains_key("shared_memory_region") {
             return Err(Error::unsupported(format!(
                 "output '{}': shared memory outputs are not supported by this version of Tern",
