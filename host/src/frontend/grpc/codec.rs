@@ -52,25 +52,35 @@ fn to_wire(p: &Parameter) -> InferParameter {
     }
 }
 
+/// The `InferTensorContents` lists, in field order.
+const CONTENT_FIELDS: [&str; 8] = [
+    "bool_contents",
+    "int_contents",
+    "int64_contents",
+    "uint_contents",
+    "uint64_contents",
+    "fp32_contents",
+    "fp64_contents",
+    "bytes_contents",
+];
+
+/// Which `CONTENT_FIELDS` entry carries a data type (`None`: FP16/BF16, raw only).
+fn content_field(dt: DataType) -> Option<usize> {
+    Some(match dt {
+        DataType::Bool => 0,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => 1,
+        DataType::Int64 => 2,
+        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => 3,
+        DataType::Uint64 => 4,
+        DataType::Fp32 => 5,
+        DataType::Fp64 => 6,
+        DataType::Bytes => 7,
+        DataType::Fp16 | DataType::Bf16 => return None,
+    })
+}
+
 /// Typed contents → tensor bytes; the list used must match the datatype.
 fn contents_to_bytes(name: &str, dt: DataType, c: InferTensorContents) -> Result<(Vec<u8>, usize)> {
-    let wrong = || {
-        Error::invalid_arg(format!(
-            "input '{name}': the contents for datatype {dt} must be in the {} field",
-            match dt {
-                DataType::Bool => "bool_contents",
-                DataType::Int8 | DataType::Int16 | DataType::Int32 => "int_contents",
-                DataType::Int64 => "int64_contents",
-                DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => "uint_contents",
-                DataType::Uint64 => "uint64_contents",
-                DataType::Fp32 => "fp32_contents",
-                DataType::Fp64 => "fp64_contents",
-                DataType::Bytes => "bytes_contents",
-                DataType::Fp16 | DataType::Bf16 =>
-                    "raw_input_contents (FP16/BF16 have no typed contents)",
-            }
-        ))
-    };
     let used = [
         !c.bool_contents.is_empty(),
         !c.int_contents.is_empty(),
@@ -81,99 +91,56 @@ fn contents_to_bytes(name: &str, dt: DataType, c: InferTensorContents) -> Result
         !c.fp64_contents.is_empty(),
         !c.bytes_contents.is_empty(),
     ];
-    let allowed = match dt {
-        DataType::Bool => 0,
-        DataType::Int8 | DataType::Int16 | DataType::Int32 => 1,
-        DataType::Int64 => 2,
-        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => 3,
-        DataType::Uint64 => 4,
-        DataType::Fp32 => 5,
-        DataType::Fp64 => 6,
-        DataType::Bytes => 7,
-        DataType::Fp16 | DataType::Bf16 => return Err(wrong()),
-    };
-    if used.iter().enumerate().any(|(i, &u)| u && i != allowed) {
-        return Err(wrong());
+    let allowed = content_field(dt);
+    if allowed.is_none()
+        || used
+            .iter()
+            .enumerate()
+            .any(|(i, &u)| u && Some(i) != allowed)
+    {
+        let field = allowed.map_or(
+            "raw_input_contents (FP16/BF16 have no typed contents)",
+            |i| CONTENT_FIELDS[i],
+        );
+        return Err(Error::invalid_arg(format!(
+            "input '{name}': the contents for datatype {dt} must be in the {field} field"
+        )));
     }
-    let range =
-        |v: i64| Error::invalid_arg(format!("input '{name}': {v} is not a valid {dt} value"));
     let mut buf = Vec::new();
+    // Narrows each value to the element type (range-checked) and appends it little-endian.
+    macro_rules! put {
+        ($list:expr, $ty:ty) => {{
+            for &v in &$list {
+                let x = <$ty>::try_from(v).map_err(|_| {
+                    Error::invalid_arg(format!("input '{name}': {v} is not a valid {dt} value"))
+                })?;
+                buf.extend_from_slice(&x.to_le_bytes());
+            }
+            $list.len()
+        }};
+    }
     let n = match dt {
         DataType::Bool => {
             buf.extend(c.bool_contents.iter().map(|&b| b as u8));
             c.bool_contents.len()
         }
-        DataType::Int8 => {
-            for &v in &c.int_contents {
-                buf.push(i8::try_from(v).map_err(|_| range(v as i64))? as u8);
-            }
-            c.int_contents.len()
-        }
-        DataType::Int16 => {
-            for &v in &c.int_contents {
-                buf.extend_from_slice(
-                    &i16::try_from(v).map_err(|_| range(v as i64))?.to_le_bytes(),
-                );
-            }
-            c.int_contents.len()
-        }
-        DataType::Int32 => {
-            c.int_contents
-                .iter()
-                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
-            c.int_contents.len()
-        }
-        DataType::Int64 => {
-            c.int64_contents
-                .iter()
-                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
-            c.int64_contents.len()
-        }
-        DataType::Uint8 => {
-            for &v in &c.uint_contents {
-                buf.push(u8::try_from(v).map_err(|_| range(v as i64))?);
-            }
-            c.uint_contents.len()
-        }
-        DataType::Uint16 => {
-            for &v in &c.uint_contents {
-                buf.extend_from_slice(
-                    &u16::try_from(v).map_err(|_| range(v as i64))?.to_le_bytes(),
-                );
-            }
-            c.uint_contents.len()
-        }
-        DataType::Uint32 => {
-            c.uint_contents
-                .iter()
-                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
-            c.uint_contents.len()
-        }
-        DataType::Uint64 => {
-            c.uint64_contents
-                .iter()
-                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
-            c.uint64_contents.len()
-        }
-        DataType::Fp32 => {
-            c.fp32_contents
-                .iter()
-                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
-            c.fp32_contents.len()
-        }
-        DataType::Fp64 => {
-            c.fp64_contents
-                .iter()
-                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
-            c.fp64_contents.len()
-        }
+        DataType::Int8 => put!(c.int_contents, i8),
+        DataType::Int16 => put!(c.int_contents, i16),
+        DataType::Int32 => put!(c.int_contents, i32),
+        DataType::Int64 => put!(c.int64_contents, i64),
+        DataType::Uint8 => put!(c.uint_contents, u8),
+        DataType::Uint16 => put!(c.uint_contents, u16),
+        DataType::Uint32 => put!(c.uint_contents, u32),
+        DataType::Uint64 => put!(c.uint64_contents, u64),
+        DataType::Fp32 => put!(c.fp32_contents, f32),
+        DataType::Fp64 => put!(c.fp64_contents, f64),
         DataType::Bytes => {
             c.bytes_contents
                 .iter()
                 .for_each(|v| bytes_tensor::push(&mut buf, v));
             c.bytes_contents.len()
         }
-        DataType::Fp16 | DataType::Bf16 => unreachable!("rejected above"),
+        DataType::Fp16 | DataType::Bf16 => unreachable!("rejected above: no typed contents"),
     };
     Ok((buf, n))
 }

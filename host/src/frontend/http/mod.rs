@@ -301,20 +301,27 @@ async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Byt
         drain(body).await;
         return Err(too_big());
     }
+    // Frames are kept as they come; a body that arrives in one frame is not copied.
     let mut body = body;
-    let mut raw = Vec::with_capacity(declared.unwrap_or(0));
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut total = 0;
     while let Some(frame) = body.frame().await {
         let frame = frame
             .map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
-            if raw.len() + data.len() > limit {
+            total += data.len();
+            if total > limit {
                 drain(body).await;
                 return Err(too_big());
             }
-            raw.extend_from_slice(&data);
+            chunks.push(data);
         }
     }
-    let raw = Bytes::from(raw);
+    let raw = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().expect("one chunk"),
+        _ => Bytes::from(chunks.concat()),
+    };
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("<invalid>"));
