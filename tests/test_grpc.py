@@ -263,6 +263,110 @@ def test_connection_age_and_keepalive_flags(start_tern, good_repo):
     c.close()
 
 
+def _h2_frames(sock):
+    """Reads HTTP/2 frames (type, flags, payload) from `sock` until it closes."""
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    frames = []
+    while len(data) >= 9:
+        n = int.from_bytes(data[:3], "big")
+        frames.append((data[3], data[4], data[9 : 9 + n]))
+        data = data[9 + n :]
+    return frames
+
+
+def _ping_flood(url, pings):
+    import socket
+
+    host, port = url.split(":")
+    s = socket.create_connection((host, int(port)), timeout=10)
+    settings = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+    ping = bytes([0, 0, 8, 6, 0, 0, 0, 0, 0]) + b"12345678"
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings + ping * pings)
+    try:
+        return _h2_frames(s)
+    except TimeoutError:
+        return None
+    finally:
+        s.close()
+
+
+def test_client_pinging_too_often_gets_goaway(start_tern, good_repo):
+    """gRPC core's strike rules: with no call open (and pings without calls not
+    permitted) every ping after the first is a strike; more than
+    --grpc-http2-max-ping-strikes (2) closes the connection with
+    GOAWAY ENHANCE_YOUR_CALM "too_many_pings"."""
+    t = start_tern([f"--model-repository={good_repo}"])
+    frames = _ping_flood(t.grpc_url, 4)
+    assert frames is not None, "connection was not closed"
+    goaway = [f for f in frames if f[0] == 7]
+    assert len(goaway) == 1, frames
+    assert int.from_bytes(goaway[0][2][4:8], "big") == 0xB  # ENHANCE_YOUR_CALM
+    assert goaway[0][2][8:] == b"too_many_pings"
+    assert frames[-1][0] == 7, "nothing follows the GOAWAY"
+    assert "pinged too often" in t.log()
+    # Three pings (two strikes) are tolerated: the connection stays open.
+    assert _ping_flood_stays_open(t.grpc_url, 3)
+    # The server keeps serving everyone else.
+    c = grpcclient.InferenceServerClient(t.grpc_url)
+    a = np.ones((1, 16), dtype=np.int32)
+    np.testing.assert_array_equal(c.infer("simple", simple_inputs(a, a)).as_numpy("OUTPUT0"), a * 2)
+
+
+def _ping_flood_stays_open(url, pings):
+    import socket
+
+    host, port = url.split(":")
+    s = socket.create_connection((host, int(port)), timeout=1)
+    settings = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+    ping = bytes([0, 0, 8, 6, 0, 0, 0, 0, 0]) + b"12345678"
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings + ping * pings)
+    try:
+        _h2_frames(s)
+        return False
+    except TimeoutError:
+        return True
+    finally:
+        s.close()
+
+
+def test_ping_flags_relax_the_rules(start_tern, good_repo):
+    t = start_tern(
+        [
+            f"--model-repository={good_repo}",
+            "--grpc-keepalive-permit-without-calls=true",
+            "--grpc-http2-min-recv-ping-interval-without-data=0",
+            "--grpc-http2-max-ping-strikes=0",
+            "--grpc-http2-max-pings-without-data=0",
+        ]
+    )
+    assert _ping_flood_stays_open(t.grpc_url, 50)
+    assert "pinged too often" not in t.log()
+
+
+def test_tritonclient_keepalive_too_aggressive(start_tern, good_repo):
+    """A real gRPC client with a 50 ms keepalive: the server sends GOAWAY
+    too_many_pings (the client backs off and reconnects, as with Triton), and
+    calls keep working."""
+    import time
+
+    t = start_tern([f"--model-repository={good_repo}"])
+    opts = grpcclient.KeepAliveOptions(keepalive_time_ms=50, keepalive_timeout_ms=1000, keepalive_permit_without_calls=True, http2_max_pings_without_data=0)
+    c = grpcclient.InferenceServerClient(t.grpc_url, keepalive_options=opts)
+    a = np.ones((1, 16), dtype=np.int32)
+    np.testing.assert_array_equal(c.infer("simple", simple_inputs(a, a)).as_numpy("OUTPUT0"), a * 2)
+    deadline = time.time() + 10
+    while "pinged too often" not in t.log() and time.time() < deadline:
+        time.sleep(0.1)
+    assert "pinged too often" in t.log()
+    np.testing.assert_array_equal(c.infer("simple", simple_inputs(a, a)).as_numpy("OUTPUT0"), a * 2)
+    c.close()
+
+
 def make_certs(d):
     """A CA, a server certificate for 127.0.0.1/localhost and a client certificate, via openssl."""
     import subprocess

@@ -51,6 +51,22 @@ pub struct Args {
     #[arg(long, env = "TERN_GRPC_KEEPALIVE_TIMEOUT", default_value_t = 20_000)]
     pub grpc_keepalive_timeout: u64,
 
+    /// Accept client keepalive pings (and send server ones) while no call is open.
+    #[arg(long, env = "TERN_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub grpc_keepalive_permit_without_calls: bool,
+
+    /// Most server keepalive pings sent without data in between (0 = unlimited).
+    #[arg(long, env = "TERN_GRPC_HTTP2_MAX_PINGS_WITHOUT_DATA", default_value_t = 2)]
+    pub grpc_http2_max_pings_without_data: u32,
+
+    /// Shortest interval, in milliseconds, between client pings before they count as strikes.
+    #[arg(long, env = "TERN_GRPC_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA", default_value_t = 300_000)]
+    pub grpc_http2_min_recv_ping_interval_without_data: u64,
+
+    /// Ping strikes tolerated before the connection is closed (0 = unlimited).
+    #[arg(long, env = "TERN_GRPC_HTTP2_MAX_PING_STRIKES", default_value_t = 2)]
+    pub grpc_http2_max_ping_strikes: u32,
+
     /// Close gRPC connections older than this many milliseconds (0 = never).
     #[arg(long, env = "TERN_GRPC_MAX_CONNECTION_AGE", default_value_t = 0)]
     pub grpc_max_connection_age: u64,
@@ -173,8 +189,6 @@ pub struct Args {
 
 /// tritonserver flags (or flag prefixes) that Tern does not implement yet.
 const NOT_YET: &[&str] = &[
-    "--grpc-keepalive-permit-without-calls",
-    "--grpc-http2-",
     "--grpc-header-forward-pattern",
     "--metrics-",
     "--allow-metrics",
@@ -279,6 +293,14 @@ impl Args {
                 .then(|| std::time::Duration::from_millis(self.grpc_max_connection_age)),
             max_connection_age_grace: (self.grpc_max_connection_age_grace > 0)
                 .then(|| std::time::Duration::from_millis(self.grpc_max_connection_age_grace)),
+            pings: crate::frontend::grpc::pings::PingPolicy {
+                permit_without_calls: self.grpc_keepalive_permit_without_calls,
+                max_pings_without_data: self.grpc_http2_max_pings_without_data,
+                min_recv_ping_interval: std::time::Duration::from_millis(
+                    self.grpc_http2_min_recv_ping_interval_without_data,
+                ),
+                max_ping_strikes: self.grpc_http2_max_ping_strikes,
+            },
         })
     }
 
@@ -359,12 +381,11 @@ mod tests {
         let e = Args::parse_checked([
             "tern",
             "--model-repository=/m",
-            "--grpc-http2-max-ping-strikes=2",
+            "--trace-level=TIMESTAMPS",
         ])
         .unwrap_err();
         assert!(
-            e.message
-                .contains("'--grpc-http2-max-ping-strikes' is not supported"),
+            e.message.contains("'--trace-level' is not supported"),
             "{e}"
         );
         let e = Args::parse_checked(["tern", "--model-repository=/m", "--bogus"]).unwrap_err();

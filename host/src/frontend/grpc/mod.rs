@@ -4,13 +4,15 @@
 //! frontends give the same answers and the same error messages.
 
 pub mod codec;
+pub mod listener;
+pub mod pings;
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status, Streaming};
@@ -63,6 +65,15 @@ pub struct GrpcSettings {
     pub max_connection_age: Option<Duration>,
     /// `--grpc-max-connection-age-grace`: time an aged connection gets to finish.
     pub max_connection_age_grace: Option<Duration>,
+    /// The HTTP/2 PING rules (`--grpc-keepalive-permit-without-calls`, `--grpc-http2-*`).
+    pub pings: pings::PingPolicy,
+}
+
+/// A gRPC server ready to serve: services, TLS acceptor and PING rules.
+pub struct GrpcServer {
+    router: tonic::transport::server::Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    pings: pings::PingPolicy,
 }
 
 /// The inference service.
@@ -456,10 +467,7 @@ impl Health for HealthService {
 
 /// Builds the gRPC server (services, limits, keepalive, TLS). Bad TLS
 /// material is an error here, at startup.
-pub fn build(
-    info: Arc<ServerInfo>,
-    settings: &GrpcSettings,
-) -> Result<tonic::transport::server::Router> {
+pub fn build(info: Arc<ServerInfo>, settings: &GrpcSettings) -> Result<GrpcServer> {
     let mut inference = GrpcInferenceServiceServer::new(InferenceService { info: info.clone() })
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate)
@@ -471,16 +479,11 @@ pub fn build(
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(settings.keepalive_time))
         .http2_keepalive_timeout(Some(settings.keepalive_timeout));
-    if let Some(tls) = &settings.tls {
-        let mut config = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key));
-        if let Some(ca) = &tls.client_ca {
-            config = config.client_ca_root(tonic::transport::Certificate::from_pem(ca));
-        }
-        builder = builder
-            .tls_config(config)
-            .map_err(|e| Error::invalid_arg(format!("gRPC TLS configuration: {e} (check --grpc-server-cert, --grpc-server-key, --grpc-root-cert)")))?;
-    }
+    let tls = settings
+        .tls
+        .as_ref()
+        .map(listener::tls_acceptor)
+        .transpose()?;
     if let Some(age) = settings.max_connection_age {
         builder = builder.max_connection_age(age);
     }
@@ -488,7 +491,7 @@ pub fn build(
         builder = builder.max_connection_age_grace(grace);
     }
     let rules = Arc::new(settings.restrictions.clone());
-    Ok(builder
+    let router = builder
         .add_service(Restricted {
             inner: inference,
             rules: rules.clone(),
@@ -496,7 +499,12 @@ pub fn build(
         .add_service(Restricted {
             inner: HealthServer::new(HealthService { info }),
             rules,
-        }))
+        });
+    Ok(GrpcServer {
+        router,
+        tls,
+        pings: settings.pings,
+    })
 }
 
 /// Wraps a gRPC service with the `--grpc-restricted-protocol` check, which
@@ -550,11 +558,13 @@ where
 
 /// Serves a built gRPC server on `listener` until `shutdown` resolves (in-flight calls finish first).
 pub async fn serve(
-    router: tonic::transport::server::Router,
+    server: GrpcServer,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::result::Result<(), tonic::transport::Error> {
-    router
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+    let incoming = listener::accept(listener, server.tls, server.pings);
+    server
+        .router
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

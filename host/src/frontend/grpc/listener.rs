@@ -1,0 +1,148 @@
+//! Accepting gRPC connections: TCP (no Nagle), optional TLS/mutual TLS with
+//! rustls, and the PING rules of [`super::pings`] on the plaintext side of
+//! every connection. TLS is done here rather than by tonic so that the PING
+//! rules see HTTP/2 frames, not ciphertext.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+use super::pings::{PingGuard, PingPolicy};
+use super::TlsSettings;
+use crate::error::{Error, Result};
+
+/// How long a client gets to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection's byte stream, plain or TLS.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The TCP addresses of the connection.
+    fn tcp_info(&self) -> TcpConnectInfo;
+}
+
+impl Io for TcpStream {
+    fn tcp_info(&self) -> TcpConnectInfo {
+        self.connect_info()
+    }
+}
+
+impl Io for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp_info(&self) -> TcpConnectInfo {
+        self.get_ref().0.connect_info()
+    }
+}
+
+/// One accepted gRPC connection as tonic sees it.
+pub type Conn = PingGuard<Box<dyn Io>>;
+
+impl Connected for Conn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.get_ref().tcp_info()
+    }
+}
+
+/// Builds the rustls acceptor (ALPN h2; client certificates required and
+/// verified against `client_ca` for mutual TLS). Bad PEM is an error naming
+/// the flag.
+pub fn tls_acceptor(tls: &TlsSettings) -> Result<TlsAcceptor> {
+    let bad = |flag: &str, e: &dyn std::fmt::Display| {
+        Error::invalid_arg(format!("gRPC TLS configuration: {flag}: {e}"))
+    };
+    let certs = CertificateDer::pem_slice_iter(&tls.cert)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad("--grpc-server-cert", &e))?;
+    if certs.is_empty() {
+        return Err(bad("--grpc-server-cert", &"no PEM certificate found"));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&tls.key).map_err(|e| bad("--grpc-server-key", &e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("protocol versions", &e))?;
+    let builder = match &tls.client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(ca) {
+                let cert = cert.map_err(|e| bad("--grpc-root-cert", &e))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| bad("--grpc-root-cert", &e))?;
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                    .build()
+                    .map_err(|e| bad("--grpc-root-cert", &e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| bad("--grpc-server-cert/--grpc-server-key", &e))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Accepts connections on `listener` until the returned stream is dropped.
+/// TLS handshakes run concurrently, so a slow client delays nobody else.
+pub fn accept(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    policy: PingPolicy,
+) -> ReceiverStream<io::Result<Conn>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let tcp = tokio::select! {
+                _ = tx.closed() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off, keep serving.
+                        tracing::warn!("gRPC accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = tcp.set_nodelay(true);
+            match &tls {
+                None => {
+                    let conn: Conn = PingGuard::new(Box::new(tcp), policy);
+                    if tx.send(Ok(conn)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(acceptor) => {
+                    let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        let peer = tcp.peer_addr().ok();
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                            Ok(Ok(stream)) => {
+                                let conn: Conn = PingGuard::new(Box::new(stream), policy);
+                                let _ = tx.send(Ok(conn)).await;
+                            }
+                            Ok(Err(e)) => {
+                                tracing::debug!("gRPC TLS handshake with {peer:?} failed: {e}")
+                            }
+                            Err(_) => tracing::debug!("gRPC TLS handshake with {peer:?} timed out"),
+                        }
+                    });
+                }
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}
