@@ -56,11 +56,19 @@ pub struct Args {
     pub grpc_keepalive_permit_without_calls: bool,
 
     /// Most server keepalive pings sent without data in between (0 = unlimited).
-    #[arg(long, env = "TERN_GRPC_HTTP2_MAX_PINGS_WITHOUT_DATA", default_value_t = 2)]
+    #[arg(
+        long,
+        env = "TERN_GRPC_HTTP2_MAX_PINGS_WITHOUT_DATA",
+        default_value_t = 2
+    )]
     pub grpc_http2_max_pings_without_data: u32,
 
     /// Shortest interval, in milliseconds, between client pings before they count as strikes.
-    #[arg(long, env = "TERN_GRPC_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA", default_value_t = 300_000)]
+    #[arg(
+        long,
+        env = "TERN_GRPC_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA",
+        default_value_t = 300_000
+    )]
     pub grpc_http2_min_recv_ping_interval_without_data: u64,
 
     /// Ping strikes tolerated before the connection is closed (0 = unlimited).
@@ -378,12 +386,8 @@ mod tests {
 
     #[test]
     fn rejects_unimplemented_and_unknown() {
-        let e = Args::parse_checked([
-            "tern",
-            "--model-repository=/m",
-            "--trace-level=TIMESTAMPS",
-        ])
-        .unwrap_err();
+        let e = Args::parse_checked(["tern", "--model-repository=/m", "--trace-level=TIMESTAMPS"])
+            .unwrap_err();
         assert!(
             e.message.contains("'--trace-level' is not supported"),
             "{e}"

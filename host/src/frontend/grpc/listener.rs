@@ -76,14 +76,14 @@ pub fn tls_acceptor(tls: &TlsSettings) -> Result<TlsAcceptor> {
             let mut roots = rustls::RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(ca) {
                 let cert = cert.map_err(|e| bad("--grpc-root-cert", &e))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| bad("--grpc-root-cert", &e))?;
+                roots.add(cert).map_err(|e| bad("--grpc-root-cert", &e))?;
             }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .map_err(|e| bad("--grpc-root-cert", &e))?;
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| bad("--grpc-root-cert", &e))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),

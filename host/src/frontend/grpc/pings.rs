@@ -254,7 +254,17 @@ impl State {
 
     fn goaway(&self) -> Vec<u8> {
         let len = 8 + GOAWAY_DEBUG.len();
-        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, 0x7, 0, 0, 0, 0, 0];
+        let mut f = vec![
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            0x7,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
         f.extend_from_slice(&self.last_client_stream.to_be_bytes());
         f.extend_from_slice(&ENHANCE_YOUR_CALM.to_be_bytes());
         f.extend_from_slice(GOAWAY_DEBUG);
@@ -440,6 +450,44 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for PingGuard<T> {
         Poll::Ready(Ok(written))
     }
 
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        // The common case, no PING among the frames and no GOAWAY pending:
+        // hand all slices down in one call (one syscall for header + payload).
+        let mut probe = this.write;
+        let mut has_ping = false;
+        for b in bufs {
+            probe.feed(b, |h| has_ping |= h.kind == PING && h.flags & FLAG_ACK == 0);
+        }
+        if has_ping || this.goaway.is_some() || this.closed {
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            return Pin::new(this).poll_write(cx, first);
+        }
+        let written = std::task::ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs))?;
+        let (state, write) = (&mut this.state, &mut this.write);
+        let mut left = written;
+        for b in bufs {
+            let n = left.min(b.len());
+            write.feed(&b[..n], |h| state.sent(h));
+            left -= n;
+            if left == 0 {
+                break;
+            }
+        }
+        Poll::Ready(Ok(written))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.goaway.is_some() {
@@ -608,7 +656,10 @@ mod tests {
             }
             seen.extend_from_slice(&buf[..n]);
         }
-        assert_eq!(seen, bytes, "everything up to the last strike reaches hyper");
+        assert_eq!(
+            seen, bytes,
+            "everything up to the last strike reaches hyper"
+        );
         let mut goaway = vec![0u8; HEAD_LEN + 8 + GOAWAY_DEBUG.len()];
         cr.read_exact(&mut goaway).await.unwrap();
         assert_eq!(goaway[3], 0x7);
