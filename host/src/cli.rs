@@ -190,6 +190,10 @@ pub struct Args {
     #[arg(long, env = "TERN_MODEL_LOAD_THREAD_COUNT", default_value_t = 4)]
     pub model_load_thread_count: usize,
 
+    /// Where compiled WebAssembly plugins are cached (default `$XDG_CACHE_HOME/tern/wasm` or `~/.cache/tern/wasm`; empty = no cache).
+    #[arg(long, env = "TERN_WASM_CACHE_DIR")]
+    pub wasm_cache_dir: Option<PathBuf>,
+
     /// Path of libonnxruntime.so (default: $ORT_DYLIB_PATH, next to the binary, then the system loader).
     #[arg(long, env = "TERN_ONNXRUNTIME_LIBRARY")]
     pub onnxruntime_library: Option<PathBuf>,
@@ -322,6 +326,11 @@ impl Args {
         let mut settings = crate::backends::BackendSettings {
             onnxruntime_library: self.onnxruntime_library.clone(),
             default_max_batch_size: 4,
+            wasm_cache_dir: match self.wasm_cache_dir.as_deref() {
+                Some(p) if p.as_os_str().is_empty() => None,
+                Some(p) => Some(p.to_path_buf()),
+                None => crate::wasm::cache::default_dir(),
+            },
         };
         for entry in &self.backend_config {
             let (scope, kv) = match entry.split_once(',') {

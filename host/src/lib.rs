@@ -1,4 +1,4 @@
-//! Tern: a Triton-compatible inference server (KServe v2 over HTTP) that reads
+//! Tern: a Triton-compatible inference server (KServe v2 over HTTP and gRPC) that reads
 //! Triton model repositories unchanged. See `docs/` for the user guide and
 //! `../shared/DESIGN.md` for the architecture.
 
@@ -13,5 +13,6 @@ pub mod proto;
 pub mod repository;
 pub mod scheduler;
 pub mod server;
+pub mod wasm;
 
 pub use error::{Code, Error, Result};

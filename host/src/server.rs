@@ -41,7 +41,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         gpu_count: 0,
         load_threads: args.model_load_thread_count,
     };
-    let repository = Arc::new(Repository::new(options));
+    let repository = Repository::new(options);
     let repo = repository.clone();
     let errors = tokio::task::spawn_blocking(move || repo.load_all())
         .await

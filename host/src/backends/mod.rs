@@ -4,6 +4,7 @@
 
 pub mod identity;
 pub mod onnxruntime;
+pub mod wasm;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,6 +20,8 @@ pub struct BackendSettings {
     pub onnxruntime_library: Option<PathBuf>,
     /// `--backend-config=default-max-batch-size=N` (Triton's default is 4).
     pub default_max_batch_size: i32,
+    /// `--wasm-cache-dir`: where compiled plugins are cached (`None` = no cache).
+    pub wasm_cache_dir: Option<PathBuf>,
 }
 
 /// Where a model's files are.
@@ -40,6 +43,8 @@ pub struct LoadContext<'a> {
     pub version_dir: &'a Path,
     /// Backend settings.
     pub settings: &'a BackendSettings,
+    /// The server's models, for backends that call other models (BLS).
+    pub models: std::sync::Weak<crate::repository::Repository>,
 }
 
 /// Device an instance runs on.
@@ -141,6 +146,7 @@ impl Default for Registry {
             backends: vec![
                 Arc::new(onnxruntime::OnnxBackend),
                 Arc::new(identity::IdentityBackend),
+                Arc::new(wasm::WasmBackend),
             ],
         }
     }
@@ -198,7 +204,7 @@ impl Registry {
         }
         Err(Error::invalid_arg(format!(
             "model '{m}': no 'backend' or 'platform' is set and none can be inferred from the model files \
-             (Tern recognises 'model.onnx')"
+             (Tern recognises 'model.onnx' and 'model.wasm')"
         )))
     }
 }
@@ -207,7 +213,7 @@ fn unknown(field: &str, value: &str, model: &str, triton_only: &[&str]) -> Error
     if triton_only.contains(&value) {
         Error::unsupported(format!(
             "model '{model}': {field} '{value}' is a Triton {field} that Tern does not provide \
-             (Tern serves 'onnxruntime' and 'identity'; custom logic runs as WebAssembly plugins)"
+             (Tern serves 'onnxruntime', 'wasm' and 'identity'; custom logic runs as WebAssembly plugins, backend: \"wasm\")"
         ))
     } else {
         Error::invalid_arg(format!("model '{model}': unknown {field} '{value}'"))

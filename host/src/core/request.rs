@@ -43,6 +43,9 @@ pub struct InferRequest {
     pub outputs: Vec<RequestedOutput>,
     /// Request parameters.
     pub parameters: Parameters,
+    /// Plugin models blocked in a BLS call that waits on this request,
+    /// outermost first (empty for client requests); used to refuse cycles.
+    pub callers: Vec<String>,
 }
 
 impl InferRequest {

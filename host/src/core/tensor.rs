@@ -42,12 +42,17 @@ impl Tensor {
 
     /// Checks that the data length matches the shape and data type.
     pub fn check_data_size(&self) -> Result<()> {
+        self.check_size_as("input")
+    }
+
+    /// [`Tensor::check_data_size`], naming the tensor as `role` ("input", "output") in errors.
+    pub fn check_size_as(&self, role: &str) -> Result<()> {
         let expected = self.element_count();
         match self.dtype.size() {
             Some(size) => {
                 if self.data.len() != expected * size {
                     return Err(Error::invalid_arg(format!(
-                        "unexpected total byte size {} for input '{}', expecting {}",
+                        "unexpected total byte size {} for {role} '{}', expecting {}",
                         self.data.len(),
                         self.name,
                         expected * size
@@ -56,10 +61,10 @@ impl Tensor {
             }
             None => {
                 let n = bytes_tensor::count(&self.data)
-                    .map_err(|e| e.context(format!("input '{}'", self.name)))?;
+                    .map_err(|e| e.context(format!("{role} '{}'", self.name)))?;
                 if n != expected {
                     return Err(Error::invalid_arg(format!(
-                        "expected {} string elements for input '{}', got {}",
+                        "expected {} string elements for {role} '{}', got {}",
                         expected, self.name, n
                     )));
                 }

@@ -137,6 +137,65 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
     Ok(batch_size.unwrap_or(1) as usize)
 }
 
+/// Checks the outputs a plugin (or any backend that builds its own tensors)
+/// returned for one request of `batch_size`: known, unique names, the
+/// configured data type, a shape matching the configured dims (with the
+/// batch dimension when the model batches) and a data size that fits.
+pub fn validate_outputs(
+    cfg: &ModelConfig,
+    batch_size: usize,
+    outputs: &[super::Tensor],
+) -> Result<()> {
+    let m = &cfg.name;
+    let mut seen = HashSet::new();
+    for t in outputs {
+        if !seen.insert(t.name.as_str()) {
+            return Err(Error::internal(format!(
+                "model '{m}' returned output '{}' more than once",
+                t.name
+            )));
+        }
+        let Some(spec) = cfg.output.iter().find(|o| o.name == t.name) else {
+            return Err(Error::internal(format!(
+                "model '{m}' returned output '{}', which is not in its configuration",
+                t.name
+            )));
+        };
+        if t.dtype.to_config() as i32 != spec.data_type {
+            return Err(Error::internal(format!(
+                "model '{m}' output '{}': expected datatype {}, got {}",
+                t.name,
+                config_name(spec.data_type),
+                config_name(t.dtype.to_config() as i32)
+            )));
+        }
+        let dims = &spec.dims;
+        let expected: Vec<i64> = if cfg.max_batch_size > 0 {
+            std::iter::once(batch_size as i64)
+                .chain(dims.iter().copied())
+                .collect()
+        } else {
+            dims.to_vec()
+        };
+        let shape_ok = t.shape.len() == expected.len()
+            && t.shape
+                .iter()
+                .zip(&expected)
+                .all(|(&got, &want)| got >= 0 && (want == -1 || got == want));
+        if !shape_ok {
+            return Err(Error::internal(format!(
+                "model '{m}' output '{}': expected shape {}, got {}",
+                t.name,
+                shape_str(&expected),
+                shape_str(&t.shape)
+            )));
+        }
+        t.check_size_as("output")
+            .map_err(|e| Error::internal(format!("model '{m}': {}", e.message)))?;
+    }
+    Ok(())
+}
+
 /// Checks an input's wire description (datatype name, non-negative dims), with the same
 /// messages for every frontend; returns the data type.
 pub fn input_header(name: &str, datatype: &str, shape: &[i64]) -> Result<DataType> {

@@ -80,6 +80,7 @@ struct ModelEntry {
 
 /// All models known to the server.
 pub struct Repository {
+    me: std::sync::Weak<Repository>,
     models: RwLock<BTreeMap<String, ModelEntry>>,
     registry: Registry,
     options: RepositoryOptions,
@@ -87,12 +88,13 @@ pub struct Repository {
 
 impl Repository {
     /// Creates an empty repository.
-    pub fn new(options: RepositoryOptions) -> Self {
-        Repository {
+    pub fn new(options: RepositoryOptions) -> Arc<Self> {
+        Arc::new_cyclic(|me| Repository {
+            me: me.clone(),
             models: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
             options,
-        }
+        })
     }
 
     /// Scans every root and loads every model; returns the load errors (one per failed model or version).
@@ -197,6 +199,7 @@ impl Repository {
                     version,
                     version_dir: &version_dir,
                     settings: &self.options.backend,
+                    models: self.me.clone(),
                 };
                 backend.load(&ctx).and_then(|model| {
                     ModelHandle::start(

@@ -212,6 +212,7 @@ pub fn decode_request(req: ModelInferRequest) -> Result<InferRequest> {
         inputs,
         outputs,
         parameters: parameters(req.parameters, "request")?,
+        callers: Vec::new(),
     })
 }
 

@@ -115,7 +115,7 @@ impl Framer {
     }
 
     /// Bytes that can pass before the next frame boundary (0 at a boundary).
-    fn to_boundary(&self) -> usize {
+    fn until_boundary(&self) -> usize {
         if self.skip > 0 {
             self.skip
         } else if self.have > 0 {
@@ -164,7 +164,7 @@ impl Framer {
             let step = if probe.at_boundary() {
                 HEAD_LEN.min(buf.len() - pos)
             } else {
-                probe.to_boundary().min(buf.len() - pos)
+                probe.until_boundary().min(buf.len() - pos)
             };
             probe.feed(&buf[pos..pos + step], |_| {});
             pos += step;
@@ -381,7 +381,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for PingGuard<T> {
             Pin::new(&mut this.inner).poll_read(cx, buf)
         } else {
             // Stop at the next boundary so the ACK can follow.
-            let mut part = buf.take(this.read.to_boundary());
+            let mut part = buf.take(this.read.until_boundary());
             let r = Pin::new(&mut this.inner).poll_read(cx, &mut part);
             let n = part.filled().len();
             // SAFETY: `part` filled (initialised) the first `n` unfilled bytes of `buf`.

@@ -268,6 +268,7 @@ pub fn decode_request(
         inputs,
         outputs,
         parameters,
+        callers: Vec::new(),
     };
     Ok((request, HttpOptions { binary_default }))
 }
