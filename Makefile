@@ -11,9 +11,9 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test setup build release unit e2e lint bench bench-batching bench-grpc clean models
+.PHONY: run test setup build release unit e2e lint bench bench-batching bench-grpc clean models plugins
 
-setup: $(VENV)/.stamp $(ORT_LIB) models
+setup: $(VENV)/.stamp $(ORT_LIB) models plugins
 
 $(VENV)/.stamp: tests/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ $(ORT_LIB): $(VENV)/.stamp
 models: $(VENV)/.stamp
 	@test -f model_repository/simple/1/model.onnx || $(PY) scripts/gen_models.py example model_repository
 
+# WebAssembly plugins (plugins/, own cargo workspace) and the examples served from model_repository/.
+WASM_OUT := $(CARGO_TARGET_DIR)/wasm32-wasip2/release
+EXAMPLE_PLUGINS := add_sub simple_identity
+plugins:
+	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+	cd plugins && $(CARGO) build --release --target wasm32-wasip2
+	@for p in $(EXAMPLE_PLUGINS); do mkdir -p model_repository/$$p/1 && cp $(WASM_OUT)/$$p.wasm model_repository/$$p/1/model.wasm; done
+
 release: setup
 	$(CARGO) build --release -p tern
 
@@ -41,11 +49,11 @@ lint:
 
 # Unit + Rust integration tests (debug profile); the same build's binary drives the e2e tests.
 unit: setup
-	$(CARGO) test -p tern
+	$(CARGO) test -p tern -p tern-plugin
 
 e2e: setup
 	$(CARGO) build -p tern
-	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern $(PY) -m pytest tests -q
+	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests -q
 
 test: setup lint unit e2e
 

@@ -15,6 +15,8 @@ import sys
 import onnx
 from onnx import TensorProto, helper
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 OPSET = 17
 IR_VERSION = 8
 
@@ -137,6 +139,51 @@ def example(root):
     )
     # The identity backend needs no file, but git keeps no empty folder.
     write(f"{root}/identity_fp32/1/.gitkeep", "")
+
+
+def plugin_repo(root, wasm_dir):
+    """Plugin models for the end-to-end tests, from the built plugins in `wasm_dir`."""
+
+    def plugin(name, wasm, config, files=None):
+        os.makedirs(f"{root}/{name}/1", exist_ok=True)
+        shutil.copy(os.path.join(wasm_dir, f"{wasm}.wasm"), f"{root}/{name}/1/model.wasm")
+        write(f"{root}/{name}/config.pbtxt", config)
+        for fname, text in (files or {}).items():
+            write(f"{root}/{name}/1/{fname}", text)
+
+    for name in ("add_sub", "simple_identity"):
+        plugin(name, name, open(os.path.join(ROOT, "model_repository", name, "config.pbtxt")).read())
+    plugin(
+        "misbehave",
+        "misbehave",
+        '''name: "misbehave"
+backend: "wasm"
+max_batch_size: 0
+input [ { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]
+parameters { key: "execution_timeout_ms" value: { string_value: "300" } }
+parameters { key: "max_memory_bytes" value: { string_value: "33554432" } }
+''',
+        {"data.txt": "hello from the model folder\n"},
+    )
+    bls = '''name: "{name}"
+backend: "wasm"
+max_batch_size: 0
+input [
+  {{ name: "ROUTE" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 1, 16 ] }},
+  {{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 1, 16 ] }}
+]
+output [
+  {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1, 16 ] }},
+  {{ name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 1, 16 ] }}
+]
+parameters {{ key: "execution_timeout_ms" value: {{ string_value: "2000" }} }}
+'''
+    for name in ("bls_caller", "bls_caller2"):
+        plugin(name, "bls_caller", bls.format(name=name))
+    add_sub(f"{root}/simple/1/model.onnx", TensorProto.INT32, "batch")
+    write(f"{root}/simple/config.pbtxt", SIMPLE_CONFIG.format(name="simple", t="TYPE_INT32"))
 
 
 def test(root):

@@ -190,7 +190,7 @@ pub struct Args {
     #[arg(long, env = "TERN_MODEL_LOAD_THREAD_COUNT", default_value_t = 4)]
     pub model_load_thread_count: usize,
 
-    /// Where compiled WebAssembly plugins are cached (default `$XDG_CACHE_HOME/tern/wasm` or `~/.cache/tern/wasm`; empty = no cache).
+    /// Where compiled WebAssembly plugins are cached (default `$XDG_CACHE_HOME/tern/wasm` or `~/.cache/tern/wasm`; `none` = no cache).
     #[arg(long, env = "TERN_WASM_CACHE_DIR")]
     pub wasm_cache_dir: Option<PathBuf>,
 
@@ -327,7 +327,7 @@ impl Args {
             onnxruntime_library: self.onnxruntime_library.clone(),
             default_max_batch_size: 4,
             wasm_cache_dir: match self.wasm_cache_dir.as_deref() {
-                Some(p) if p.as_os_str().is_empty() => None,
+                Some(p) if p.as_os_str() == "none" => None,
                 Some(p) => Some(p.to_path_buf()),
                 None => crate::wasm::cache::default_dir(),
             },

@@ -364,17 +364,7 @@ fn response(
     r: std::result::Result<wit::Response, wit::Error>,
 ) -> Result<InferResponse> {
     let r = r.map_err(error_from_wit)?;
-    let outputs = r
-        .outputs
-        .into_iter()
-        .map(tensor_from_wit)
-        .collect::<Result<Vec<_>>>()
-        .map_err(|e| {
-            Error::internal(format!(
-                "model '{}' returned a malformed tensor: {}",
-                m.name, e.message
-            ))
-        })?;
+    let outputs: Vec<_> = r.outputs.into_iter().map(tensor_from_wit).collect();
     let batch_size = match req.inputs.first().and_then(|t| t.shape.first()) {
         Some(&b) if m.config.max_batch_size > 0 => b as usize,
         _ => 1,

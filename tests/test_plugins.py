@@ -1,0 +1,233 @@
+"""WebAssembly plugins end to end: the `wasm` backend through tritonclient
+(HTTP and gRPC), the sandbox containing misbehaving plugins while others keep
+serving, BLS calls and cycle refusal, and the .cwasm cache."""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import ROOT, Tern
+
+import gen_models
+
+
+def plugins_dir():
+    d = os.environ.get("TERN_PLUGINS_DIR", os.path.join(ROOT, "target", "wasm32-wasip2", "release"))
+    if not os.path.exists(os.path.join(d, "add_sub.wasm")):
+        pytest.fail(f"built plugins not found in {d}; run `make plugins` (or set TERN_PLUGINS_DIR)")
+    return d
+
+
+@pytest.fixture(scope="module")
+def plugin_repo(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("plugins") / "models")
+    gen_models.plugin_repo(root, plugins_dir())
+    return root
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("wasm-cache"))
+
+
+@pytest.fixture(scope="module")
+def psrv(plugin_repo, cache_dir):
+    t = Tern([f"--model-repository={plugin_repo}", f"--wasm-cache-dir={cache_dir}"])
+    yield t
+    t.stop()
+
+
+@pytest.fixture
+def hc(psrv):
+    return httpclient.InferenceServerClient(psrv.url)
+
+
+def mode(hc, m, client=httpclient):
+    inp = client.InferInput("MODE", [1], "BYTES")
+    inp.set_data_from_numpy(np.array([m.encode()], dtype=np.object_))
+    return hc.infer("misbehave", [inp]).as_numpy("OUTPUT0")[0].decode()
+
+
+def add_sub_inputs(a, b, client=httpclient):
+    i0 = client.InferInput("INPUT0", list(a.shape), "FP32")
+    i0.set_data_from_numpy(a)
+    i1 = client.InferInput("INPUT1", list(b.shape), "FP32")
+    i1.set_data_from_numpy(b)
+    return [i0, i1]
+
+
+def test_add_sub_http_and_grpc(psrv, hc):
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    b = np.full((2, 4), 0.5, dtype=np.float32)
+    r = hc.infer("add_sub", add_sub_inputs(a, b))
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    g = grpcclient.InferenceServerClient(psrv.grpc_url)
+    r = g.infer("add_sub", add_sub_inputs(a, b, grpcclient))
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+    meta = hc.get_model_metadata("add_sub")
+    assert meta["platform"] == "wasm" and [i["name"] for i in meta["inputs"]] == ["INPUT0", "INPUT1"]
+    assert hc.get_model_config("add_sub")["backend"] == "wasm"
+
+
+def test_add_sub_dynamic_batching_from_many_threads(hc, psrv):
+    """Concurrent requests are batched into one execute; each gets its own rows back."""
+    errors = []
+
+    def worker(i):
+        try:
+            c = httpclient.InferenceServerClient(psrv.url)
+            for j in range(10):
+                a = np.full((1, 4), i * 100 + j, dtype=np.float32)
+                b = np.ones((1, 4), dtype=np.float32)
+                r = c.infer("add_sub", add_sub_inputs(a, b))
+                np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + 1)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    stats = hc.get_inference_statistics("add_sub")["model_stats"][0]
+    assert stats["inference_count"] >= 80
+    assert stats["execution_count"] <= stats["inference_count"]
+
+
+def test_simple_identity_strings(hc):
+    data = np.array([["hello", "wörld", ""]], dtype=np.object_)
+    inp = httpclient.InferInput("INPUT0", [1, 3], "BYTES")
+    inp.set_data_from_numpy(data)
+    out = hc.infer("simple_identity", [inp]).as_numpy("OUTPUT0")
+    assert [x.decode() for x in out[0]] == ["hello", "wörld", ""]
+
+
+def test_plugin_reads_its_own_folder_only(hc):
+    assert mode(hc, "read_model_file") == "hello from the model folder"
+    assert mode(hc, "read_outside").startswith("denied")
+    assert mode(hc, "env") == "0 variables"
+
+
+@pytest.mark.parametrize(
+    "m,expect",
+    [
+        ("loop", "exceeded its execution deadline of 300 ms"),
+        ("memory", "hit its memory cap of 33554432 bytes"),
+        ("panic", "trapped"),
+    ],
+)
+def test_misbehaving_plugin_is_contained(psrv, hc, m, expect):
+    """The failing batch gets a clear error, the instance restarts, other models
+    keep answering during the abuse, and the plugin serves again afterwards."""
+    stop = threading.Event()
+    served = []
+
+    def bystander():
+        c = httpclient.InferenceServerClient(psrv.url)
+        a = np.ones((1, 4), dtype=np.float32)
+        while not stop.is_set():
+            served.append(c.infer("add_sub", add_sub_inputs(a, a)).as_numpy("OUTPUT0")[0][0])
+
+    t = threading.Thread(target=bystander)
+    t.start()
+    try:
+        with pytest.raises(InferenceServerException) as e:
+            mode(hc, m)
+        assert "misbehave" in str(e.value) and expect in str(e.value), str(e.value)
+        assert "restarted" in str(e.value)
+    finally:
+        stop.set()
+        t.join()
+    assert served and all(v == 2.0 for v in served)
+    assert mode(hc, "ok") == "ok"
+    assert mode(hc, "count") == "2", "a fresh instance after the restart (this is its second call)"
+
+
+@pytest.mark.parametrize(
+    "m,expect",
+    [
+        ("wrong_count", "returned 2 responses for 1 requests"),
+        ("bad_shape", "model 'misbehave' output 'OUTPUT0': expected shape [1], got [3]"),
+        ("bad_tensor", "expected 1 string elements for output 'OUTPUT0', got 2"),
+        ("bad_dtype", "expected datatype TYPE_STRING, got TYPE_FP32"),
+        ("error", "misbehave: asked for an error"),
+    ],
+)
+def test_malformed_answers_fail_only_those_requests(hc, m, expect):
+    with pytest.raises(InferenceServerException) as e:
+        mode(hc, m)
+    assert expect in str(e.value)
+    assert mode(hc, "ok") == "ok"
+
+
+def bls_inputs(route, client=httpclient):
+    r = client.InferInput("ROUTE", [1], "BYTES")
+    r.set_data_from_numpy(np.array([route.encode()], dtype=np.object_))
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.int32)
+    i0 = client.InferInput("INPUT0", [1, 16], "INT32")
+    i0.set_data_from_numpy(a)
+    i1 = client.InferInput("INPUT1", [1, 16], "INT32")
+    i1.set_data_from_numpy(b)
+    return [r, i0, i1], a, b
+
+
+def test_bls_calls_onnx_and_other_plugins(psrv, hc):
+    for route in ("simple", "bls_caller2,simple"):
+        inputs, a, b = bls_inputs(route)
+        r = hc.infer("bls_caller", inputs)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    g = grpcclient.InferenceServerClient(psrv.grpc_url)
+    inputs, a, b = bls_inputs("simple", grpcclient)
+    np.testing.assert_array_equal(g.infer("bls_caller", inputs).as_numpy("OUTPUT0"), a + b)
+
+
+@pytest.mark.parametrize("route", ["bls_caller", "bls_caller2,bls_caller", "nope"])
+def test_bls_cycles_and_errors_are_refused_cleanly(hc, route):
+    inputs, _, _ = bls_inputs(route)
+    with pytest.raises(InferenceServerException) as e:
+        hc.infer("bls_caller", inputs)
+    if route == "nope":
+        assert "nope" in str(e.value)
+    else:
+        assert "would wait on itself" in str(e.value), str(e.value)
+    inputs, a, b = bls_inputs("simple")
+    np.testing.assert_array_equal(hc.infer("bls_caller", inputs).as_numpy("OUTPUT0"), a + b)
+
+
+def test_cwasm_cache_is_reused(plugin_repo, tmp_path):
+    cache = str(tmp_path / "cache")
+    first = Tern([f"--model-repository={plugin_repo}", f"--wasm-cache-dir={cache}"])
+    first.stop()
+    entries = sorted(os.listdir(cache))
+    assert len([e for e in entries if e.endswith(".cwasm")]) == 4, entries
+    assert "(Compiled)" in first.log() and "(Cache)" not in first.log()
+    second = Tern([f"--model-repository={plugin_repo}", f"--wasm-cache-dir={cache}"])
+    second.stop()
+    assert "(Cache)" in second.log() and "(Compiled)" not in second.log(), second.log()
+
+
+def test_broken_plugin_fails_its_load_only(plugin_repo, tmp_path):
+    import shutil
+
+    root = tmp_path / "models"
+    shutil.copytree(plugin_repo, root)
+    (root / "add_sub" / "1" / "model.wasm").write_bytes(b"\0asm garbage")
+    t = Tern([f"--model-repository={root}", "--exit-on-error=false", "--wasm-cache-dir=none"])
+    try:
+        c = httpclient.InferenceServerClient(t.url)
+        assert not c.is_model_ready("add_sub")
+        assert c.is_model_ready("simple_identity")
+        index = {m["name"]: m for m in c.get_model_repository_index()}
+        assert "not a valid WebAssembly component" in index["add_sub"]["reason"]
+    finally:
+        t.stop()
