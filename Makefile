@@ -11,7 +11,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test setup build release unit e2e lint bench bench-batching bench-grpc clean models plugins
+.PHONY: run test setup build release unit e2e lint bench bench-batching bench-grpc bench-plugins clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins
 
@@ -49,10 +49,10 @@ lint:
 
 # Unit + Rust integration tests (debug profile); the same build's binary drives the e2e tests.
 unit: setup
-	$(CARGO) test -p tern -p tern-plugin
+	$(CARGO) test --workspace
 
 e2e: setup
-	$(CARGO) build -p tern
+	$(CARGO) build --workspace
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests -q
 
 test: setup lint unit e2e
@@ -71,6 +71,11 @@ bench-grpc: release
 	@command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
 	$(CARGO) build --release -p tern --example grpc_baseline
 	$(PY) tests/bench/grpc_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/grpc_baseline
+
+bench-plugins: setup
+	$(CARGO) build --release -p tern --example plugin_bench
+	rm -rf .cache/bench-plugins && $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import gen_models; gen_models.plugin_repo(".cache/bench-plugins", "$(WASM_OUT)")'
+	$(CARGO_TARGET_DIR)/release/examples/plugin_bench .cache/bench-plugins
 
 clean:
 	rm -rf $(CARGO_TARGET_DIR) $(VENV) .cache

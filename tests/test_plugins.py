@@ -231,3 +231,15 @@ def test_broken_plugin_fails_its_load_only(plugin_repo, tmp_path):
         assert "not a valid WebAssembly component" in index["add_sub"]["reason"]
     finally:
         t.stop()
+
+
+def test_on_demand_allocator_fallback(plugin_repo):
+    """The path taken where the pooling allocator cannot reserve its address space (Jetson)."""
+    t = Tern([f"--model-repository={plugin_repo}", "--wasm-cache-dir=none"], env={"TERN_WASM_NO_POOLING": "1"})
+    try:
+        assert "pooling=false" in t.log()
+        c = httpclient.InferenceServerClient(t.url)
+        a = np.ones((1, 4), dtype=np.float32)
+        np.testing.assert_array_equal(c.infer("add_sub", add_sub_inputs(a, a)).as_numpy("OUTPUT0"), a * 2)
+    finally:
+        t.stop()

@@ -275,7 +275,11 @@ pub fn init(args: &Args) -> Result<()> {
         }
         None => tracing_subscriber::registry()
             .with(filter)
-            .with(layer.with_writer(std::io::stderr))
+            .with(
+                layer
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                    .with_writer(std::io::stderr),
+            )
             .init(),
     }
     ISO.store(settings.log_format == "ISO8601", Ordering::Relaxed);
