@@ -389,3 +389,64 @@ impl Drop for WasmInstance {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::pb::ModelParameter;
+
+    fn cfg(params: &[(&str, &str)]) -> ModelConfig {
+        let mut c = ModelConfig {
+            name: "p".into(),
+            ..Default::default()
+        };
+        for (k, v) in params {
+            c.parameters.insert(
+                k.to_string(),
+                ModelParameter {
+                    string_value: v.to_string(),
+                },
+            );
+        }
+        c
+    }
+
+    #[test]
+    fn sandbox_defaults_and_overrides() {
+        let s = Sandbox::from_config(&cfg(&[])).unwrap();
+        assert_eq!(s.timeout, Duration::from_millis(DEFAULT_TIMEOUT_MS));
+        assert_eq!(s.max_memory, DEFAULT_MAX_MEMORY);
+        let s = Sandbox::from_config(&cfg(&[
+            ("execution_timeout_ms", "250"),
+            ("max_memory_bytes", "1048576"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (s.timeout, s.max_memory),
+            (Duration::from_millis(250), 1 << 20)
+        );
+        for bad in [
+            ("execution_timeout_ms", "0"),
+            ("execution_timeout_ms", "soon"),
+            ("max_memory_bytes", "10"),
+        ] {
+            let e = Sandbox::from_config(&cfg(&[bad])).unwrap_err();
+            assert!(e.message.contains("model 'p'"), "{e}");
+        }
+    }
+
+    #[test]
+    fn plugins_must_declare_their_io() {
+        let e = WasmBackend
+            .auto_complete(
+                &ModelFiles {
+                    model_dir: "/m".into(),
+                    version_dir: None,
+                },
+                &mut cfg(&[]),
+                &BackendSettings::default(),
+            )
+            .unwrap_err();
+        assert!(e.message.contains("must declare its inputs and outputs"));
+    }
+}

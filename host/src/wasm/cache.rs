@@ -94,3 +94,41 @@ pub fn default_dir() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .map(|d| d.join("tern").join("wasm"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_binds_content_and_engine() {
+        let engine = Engine::default();
+        let a = key(&engine, b"one");
+        assert_eq!(a, key(&engine, b"one"));
+        assert_ne!(a, key(&engine, b"two"));
+        assert!(a.ends_with(".cwasm") && a.len() == 64 + 1 + 16 + 6, "{a}");
+        let mut c = wasmtime::Config::new();
+        c.epoch_interruption(true);
+        let other = Engine::new(&c).unwrap();
+        assert_ne!(
+            a,
+            key(&other, b"one"),
+            "a different engine configuration gets its own entry"
+        );
+    }
+
+    #[test]
+    fn garbage_is_a_clear_error_and_nothing_is_cached() {
+        let dir = std::env::temp_dir().join(format!("tern-cache-test-{}", std::process::id()));
+        let file = dir.join("model.wasm");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(&file, b"\0asm nonsense").unwrap();
+        let cache = dir.join("cache");
+        let e = load(&Engine::default(), &file, Some(&cache)).err().unwrap();
+        assert!(
+            e.message.contains("is not a valid WebAssembly component"),
+            "{e}"
+        );
+        assert!(!cache.exists() || std::fs::read_dir(&cache).unwrap().next().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
