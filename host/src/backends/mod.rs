@@ -132,7 +132,6 @@ const TRITON_ONLY_PLATFORMS: &[&str] = &[
     "tensorflow_savedmodel",
     "tensorrt_plan",
     "pytorch_libtorch",
-    "ensemble",
 ];
 
 /// The backends built into this binary.

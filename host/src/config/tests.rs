@@ -80,12 +80,14 @@ fn savedmodel_optimization_and_policy() {
 
 #[test]
 fn unsupported_scheduling_is_refused_at_load() {
-    for idx in [4, 5] {
-        let cfg = parse_pbtxt(CORPUS[idx].1).unwrap();
-        let e = check_supported(&cfg).unwrap_err();
-        assert_eq!(e.code, crate::error::Code::Unsupported, "{}", e);
-    }
+    let cfg = parse_pbtxt(CORPUS[5].1).unwrap();
+    let e = check_supported(&cfg).unwrap_err();
+    assert_eq!(e.code, crate::error::Code::Unsupported, "{}", e);
     assert!(check_supported(&parse_pbtxt(CORPUS[0].1).unwrap()).is_ok());
+    // Ensembles are served; their DAG is checked when the composing models are known.
+    let ensemble = parse_pbtxt(CORPUS[4].1).unwrap();
+    assert!(check_supported(&ensemble).is_ok());
+    assert!(crate::scheduler::ensemble::check_config(&ensemble).is_ok());
 }
 
 #[test]

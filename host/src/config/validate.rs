@@ -12,7 +12,8 @@ use crate::error::{Error, Result};
 
 /// Fills in Triton's defaults: version policy `latest { num_versions: 1 }`,
 /// one instance group when none is given, group names, counts and kinds
-/// (`KIND_AUTO` resolves to CPU when `gpu_count` is 0).
+/// (`KIND_AUTO` resolves to CPU when `gpu_count` is 0). Ensembles get no
+/// instance group: their steps run on the composing models' instances.
 pub fn normalize(cfg: &mut ModelConfig, gpu_count: usize) {
     if cfg
         .version_policy
@@ -26,7 +27,7 @@ pub fn normalize(cfg: &mut ModelConfig, gpu_count: usize) {
             })),
         });
     }
-    if cfg.instance_group.is_empty() {
+    if cfg.instance_group.is_empty() && !crate::scheduler::ensemble::is_ensemble(cfg) {
         cfg.instance_group.push(pb::ModelInstanceGroup::default());
     }
     let name = cfg.name.clone();
@@ -256,14 +257,8 @@ pub fn check_supported(cfg: &ModelConfig) -> Result<()> {
             "model '{m}': {what} is not supported by this version of Tern"
         )))
     };
-    match &cfg.scheduling_choice {
-        Some(pb::model_config::SchedulingChoice::SequenceBatching(_)) => {
-            return unsupported("sequence_batching")
-        }
-        Some(pb::model_config::SchedulingChoice::EnsembleScheduling(_)) => {
-            return unsupported("ensemble_scheduling")
-        }
-        _ => {}
+    if let Some(pb::model_config::SchedulingChoice::SequenceBatching(_)) = &cfg.scheduling_choice {
+        return unsupported("sequence_batching");
     }
     if cfg
         .model_transaction_policy

@@ -6,7 +6,7 @@
 
 mod versions;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -16,6 +16,7 @@ use crate::backends::{BackendSettings, LoadContext, ModelFiles, Registry};
 use crate::config::validate::{check_supported, normalize, not_acted_on, validate};
 use crate::config::{parse_pbtxt, ModelConfig};
 use crate::error::{Error, Result};
+use crate::scheduler::ensemble::{self, is_ensemble, Ensemble};
 use crate::scheduler::ModelHandle;
 
 /// How models are found and loaded.
@@ -69,6 +70,14 @@ pub struct IndexEntry {
     pub state: State,
     /// Why the model is not ready (empty when ready).
     pub reason: String,
+}
+
+/// A model's config, backend (`None` for ensembles), versions and labels, ready to load.
+struct Prepared {
+    config: Arc<ModelConfig>,
+    backend: Option<Arc<dyn crate::backends::Backend>>,
+    versions: Vec<i64>,
+    labels: HashMap<String, Vec<String>>,
 }
 
 #[derive(Default)]
@@ -139,14 +148,20 @@ impl Repository {
         let threads = self.options.load_threads.max(1);
         let errors = Mutex::new(Vec::new());
         let queue = Mutex::new(jobs);
+        let ensembles = Mutex::new(Vec::new());
         std::thread::scope(|s| {
             for _ in 0..threads {
                 s.spawn(|| loop {
                     let Some((name, dir)) = queue.lock().expect("queue").pop() else {
                         break;
                     };
-                    let errs = match dir {
-                        Ok(dir) => self.load_model(&name, &dir),
+                    let prepared = dir.and_then(|dir| Ok((self.prepare(&name, &dir)?, dir)));
+                    let errs = match prepared {
+                        Ok((p, dir)) if p.backend.is_none() => {
+                            ensembles.lock().expect("ensembles").push((name, dir, p));
+                            continue;
+                        }
+                        Ok((p, dir)) => self.load_versions(&name, &dir, p),
                         Err(e) => {
                             self.record_failure(&name, &e);
                             vec![e]
@@ -156,7 +171,38 @@ impl Repository {
                 });
             }
         });
-        Ok(errors.into_inner().expect("errors"))
+        let mut errors = errors.into_inner().expect("errors");
+        errors.extend(self.load_ensembles(ensembles.into_inner().expect("ensembles")));
+        Ok(errors)
+    }
+
+    /// Loads ensembles after the models they call, ensembles of ensembles in
+    /// dependency order; ensembles that call each other in a cycle fail.
+    fn load_ensembles(&self, mut waiting: Vec<(String, PathBuf, Prepared)>) -> Vec<Error> {
+        let mut errors = Vec::new();
+        loop {
+            let names: HashSet<String> = waiting.iter().map(|(n, _, _)| n.clone()).collect();
+            let (ready, blocked): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|(_, _, p)| {
+                !crate::scheduler::ensemble::composing_models(&p.config)
+                    .iter()
+                    .any(|m| names.contains(m))
+            });
+            waiting = blocked;
+            if ready.is_empty() {
+                break;
+            }
+            for (name, dir, p) in ready {
+                errors.extend(self.load_versions(&name, &dir, p));
+            }
+        }
+        for (name, _, _) in waiting {
+            let e = Error::invalid_arg(format!(
+                "ensemble '{name}': its steps call ensembles that call it back (a cycle of ensembles)"
+            ));
+            self.record_failure(&name, &e);
+            errors.push(e);
+        }
+        errors
     }
 
     fn record_failure(&self, name: &str, e: &Error) {
@@ -171,16 +217,14 @@ impl Repository {
         }];
     }
 
-    /// Loads every selected version of one model; returns its errors.
-    fn load_model(&self, name: &str, dir: &Path) -> Vec<Error> {
-        let prepared = match self.prepare(name, dir) {
-            Ok(p) => p,
-            Err(e) => {
-                self.record_failure(name, &e);
-                return vec![e];
-            }
-        };
-        let (config, backend, versions, labels) = prepared;
+    /// Loads every selected version of one prepared model; returns its errors.
+    fn load_versions(&self, name: &str, dir: &Path, prepared: Prepared) -> Vec<Error> {
+        let Prepared {
+            config,
+            backend,
+            versions,
+            labels,
+        } = prepared;
         let mut errors = Vec::new();
         let mut entry = ModelEntry {
             config: Some(config.clone()),
@@ -193,7 +237,7 @@ impl Repository {
                     "model '{name}': version {version} is not present in '{}'",
                     dir.display()
                 )))
-            } else {
+            } else if let Some(backend) = &backend {
                 let ctx = LoadContext {
                     config: &config,
                     version,
@@ -211,13 +255,20 @@ impl Repository {
                         dir,
                     )
                 })
+            } else {
+                Ensemble::build(
+                    &config,
+                    |m, v| self.get(m, v).map(|h| h.config.clone()),
+                    self.me.clone(),
+                )
+                .and_then(|e| ModelHandle::ensemble(config.clone(), version, e, labels.clone()))
             };
             match result {
                 Ok(handle) => {
                     tracing::info!(
                         model = name,
                         version,
-                        backend = backend.name(),
+                        backend = backend.as_ref().map_or("ensemble", |b| b.name()),
                         "model loaded"
                     );
                     entry.ready.insert(version, Arc::new(handle));
@@ -262,17 +313,7 @@ impl Repository {
     }
 
     /// Reads, completes, normalises and validates a model's config; picks its backend, versions and labels.
-    #[allow(clippy::type_complexity)]
-    fn prepare(
-        &self,
-        name: &str,
-        dir: &Path,
-    ) -> Result<(
-        Arc<ModelConfig>,
-        Arc<dyn crate::backends::Backend>,
-        Vec<i64>,
-        HashMap<String, Vec<String>>,
-    )> {
+    fn prepare(&self, name: &str, dir: &Path) -> Result<Prepared> {
         let config_path = dir.join("config.pbtxt");
         let mut cfg = if config_path.exists() {
             let text = std::fs::read_to_string(&config_path).map_err(|e| {
@@ -298,15 +339,23 @@ impl Repository {
         normalize(&mut cfg, self.options.gpu_count);
         let versions = select_versions(&cfg, &available);
         let latest_dir = available.last().map(|v| dir.join(v.to_string()));
-        let backend = self.registry.resolve(&cfg, latest_dir.as_deref())?;
-        if self.options.auto_complete {
+        let backend = if is_ensemble(&cfg) {
+            ensemble::check_config(&cfg)?;
+            None
+        } else {
+            Some(self.registry.resolve(&cfg, latest_dir.as_deref())?)
+        };
+        if let Some(backend) = backend.as_ref().filter(|_| self.options.auto_complete) {
             let files = ModelFiles {
                 model_dir: dir.to_path_buf(),
                 version_dir: versions.last().map(|v| dir.join(v.to_string())),
             };
             backend.auto_complete(&files, &mut cfg, &self.options.backend)?;
             normalize(&mut cfg, self.options.gpu_count);
-        } else if cfg.backend.is_empty() && cfg.platform.is_empty() {
+        } else if let Some(backend) = backend
+            .as_ref()
+            .filter(|_| cfg.backend.is_empty() && cfg.platform.is_empty())
+        {
             cfg.backend = backend.name().to_string();
         }
         validate(&cfg, name)?;
@@ -334,7 +383,12 @@ impl Repository {
                 text.lines().map(str::to_string).collect(),
             );
         }
-        Ok((Arc::new(cfg), backend, versions, labels))
+        Ok(Prepared {
+            config: Arc::new(cfg),
+            backend,
+            versions,
+            labels,
+        })
     }
 
     /// The handle serving `name` at `version` (`None` = highest ready version).

@@ -5,6 +5,7 @@
 //! is configured. Every request gets exactly one response, including on
 //! timeouts, full queues, backend panics and shutdown.
 
+pub mod ensemble;
 pub mod policy;
 pub mod queue;
 pub mod stats;
@@ -80,6 +81,7 @@ pub struct ModelHandle {
     labels: HashMap<String, Vec<String>>,
     shared: Arc<Shared>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+    ensemble: Option<ensemble::Ensemble>,
 }
 
 fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<Vec<InstanceSpec>> {
@@ -196,6 +198,26 @@ impl ModelHandle {
             labels,
             shared,
             workers: Mutex::new(workers),
+            ensemble: None,
+        })
+    }
+
+    /// Serves an ensemble: no instances or queue of its own; each request runs
+    /// the step DAG through the composing models' schedulers.
+    pub fn ensemble(
+        config: Arc<ModelConfig>,
+        version: i64,
+        ensemble: ensemble::Ensemble,
+        labels: HashMap<String, Vec<String>>,
+    ) -> Result<ModelHandle> {
+        let policy = BatchPolicy::from_config(&config, false)?;
+        Ok(ModelHandle {
+            shared: Arc::new(Shared::new(config.clone(), version, policy)),
+            config,
+            version,
+            labels,
+            workers: Mutex::new(Vec::new()),
+            ensemble: Some(ensemble),
         })
     }
 
@@ -217,33 +239,13 @@ impl ModelHandle {
             }
         };
         let requested = request.outputs.clone();
-        let (reply, rx) = oneshot::channel();
-        {
-            let mut q = s.queue.lock().expect("queue lock");
-            if q.queue.closed {
-                return Err(self.gone());
+        let mut response = match &self.ensemble {
+            Some(e) => self.run_ensemble(e, request, batch_size, arrived).await?,
+            None => {
+                self.schedule(request, batch_size, level, timeout, arrived)
+                    .await?
             }
-            let pending = Pending {
-                request,
-                batch_size,
-                level,
-                enqueued: arrived,
-                deadline: timeout.map(|t| arrived + t),
-                seq: q.next_seq,
-                reply,
-            };
-            if q.queue.push(pending, &s.policy).is_err() {
-                drop(q);
-                s.stats.record_failure(arrived.elapsed());
-                return Err(Error::unavailable(format!(
-                    "Exceeds maximum queue size: model '{}' priority level {level} is full",
-                    self.config.name
-                )));
-            }
-            q.next_seq += 1;
-        }
-        s.ready.notify_one();
-        let mut response = rx.await.map_err(|_| self.gone())??;
+        };
         if !requested.is_empty() {
             let mut all = std::mem::take(&mut response.outputs);
             for want in &requested {
@@ -270,6 +272,69 @@ impl ModelHandle {
             }
         }
         Ok(response)
+    }
+
+    /// Queues a validated request for this version's instances and waits for its response.
+    async fn schedule(
+        &self,
+        request: InferRequest,
+        batch_size: usize,
+        level: usize,
+        timeout: Option<std::time::Duration>,
+        arrived: Instant,
+    ) -> Result<InferResponse> {
+        let s = &self.shared;
+        let (reply, rx) = oneshot::channel();
+        {
+            let mut q = s.queue.lock().expect("queue lock");
+            if q.queue.closed {
+                return Err(self.gone());
+            }
+            let pending = Pending {
+                request,
+                batch_size,
+                level,
+                enqueued: arrived,
+                deadline: timeout.map(|t| arrived + t),
+                seq: q.next_seq,
+                reply,
+            };
+            if q.queue.push(pending, &s.policy).is_err() {
+                drop(q);
+                s.stats.record_failure(arrived.elapsed());
+                return Err(Error::unavailable(format!(
+                    "Exceeds maximum queue size: model '{}' priority level {level} is full",
+                    self.config.name
+                )));
+            }
+            q.next_seq += 1;
+        }
+        s.ready.notify_one();
+        rx.await.map_err(|_| self.gone())?
+    }
+
+    /// Runs a validated request through the ensemble DAG and records its statistics.
+    async fn run_ensemble(
+        &self,
+        ensemble: &ensemble::Ensemble,
+        request: InferRequest,
+        batch_size: usize,
+        arrived: Instant,
+    ) -> Result<InferResponse> {
+        let s = &self.shared;
+        if s.queue.lock().expect("queue lock").queue.closed {
+            return Err(self.gone());
+        }
+        let result = ensemble.run(request).await.and_then(|mut r| {
+            crate::core::validate::validate_outputs(&self.config, batch_size, &r.outputs)?;
+            r.model_version = self.version;
+            Ok(r)
+        });
+        match &result {
+            Ok(_) => s.stats.record_request(batch_size, arrived.elapsed()),
+            Err(_) => s.stats.record_failure(arrived.elapsed()),
+        }
+        result
     }
 
     /// Current statistics of this version.

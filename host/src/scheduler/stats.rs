@@ -117,6 +117,20 @@ impl ModelStats {
         }
     }
 
+    /// Records a successful request that ran without a backend execution of
+    /// its own (an ensemble: its steps are counted by the composing models).
+    pub fn record_request(&self, batch_size: usize, total: Duration) {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let mut s = self.inner.lock().expect("stats lock");
+        s.last_inference = now_ms;
+        s.inference_count += batch_size as u64;
+        s.execution_count += 1;
+        s.success.add(total);
+    }
+
     /// Records a request that failed without being executed (invalid, rejected, timed out).
     pub fn record_failure(&self, total: Duration) {
         self.inner.lock().expect("stats lock").fail.add(total);
