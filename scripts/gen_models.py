@@ -184,6 +184,140 @@ parameters {{ key: "execution_timeout_ms" value: {{ string_value: "2000" }} }}
         plugin(name, "bls_caller", bls.format(name=name))
     add_sub(f"{root}/simple/1/model.onnx", TensorProto.INT32, "batch")
     write(f"{root}/simple/config.pbtxt", SIMPLE_CONFIG.format(name="simple", t="TYPE_INT32"))
+    # Ensembles as BLS targets: one over ONNX, one whose step is a BLS plugin.
+    io = lambda n, t, d: f'{{ name: "{n}" data_type: {t} dims: [ {d} ] }}'
+    pair = lambda d: [io("INPUT0", "TYPE_INT32", d), io("INPUT1", "TYPE_INT32", d)]
+    outs = lambda d: [io("OUTPUT0", "TYPE_INT32", d), io("OUTPUT1", "TYPE_INT32", d)]
+    maps = """input_map [ { key: "INPUT0" value: "INPUT0" }, { key: "INPUT1" value: "INPUT1" }%s ]
+     output_map [ { key: "OUTPUT0" value: "OUTPUT0" }, { key: "OUTPUT1" value: "OUTPUT1" } ]"""
+    for name, mbs, dims, extra, step, route in (
+        ("simple_ens", 8, "16", [], "simple", ""),
+        ("bls_ens", 0, "1, 16", [io("ROUTE", "TYPE_STRING", "1")], "bls_caller2", ', { key: "ROUTE" value: "ROUTE" }'),
+    ):
+        write(
+            f"{root}/{name}/config.pbtxt",
+            f"""name: "{name}"
+platform: "ensemble"
+max_batch_size: {mbs}
+input [ {", ".join(extra + pair(dims))} ]
+output [ {", ".join(outs(dims))} ]
+ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1
+     {maps % route} }} ] }}
+""",
+        )
+        os.makedirs(f"{root}/{name}/1", exist_ok=True)
+
+
+def ensemble_repo(root, wasm_dir):
+    """Ensembles over a WASM plugin, the identity backend and a misbehaving plugin,
+    plus ensembles that must fail to load with a clear reason."""
+    os.makedirs(f"{root}/add_sub/1", exist_ok=True)
+    shutil.copy(os.path.join(wasm_dir, "add_sub.wasm"), f"{root}/add_sub/1/model.wasm")
+    # A long queue delay so that concurrent ensemble requests batch in the step model.
+    write(
+        f"{root}/add_sub/config.pbtxt",
+        open(os.path.join(ROOT, "model_repository", "add_sub", "config.pbtxt"))
+        .read()
+        .replace("max_queue_delay_microseconds: 200", "max_queue_delay_microseconds: 50000 preferred_batch_size: [ 8 ]"),
+    )
+    os.makedirs(f"{root}/misbehave/1", exist_ok=True)
+    shutil.copy(os.path.join(wasm_dir, "misbehave.wasm"), f"{root}/misbehave/1/model.wasm")
+    write(
+        f"{root}/misbehave/config.pbtxt",
+        """name: "misbehave"
+backend: "wasm"
+max_batch_size: 0
+input [ { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]
+parameters { key: "execution_timeout_ms" value: { string_value: "300" } }
+""",
+    )
+    write(f"{root}/identity_fp32/config.pbtxt", io_config("identity_fp32", "TYPE_FP32", [-1], 8, "identity"))
+    os.makedirs(f"{root}/identity_fp32/1", exist_ok=True)
+
+    def ensemble(name, body, max_batch=8):
+        write(f"{root}/{name}/config.pbtxt", f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: {max_batch}\n{body}')
+        os.makedirs(f"{root}/{name}/1", exist_ok=True)
+
+    fp32 = lambda n, dims="4": f'{{ name: "{n}" data_type: TYPE_FP32 dims: [ {dims} ] }}'
+    # add_sub, then add_sub and identity in parallel: 2A, 2B and A+B.
+    chain = f"""input [ {fp32("A")}, {fp32("B")} ]
+output [ {fp32("TWICE_A")}, {fp32("TWICE_B")}, {fp32("SUM", "-1")} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "add_sub" model_version: -1
+     input_map [ {{ key: "INPUT0" value: "A" }}, {{ key: "INPUT1" value: "B" }} ]
+     output_map [ {{ key: "OUTPUT0" value: "sum" }}, {{ key: "OUTPUT1" value: "diff" }} ] }},
+  {{ model_name: "identity_fp32" model_version: -1
+     input_map {{ key: "INPUT0" value: "sum" }} output_map {{ key: "OUTPUT0" value: "SUM" }} }},
+  {{ model_name: "add_sub" model_version: 1
+     input_map [ {{ key: "INPUT0" value: "sum" }}, {{ key: "INPUT1" value: "diff" }} ]
+     output_map [ {{ key: "OUTPUT0" value: "TWICE_A" }}, {{ key: "OUTPUT1" value: "TWICE_B" }} ] }}
+] }}
+"""
+    ensemble("ens_chain", chain)
+    # An ensemble whose first step is another ensemble.
+    ensemble(
+        "ens_nested",
+        f"""input [ {fp32("X")}, {fp32("Y")} ]
+output [ {fp32("OUT", "-1")} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "identity_fp32" model_version: -1
+     input_map {{ key: "INPUT0" value: "twice" }} output_map {{ key: "OUTPUT0" value: "OUT" }} }},
+  {{ model_name: "ens_chain" model_version: -1
+     input_map [ {{ key: "A" value: "X" }}, {{ key: "B" value: "Y" }} ]
+     output_map {{ key: "TWICE_A" value: "twice" }} }}
+] }}
+""",
+    )
+    string = lambda n: f'{{ name: "{n}" data_type: TYPE_STRING dims: [ 1 ] }}'
+    ensemble(
+        "ens_fail",
+        f"""input [ {string("MODE")} ]
+output [ {string("OUT")} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "misbehave" model_version: -1
+     input_map {{ key: "MODE" value: "MODE" }} output_map {{ key: "OUTPUT0" value: "OUT" }} }}
+] }}
+""",
+        max_batch=0,
+    )
+    # Broken ensembles: each must be UNAVAILABLE with a reason, the rest serving.
+    ensemble(
+        "ens_bad_dtype",
+        f"""input [ {fp32("A", "1")} ]
+output [ {string("OUT")} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "misbehave" model_version: -1
+     input_map {{ key: "MODE" value: "A" }} output_map {{ key: "OUTPUT0" value: "OUT" }} }}
+] }}
+""",
+        max_batch=0,
+    )
+    ensemble(
+        "ens_missing_model",
+        f"""input [ {fp32("A")} ]
+output [ {fp32("OUT")} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "no_such_model" model_version: -1
+     input_map {{ key: "INPUT0" value: "A" }} output_map {{ key: "OUTPUT0" value: "OUT" }} }}
+] }}
+""",
+    )
+    for a, b in (("ens_cycle_a", "ens_cycle_b"), ("ens_cycle_b", "ens_cycle_a")):
+        ensemble(
+            a,
+            f"""input [ {fp32("A")} ]
+output [ {fp32("OUT")} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "{b}" model_version: -1
+     input_map {{ key: "A" value: "A" }} output_map {{ key: "OUT" value: "OUT" }} }}
+] }}
+""",
+        )
+    ensemble(
+        "ens_with_instances",
+        chain + "instance_group [ { kind: KIND_CPU count: 2 } ]\n",
+    )
 
 
 def test(root):

@@ -181,7 +181,7 @@ def bls_inputs(route, client=httpclient):
 
 
 def test_bls_calls_onnx_and_other_plugins(psrv, hc):
-    for route in ("simple", "bls_caller2,simple"):
+    for route in ("simple", "bls_caller2,simple", "simple_ens", "bls_ens,simple_ens"):
         inputs, a, b = bls_inputs(route)
         r = hc.infer("bls_caller", inputs)
         np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
@@ -191,7 +191,7 @@ def test_bls_calls_onnx_and_other_plugins(psrv, hc):
     np.testing.assert_array_equal(g.infer("bls_caller", inputs).as_numpy("OUTPUT0"), a + b)
 
 
-@pytest.mark.parametrize("route", ["bls_caller", "bls_caller2,bls_caller", "nope"])
+@pytest.mark.parametrize("route", ["bls_caller", "bls_caller2,bls_caller", "bls_ens,bls_caller", "nope"])
 def test_bls_cycles_and_errors_are_refused_cleanly(hc, route):
     inputs, _, _ = bls_inputs(route)
     with pytest.raises(InferenceServerException) as e:
