@@ -28,10 +28,11 @@ $(ORT_LIB): $(VENV)/.stamp
 
 models: $(VENV)/.stamp
 	@test -f model_repository/simple/1/model.onnx || $(PY) scripts/gen_models.py example model_repository
+	@test -f model_repository/minilm/1/model.onnx -a -f model_repository/bert_tokenizer/1/vocab.txt || $(PY) scripts/gen_minilm.py model_repository
 
 # WebAssembly plugins (plugins/, own cargo workspace) and the examples served from model_repository/.
 WASM_OUT := $(CARGO_TARGET_DIR)/wasm32-wasip2/release
-EXAMPLE_PLUGINS := add_sub simple_identity
+EXAMPLE_PLUGINS := add_sub simple_identity bert_tokenizer embed_pool
 plugins:
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 	cd plugins && $(CARGO) build --release --target wasm32-wasip2
@@ -50,6 +51,7 @@ lint:
 # Unit + Rust integration tests (debug profile); the same build's binary drives the e2e tests.
 unit: setup
 	$(CARGO) test --workspace
+	cd plugins && $(CARGO) test -p wordpiece
 
 e2e: setup
 	$(CARGO) build --workspace

@@ -143,6 +143,30 @@ impl Error {
     }
 }
 
+impl ModelContext {
+    /// A `parameters { key: .. value: { string_value: .. } }` entry of the
+    /// model's `config.pbtxt`.
+    ///
+    /// ```ignore
+    /// let max_len: usize = ctx.parameter("max_length").and_then(|v| v.parse().ok()).unwrap_or(256);
+    /// ```
+    pub fn parameter(&self, key: &str) -> Option<String> {
+        let config: serde_json::Value = serde_json::from_str(&self.config_json).ok()?;
+        config
+            .get("parameters")?
+            .get(key)?
+            .get("string_value")?
+            .as_str()
+            .map(str::to_string)
+    }
+
+    /// A file of the model's version folder (read-only), e.g. `vocab.txt`.
+    pub fn read_file(&self, name: &str) -> Result<Vec<u8>, Error> {
+        let path = format!("{}/{name}", self.repository_path);
+        std::fs::read(&path).map_err(|e| Error::not_found(format!("cannot read '{path}': {e}")))
+    }
+}
+
 impl Request {
     /// The input called `name`, or an INVALID_ARG error naming it.
     pub fn input(&self, name: &str) -> Result<&Tensor, Error> {

@@ -1,0 +1,81 @@
+"""The text-embedding pipeline of the example repository end to end:
+`text_embedding` = bert_tokenizer (WASM) → minilm (ONNX, all-MiniLM-L6-v2
+built from safetensors) → embed_pool (WASM), compared with
+sentence-transformers' own output (tests/data/minilm_reference.json, made by
+scripts/minilm_reference.py) over HTTP and gRPC, one sentence per request,
+one batch of all sentences, and many concurrent requests."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from conftest import ROOT, Tern
+
+REPO = os.path.join(ROOT, "model_repository")
+REFERENCE = json.load(open(os.path.join(ROOT, "tests", "data", "minilm_reference.json")))
+
+
+@pytest.fixture(scope="module")
+def tsrv(tmp_path_factory):
+    for f in ("minilm/1/model.onnx", "bert_tokenizer/1/vocab.txt", "bert_tokenizer/1/model.wasm", "embed_pool/1/model.wasm"):
+        if not os.path.exists(os.path.join(REPO, f)):
+            pytest.fail(f"model_repository/{f} is missing; run `make setup`")
+    cache = str(tmp_path_factory.mktemp("wasm-cache"))
+    t = Tern([f"--model-repository={REPO}", f"--wasm-cache-dir={cache}"])
+    yield t
+    t.stop()
+
+
+def text_input(client, sentences):
+    i = client.InferInput("TEXT", [len(sentences), 1], "BYTES")
+    i.set_data_from_numpy(np.array([[s.encode()] for s in sentences], dtype=np.object_))
+    return i
+
+
+def assert_close(embeddings, refs):
+    assert len(embeddings) == len(refs)
+    for i, (e, r) in enumerate(zip(embeddings, refs)):
+        r = np.asarray(r, dtype=np.float64)
+        cos = float(e @ r / np.linalg.norm(e) / np.linalg.norm(r))
+        assert cos >= 1 - 1e-4, (REFERENCE["sentences"][i % len(REFERENCE["sentences"])], cos)
+        assert abs(np.linalg.norm(e) - 1) < 1e-5
+
+
+def test_tokenizer_matches_hugging_face(tsrv):
+    c = httpclient.InferenceServerClient(tsrv.url)
+    for sentence, ids in zip(REFERENCE["sentences"], REFERENCE["input_ids"]):
+        r = c.infer("bert_tokenizer", [text_input(httpclient, [sentence])])
+        assert r.as_numpy("input_ids")[0].tolist() == ids, sentence
+        assert r.as_numpy("attention_mask")[0].tolist() == [1] * len(ids)
+        assert not r.as_numpy("token_type_ids").any()
+    # A batch is padded to its longest text, with the mask marking the padding.
+    r = c.infer("bert_tokenizer", [text_input(httpclient, ["hello", "a much longer sentence than that"])])
+    ids, mask = r.as_numpy("input_ids"), r.as_numpy("attention_mask")
+    assert ids.shape == mask.shape == (2, 8)
+    assert mask[0].tolist() == [1, 1, 1, 0, 0, 0, 0, 0] and ids[0, 3:].tolist() == [0] * 5
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_embeddings_match_sentence_transformers(tsrv, proto):
+    client = httpclient if proto == "http" else grpcclient
+    c = client.InferenceServerClient(tsrv.url if proto == "http" else tsrv.grpc_url)
+    sentences = REFERENCE["sentences"]
+    singles = [c.infer("text_embedding", [text_input(client, [s])]).as_numpy("EMBEDDING")[0] for s in sentences]
+    assert_close(singles, REFERENCE["embeddings"])
+    batch = c.infer("text_embedding", [text_input(client, sentences)]).as_numpy("EMBEDDING")
+    assert batch.shape == (len(sentences), 384)
+    assert_close(batch, REFERENCE["embeddings"])
+
+
+def test_concurrent_requests_batch_and_stay_correct(tsrv):
+    c = httpclient.InferenceServerClient(tsrv.url, concurrency=16)
+    sentences = REFERENCE["sentences"] * 4
+    pending = [c.async_infer("text_embedding", [text_input(httpclient, [s])]) for s in sentences]
+    got = [p.get_result().as_numpy("EMBEDDING")[0] for p in pending]
+    assert_close(got, REFERENCE["embeddings"] * 4)
+    stats = c.get_inference_statistics("minilm")["model_stats"][0]
+    assert stats["inference_count"] >= len(sentences)
