@@ -6,6 +6,7 @@
 //! `bert_tokenizer` plugin (wasm32-wasip2) and natively (benchmarks).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use unicode_normalization::UnicodeNormalization;
 use unicode_properties::{GeneralCategory, GeneralCategoryGroup, UnicodeGeneralCategory};
@@ -13,10 +14,41 @@ use unicode_properties::{GeneralCategory, GeneralCategoryGroup, UnicodeGeneralCa
 /// Words longer than this (in characters) become `[UNK]`, as in BERT.
 const MAX_WORD_CHARS: usize = 100;
 
+/// Fx-style multiplicative hash: the vocabulary is fixed at load, so
+/// collision resistance buys nothing and SipHash costs a lot per lookup.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let mut tail = [0u8; 8];
+        tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+        self.add(u64::from_le_bytes(tail) ^ bytes.len() as u64);
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Vocab = HashMap<String, i64, BuildHasherDefault<FxHasher>>;
+
 /// A WordPiece vocabulary with BERT's special tokens.
 #[derive(Debug)]
 pub struct Tokenizer {
-    vocab: HashMap<String, i64>,
+    vocab: Vocab,
     unk: i64,
     cls: i64,
     sep: i64,
@@ -26,7 +58,7 @@ pub struct Tokenizer {
 impl Tokenizer {
     /// Builds a tokenizer from `vocab.txt` (one token per line, id = line number).
     pub fn from_vocab(text: &str, lowercase: bool) -> Result<Tokenizer, String> {
-        let vocab: HashMap<String, i64> = text
+        let vocab: Vocab = text
             .lines()
             .enumerate()
             .map(|(i, t)| (t.trim_end_matches('\r').to_string(), i as i64))
@@ -53,93 +85,102 @@ impl Tokenizer {
 
     /// Token ids of one text: `[CLS] pieces... [SEP]`, at most `max_len` ids (>= 2).
     pub fn encode(&self, text: &str, max_len: usize) -> Vec<i64> {
-        let max_len = max_len.max(2);
-        let mut ids = vec![self.cls];
-        for word in self.words(text) {
-            if ids.len() >= max_len - 1 {
+        let limit = max_len.max(2) - 1;
+        let mut ids = Vec::with_capacity(limit.min(text.len() + 2) + 1);
+        ids.push(self.cls);
+        let mut word = String::new();
+        let mut piece = String::new();
+        for c in text.chars() {
+            if ids.len() >= limit {
                 break;
             }
-            self.wordpiece(&word, &mut ids);
-        }
-        ids.truncate(max_len - 1);
-        ids.push(self.sep);
-        ids
-    }
-
-    /// Basic tokenisation: cleaned, normalised words and punctuation marks.
-    fn words(&self, text: &str) -> Vec<String> {
-        let mut words = Vec::new();
-        let mut current = String::new();
-        let flush = |current: &mut String, words: &mut Vec<String>| {
-            if !current.is_empty() {
-                words.push(std::mem::take(current));
+            if c.is_ascii() {
+                // Fast path with the same result as the Unicode rules below.
+                match c {
+                    ' ' | '\t' | '\n' | '\r' => self.flush(&mut word, &mut ids, &mut piece, limit),
+                    '\0'..='\x1f' | '\x7f' => {}
+                    c if c.is_ascii_punctuation() => {
+                        self.flush(&mut word, &mut ids, &mut piece, limit);
+                        word.push(c);
+                        self.flush(&mut word, &mut ids, &mut piece, limit);
+                    }
+                    c => word.push(if self.lowercase { c.to_ascii_lowercase() } else { c }),
+                }
+                continue;
             }
-        };
-        for c in text.chars() {
             let cp = c as u32;
-            if cp == 0 || cp == 0xFFFD || is_control(c) {
+            if cp == 0xFFFD || is_control(c) {
                 continue;
             }
             if is_whitespace(c) {
-                flush(&mut current, &mut words);
+                self.flush(&mut word, &mut ids, &mut piece, limit);
                 continue;
             }
             if is_cjk(cp) {
-                flush(&mut current, &mut words);
-                words.push(c.to_string());
+                self.flush(&mut word, &mut ids, &mut piece, limit);
+                word.push(c);
+                self.flush(&mut word, &mut ids, &mut piece, limit);
                 continue;
             }
-            let push_normalised = |current: &mut String, words: &mut Vec<String>, c: char| {
-                if is_punctuation(c) {
-                    flush(current, words);
-                    words.push(c.to_string());
+            let mut push = |d: char, word: &mut String, ids: &mut Vec<i64>| {
+                if is_punctuation(d) {
+                    self.flush(word, ids, &mut piece, limit);
+                    word.push(d);
+                    self.flush(word, ids, &mut piece, limit);
                 } else {
-                    current.push(c);
+                    word.push(d);
                 }
             };
             if self.lowercase {
                 for l in c.to_lowercase() {
                     for d in std::iter::once(l).nfd() {
                         if d.general_category() != GeneralCategory::NonspacingMark {
-                            push_normalised(&mut current, &mut words, d);
+                            push(d, &mut word, &mut ids);
                         }
                     }
                 }
             } else {
-                push_normalised(&mut current, &mut words, c);
+                push(c, &mut word, &mut ids);
             }
         }
-        flush(&mut current, &mut words);
-        words
+        self.flush(&mut word, &mut ids, &mut piece, limit);
+        ids.truncate(limit);
+        ids.push(self.sep);
+        ids
+    }
+
+    /// Ends the current word: its WordPiece ids go to `ids` (while under `limit`).
+    fn flush(&self, word: &mut String, ids: &mut Vec<i64>, piece: &mut String, limit: usize) {
+        if !word.is_empty() && ids.len() < limit {
+            self.wordpiece(word, ids, piece);
+        }
+        word.clear();
     }
 
     /// Greedy longest-match-first WordPiece of one word, appended to `out`.
-    fn wordpiece(&self, word: &str, out: &mut Vec<i64>) {
-        let chars: Vec<(usize, char)> = word.char_indices().collect();
-        if chars.len() > MAX_WORD_CHARS {
+    fn wordpiece(&self, word: &str, out: &mut Vec<i64>, piece: &mut String) {
+        if word.chars().count() > MAX_WORD_CHARS {
             out.push(self.unk);
             return;
         }
         let mark = out.len();
         let mut start = 0;
-        let mut piece = String::new();
-        while start < chars.len() {
-            let mut end = chars.len();
-            let mut found = None;
-            while start < end {
+        while start < word.len() {
+            let mut end = word.len();
+            let found = loop {
                 piece.clear();
                 if start > 0 {
                     piece.push_str("##");
                 }
-                let from = chars[start].0;
-                let to = chars.get(end).map_or(word.len(), |c| c.0);
-                piece.push_str(&word[from..to]);
+                piece.push_str(&word[start..end]);
                 if let Some(&id) = self.vocab.get(piece.as_str()) {
-                    found = Some(id);
-                    break;
+                    break Some(id);
                 }
-                end -= 1;
-            }
+                match word[start..end].char_indices().next_back() {
+                    Some((last, _)) if last > 0 => end = start + last,
+                    _ => break None,
+                }
+            };
             match found {
                 Some(id) => out.push(id),
                 None => {

@@ -1,0 +1,141 @@
+//! The `bert_tokenizer` plugin (WASM) against the same `wordpiece` crate
+//! compiled natively, on the same texts in the same run: run with
+//! `make bench-tokenizer` (see docs/PERFORMANCE.md).
+//!
+//! Both sides tokenise a batch of 64 texts and pad them into `input_ids`,
+//! `attention_mask` and `token_type_ids`; the WASM side is one `execute`
+//! call through the wasm backend (including the copies across the
+//! component boundary).
+//!
+//! Usage: tokenizer_bench <repository with bert_tokenizer> [iterations]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tern::backends::{
+    BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext, Registry,
+};
+use tern::core::{DataType, InferRequest, Tensor};
+use tern::repository::{Repository, RepositoryOptions};
+
+const TEXTS: &[&str] = &[
+    "This is an example sentence",
+    "The quick brown fox jumps over the lazy dog.",
+    "Tern serves Triton's protocol from a small Rust binary; plugins run as WebAssembly.",
+    "Café déjà vu — naïve coöperation, façade and Ångström!",
+    "unaffable hyperparameterization of transformers",
+    "GPU-accelerated edge devices (Jetson Orin, 2024) run ~40 TOPS @ 15W",
+    "Edge inference servers should start fast, stay small and never crash on bad input.",
+    "How many tokens does a WordPiece tokenizer produce for this sentence?",
+];
+
+fn native(tok: &wordpiece::Tokenizer, texts: &[String], max_len: usize) -> usize {
+    let rows: Vec<Vec<i64>> = texts.iter().map(|t| tok.encode(t, max_len)).collect();
+    let width = rows.iter().map(Vec::len).max().unwrap_or(2);
+    let mut ids = Vec::with_capacity(rows.len() * width);
+    let mut mask = Vec::with_capacity(rows.len() * width);
+    for row in &rows {
+        ids.extend_from_slice(row);
+        ids.resize(ids.len() + width - row.len(), tok.pad_id());
+        mask.extend(std::iter::repeat_n(1i64, row.len()));
+        mask.extend(std::iter::repeat_n(0i64, width - row.len()));
+    }
+    let types = vec![0i64; ids.len()];
+    std::hint::black_box((&ids, &mask, &types));
+    ids.len()
+}
+
+fn per_call_us(n: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..n / 10 {
+        f();
+    }
+    let t = Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    t.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let root = args
+        .next()
+        .expect("usage: tokenizer_bench <repository> [iterations]");
+    let n: usize = args
+        .next()
+        .map(|s| s.parse().expect("iterations"))
+        .unwrap_or(2000);
+    let dir = std::path::Path::new(&root).join("bert_tokenizer").join("1");
+    let vocab = std::fs::read_to_string(dir.join("vocab.txt")).expect("vocab.txt");
+    let tok = wordpiece::Tokenizer::from_vocab(&vocab, true).expect("vocab");
+    let texts: Vec<String> = (0..64).map(|i| TEXTS[i % TEXTS.len()].to_string()).collect();
+
+    let settings = BackendSettings::default();
+    let repo = Repository::new(RepositoryOptions {
+        roots: vec![],
+        auto_complete: false,
+        backend: settings.clone(),
+        gpu_count: 0,
+        load_threads: 1,
+    });
+    let text = std::fs::read_to_string(std::path::Path::new(&root).join("bert_tokenizer/config.pbtxt"))
+        .expect("config");
+    let mut cfg = tern::config::parse_pbtxt(&text).expect("config parses");
+    tern::config::validate::normalize(&mut cfg, 0);
+    let wasm = Registry::default().get("wasm").expect("wasm backend");
+    let model = wasm
+        .load(&LoadContext {
+            config: &cfg,
+            version: 1,
+            version_dir: &dir,
+            settings: &settings,
+            models: Arc::downgrade(&repo),
+        })
+        .expect("load bert_tokenizer");
+    let mut inst = model
+        .create_instance(&InstanceSpec {
+            name: "bench_0".into(),
+            device: DeviceKind::Cpu,
+        })
+        .expect("instance");
+    let mut data = Vec::new();
+    for t in &texts {
+        data.extend_from_slice(&(t.len() as u32).to_le_bytes());
+        data.extend_from_slice(t.as_bytes());
+    }
+    let batch = vec![InferRequest {
+        model_name: "bert_tokenizer".into(),
+        inputs: vec![Tensor::new(
+            "TEXT",
+            DataType::Bytes,
+            vec![texts.len() as i64, 1],
+            data,
+        )],
+        ..Default::default()
+    }];
+
+    // Same output on both sides.
+    let r = inst.execute(&batch, &mut ExecTiming::default());
+    let out = r[0].as_ref().expect("wasm execute");
+    let ids = out.outputs.iter().find(|t| t.name == "input_ids").expect("ids");
+    assert_eq!(ids.data.len() / 8, native(&tok, &texts, 256));
+    let tokens: usize = texts.iter().map(|t| tok.encode(t, 256).len()).sum();
+
+    let mut native_us = Vec::new();
+    let mut wasm_us = Vec::new();
+    for _ in 0..3 {
+        native_us.push(per_call_us(n, || {
+            native(&tok, &texts, 256);
+        }));
+        wasm_us.push(per_call_us(n, || {
+            let r = inst.execute(&batch, &mut ExecTiming::default());
+            assert!(r[0].is_ok());
+        }));
+    }
+    let best = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+    let (nat, was) = (best(&native_us), best(&wasm_us));
+    println!("batch of {} texts ({tokens} tokens), best of 3 x {n} calls:", texts.len());
+    println!("native wordpiece: {nat:.1} us per batch ({:.2} us per text)", nat / 64.0);
+    println!("wasm bert_tokenizer execute: {was:.1} us per batch ({:.2} us per text)", was / 64.0);
+    println!("wasm / native: {:.2}x", was / nat);
+}
