@@ -11,7 +11,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test setup build release unit e2e lint bench bench-batching bench-grpc bench-plugins clean models plugins
+.PHONY: run test setup build release unit e2e lint bench bench-batching bench-grpc bench-plugins bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins
 
@@ -78,6 +78,15 @@ bench-plugins: setup
 	$(CARGO) build --release -p tern --example plugin_bench
 	rm -rf .cache/bench-plugins && $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import gen_models; gen_models.plugin_repo(".cache/bench-plugins", "$(WASM_OUT)")'
 	$(CARGO_TARGET_DIR)/release/examples/plugin_bench .cache/bench-plugins
+
+bench-tokenizer: setup
+	$(CARGO) build --release -p tern --example tokenizer_bench
+	$(CARGO_TARGET_DIR)/release/examples/tokenizer_bench model_repository
+
+bench-embedding: release
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(VENV)/bin/pip install -q tokenizers
+	$(PY) tests/bench/embedding.py --tern $(CARGO_TARGET_DIR)/release/tern
 
 clean:
 	rm -rf $(CARGO_TARGET_DIR) $(VENV) .cache

@@ -64,9 +64,9 @@ def to_ms(value):
     return n / 1000 if unit == "us" else n * 1000 if unit == "s" else n
 
 
-def run_wrk(port, conc, duration, script):
+def run_wrk(port, conc, duration, script, model="simple"):
     threads = min(2, conc)
-    cmd = ["wrk", f"-t{threads}", f"-c{conc}", f"-d{duration}s", "--latency", "-s", script, f"http://127.0.0.1:{port}/v2/models/simple/infer"]
+    cmd = ["wrk", f"-t{threads}", f"-c{conc}", f"-d{duration}s", "--latency", "-s", script, f"http://127.0.0.1:{port}/v2/models/{model}/infer"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     p50 = to_ms(re.search(r"\s50%\s+(\S+)", out).group(1))
