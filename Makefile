@@ -27,12 +27,12 @@ $(ORT_LIB): $(VENV)/.stamp
 	cp "$$($(PY) -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))[0])')" $@
 
 models: $(VENV)/.stamp
-	@test -f model_repository/simple/1/model.onnx || $(PY) scripts/gen_models.py example model_repository
+	@test -f model_repository/tiny_lm/1/model.onnx || $(PY) scripts/gen_models.py example model_repository
 	@test -f model_repository/minilm/1/model.onnx -a -f model_repository/bert_tokenizer/1/vocab.txt || $(PY) scripts/gen_minilm.py model_repository
 
 # WebAssembly plugins (plugins/, own cargo workspace) and the examples served from model_repository/.
 WASM_OUT := $(CARGO_TARGET_DIR)/wasm32-wasip2/release
-EXAMPLE_PLUGINS := add_sub simple_identity bert_tokenizer embed_pool
+EXAMPLE_PLUGINS := add_sub simple_identity bert_tokenizer embed_pool greedy_decoder
 plugins:
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 	cd plugins && $(CARGO) build --release --target wasm32-wasip2

@@ -125,8 +125,38 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 '''
 
 
+TINY_LM_VOCAB = 32
+
+
+def tiny_lm_weights():
+    """The bigram table of `tiny_lm`: logits of the next token given the last one."""
+    import numpy as np
+
+    return np.random.RandomState(7).standard_normal((TINY_LM_VOCAB, TINY_LM_VOCAB)).astype(np.float32)
+
+
+def tiny_lm(path):
+    """A tiny deterministic language model for the greedy-decoding BLS example:
+    input_ids INT64 [batch, tokens] -> logits FP32 [batch, vocab] of the next token."""
+    from onnx import numpy_helper
+
+    nodes = [
+        helper.make_node("Gather", ["input_ids", "last_index"], ["last"], axis=1),
+        helper.make_node("Gather", ["table", "last"], ["logits"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny_lm",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", TINY_LM_VOCAB])],
+        [numpy_helper.from_array(tiny_lm_weights(), "table"), helper.make_tensor("last_index", TensorProto.INT64, [], [-1])],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)]), path)
+
+
 def example(root):
     """The repository `make run` serves."""
+    tiny_lm(f"{root}/tiny_lm/1/model.onnx")
     add_sub(f"{root}/simple/1/model.onnx", TensorProto.INT32, "batch")
     write(f"{root}/simple/config.pbtxt", SIMPLE_CONFIG.format(name="simple", t="TYPE_INT32"))
     add_sub(f"{root}/simple_string/1/model.onnx", TensorProto.INT32, "batch", strings=True)

@@ -68,7 +68,9 @@ fn main() {
     let dir = std::path::Path::new(&root).join("bert_tokenizer").join("1");
     let vocab = std::fs::read_to_string(dir.join("vocab.txt")).expect("vocab.txt");
     let tok = wordpiece::Tokenizer::from_vocab(&vocab, true).expect("vocab");
-    let texts: Vec<String> = (0..64).map(|i| TEXTS[i % TEXTS.len()].to_string()).collect();
+    let texts: Vec<String> = (0..64)
+        .map(|i| TEXTS[i % TEXTS.len()].to_string())
+        .collect();
 
     let settings = BackendSettings::default();
     let repo = Repository::new(RepositoryOptions {
@@ -78,8 +80,9 @@ fn main() {
         gpu_count: 0,
         load_threads: 1,
     });
-    let text = std::fs::read_to_string(std::path::Path::new(&root).join("bert_tokenizer/config.pbtxt"))
-        .expect("config");
+    let text =
+        std::fs::read_to_string(std::path::Path::new(&root).join("bert_tokenizer/config.pbtxt"))
+            .expect("config");
     let mut cfg = tern::config::parse_pbtxt(&text).expect("config parses");
     tern::config::validate::normalize(&mut cfg, 0);
     let wasm = Registry::default().get("wasm").expect("wasm backend");
@@ -117,7 +120,11 @@ fn main() {
     // Same output on both sides.
     let r = inst.execute(&batch, &mut ExecTiming::default());
     let out = r[0].as_ref().expect("wasm execute");
-    let ids = out.outputs.iter().find(|t| t.name == "input_ids").expect("ids");
+    let ids = out
+        .outputs
+        .iter()
+        .find(|t| t.name == "input_ids")
+        .expect("ids");
     assert_eq!(ids.data.len() / 8, native(&tok, &texts, 256));
     let tokens: usize = texts.iter().map(|t| tok.encode(t, 256).len()).sum();
 
@@ -134,8 +141,17 @@ fn main() {
     }
     let best = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
     let (nat, was) = (best(&native_us), best(&wasm_us));
-    println!("batch of {} texts ({tokens} tokens), best of 3 x {n} calls:", texts.len());
-    println!("native wordpiece: {nat:.1} us per batch ({:.2} us per text)", nat / 64.0);
-    println!("wasm bert_tokenizer execute: {was:.1} us per batch ({:.2} us per text)", was / 64.0);
+    println!(
+        "batch of {} texts ({tokens} tokens), best of 3 x {n} calls:",
+        texts.len()
+    );
+    println!(
+        "native wordpiece: {nat:.1} us per batch ({:.2} us per text)",
+        nat / 64.0
+    );
+    println!(
+        "wasm bert_tokenizer execute: {was:.1} us per batch ({:.2} us per text)",
+        was / 64.0
+    );
     println!("wasm / native: {:.2}x", was / nat);
 }

@@ -104,7 +104,11 @@ impl Tokenizer {
                         word.push(c);
                         self.flush(&mut word, &mut ids, &mut piece, limit);
                     }
-                    c => word.push(if self.lowercase { c.to_ascii_lowercase() } else { c }),
+                    c => word.push(if self.lowercase {
+                        c.to_ascii_lowercase()
+                    } else {
+                        c
+                    }),
                 }
                 continue;
             }

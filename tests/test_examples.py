@@ -1,9 +1,11 @@
-"""The text-embedding pipeline of the example repository end to end:
+"""The example repository's pipelines end to end. The text-embedding pipeline:
 `text_embedding` = bert_tokenizer (WASM) → minilm (ONNX, all-MiniLM-L6-v2
 built from safetensors) → embed_pool (WASM), compared with
 sentence-transformers' own output (tests/data/minilm_reference.json, made by
 scripts/minilm_reference.py) over HTTP and gRPC, one sentence per request,
-one batch of all sentences, and many concurrent requests."""
+one batch of all sentences, and many concurrent requests. Greedy decoding
+in-process: `greedy_decoder` (WASM) calling `tiny_lm` (ONNX) over BLS once
+per token, checked against the same loop in numpy."""
 
 import json
 import os
@@ -14,6 +16,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from conftest import ROOT, Tern
+
+import gen_models
 
 REPO = os.path.join(ROOT, "model_repository")
 REFERENCE = json.load(open(os.path.join(ROOT, "tests", "data", "minilm_reference.json")))
@@ -79,3 +83,47 @@ def test_concurrent_requests_batch_and_stay_correct(tsrv):
     assert_close(got, REFERENCE["embeddings"] * 4)
     stats = c.get_inference_statistics("minilm")["model_stats"][0]
     assert stats["inference_count"] >= len(sentences)
+
+
+def expected_generation(prompt, max_new=16, eos=0):
+    table = gen_models.tiny_lm_weights()
+    ids, out = list(prompt), []
+    while len(out) < max_new:
+        nxt = int(np.argmax(table[ids[-1]]))
+        out.append(nxt)
+        if nxt == eos:
+            break
+        ids.append(nxt)
+    return out
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_greedy_decoding_over_bls(tsrv, proto):
+    client = httpclient if proto == "http" else grpcclient
+    c = client.InferenceServerClient(tsrv.url if proto == "http" else tsrv.grpc_url)
+    before = c.get_inference_statistics("tiny_lm")
+    before = before["model_stats"][0]["inference_count"] if proto == "http" else before.model_stats[0].inference_count
+    calls = 0
+    for prompt in ([1], [5, 9, 3], list(range(1, 20))):
+        i = client.InferInput("input_ids", [1, len(prompt)], "INT64")
+        i.set_data_from_numpy(np.array([prompt], dtype=np.int64))
+        got = c.infer("greedy_decoder", [i]).as_numpy("output_ids")[0].tolist()
+        want = expected_generation(prompt)
+        assert got == want, (prompt, got, want)
+        calls += len(want)
+    after = c.get_inference_statistics("tiny_lm")
+    after = after["model_stats"][0]["inference_count"] if proto == "http" else after.model_stats[0].inference_count
+    assert after - before == calls  # one BLS call per generated token
+
+
+def test_greedy_decoding_rejects_a_bad_prompt(tsrv):
+    from tritonclient.utils import InferenceServerException
+
+    c = httpclient.InferenceServerClient(tsrv.url)
+    i = httpclient.InferInput("input_ids", [1, 1], "INT64")
+    i.set_data_from_numpy(np.array([[99]], dtype=np.int64))
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("greedy_decoder", [i])
+    assert "tiny_lm" in str(e.value)
+    i.set_data_from_numpy(np.array([[3]], dtype=np.int64))
+    assert c.infer("greedy_decoder", [i]).as_numpy("output_ids")[0].tolist() == expected_generation([3])
