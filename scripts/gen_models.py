@@ -215,27 +215,47 @@ parameters {{ key: "execution_timeout_ms" value: {{ string_value: "2000" }} }}
     add_sub(f"{root}/simple/1/model.onnx", TensorProto.INT32, "batch")
     write(f"{root}/simple/config.pbtxt", SIMPLE_CONFIG.format(name="simple", t="TYPE_INT32"))
     # Ensembles as BLS targets: one over ONNX, one whose step is a BLS plugin.
-    io = lambda n, t, d: f'{{ name: "{n}" data_type: {t} dims: [ {d} ] }}'
-    pair = lambda d: [io("INPUT0", "TYPE_INT32", d), io("INPUT1", "TYPE_INT32", d)]
-    outs = lambda d: [io("OUTPUT0", "TYPE_INT32", d), io("OUTPUT1", "TYPE_INT32", d)]
-    maps = """input_map [ { key: "INPUT0" value: "INPUT0" }, { key: "INPUT1" value: "INPUT1" }%s ]
-     output_map [ { key: "OUTPUT0" value: "OUTPUT0" }, { key: "OUTPUT1" value: "OUTPUT1" } ]"""
-    for name, mbs, dims, extra, step, route in (
-        ("simple_ens", 8, "16", [], "simple", ""),
-        ("bls_ens", 0, "1, 16", [io("ROUTE", "TYPE_STRING", "1")], "bls_caller2", ', { key: "ROUTE" value: "ROUTE" }'),
-    ):
-        write(
-            f"{root}/{name}/config.pbtxt",
-            f"""name: "{name}"
+    pair = {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}
+    outs = {"OUTPUT0": "OUTPUT0", "OUTPUT1": "OUTPUT1"}
+    ints = lambda d: [tensor("INPUT0", "TYPE_INT32", d), tensor("INPUT1", "TYPE_INT32", d)]
+    int_outs = lambda d: [tensor("OUTPUT0", "TYPE_INT32", d), tensor("OUTPUT1", "TYPE_INT32", d)]
+    ensemble(root, "simple_ens", ints("16"), int_outs("16"), [step("simple", pair, outs)])
+    ensemble(
+        root,
+        "bls_ens",
+        [tensor("ROUTE", "TYPE_STRING", "1")] + ints("1, 16"),
+        int_outs("1, 16"),
+        [step("bls_caller2", {**pair, "ROUTE": "ROUTE"}, outs)],
+        max_batch=0,
+    )
+
+
+def tensor(name, dtype, dims):
+    """One `input`/`output` entry of a config."""
+    return f'{{ name: "{name}" data_type: {dtype} dims: [ {dims} ] }}'
+
+
+def step(model, inputs, outputs, version=-1):
+    """One ensemble step; `inputs`/`outputs` map the model's tensor names to ensemble tensors."""
+    m = lambda d: "[ " + ", ".join(f'{{ key: "{k}" value: "{v}" }}' for k, v in d.items()) + " ]"
+    return f'{{ model_name: "{model}" model_version: {version}\n     input_map {m(inputs)}\n     output_map {m(outputs)} }}'
+
+
+def ensemble(root, name, inputs, outputs, steps, max_batch=8, extra=""):
+    """Writes an ensemble model (config + empty version folder)."""
+    write(
+        f"{root}/{name}/config.pbtxt",
+        f"""name: "{name}"
 platform: "ensemble"
-max_batch_size: {mbs}
-input [ {", ".join(extra + pair(dims))} ]
-output [ {", ".join(outs(dims))} ]
-ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1
-     {maps % route} }} ] }}
-""",
-        )
-        os.makedirs(f"{root}/{name}/1", exist_ok=True)
+max_batch_size: {max_batch}
+input [ {", ".join(inputs)} ]
+output [ {", ".join(outputs)} ]
+ensemble_scheduling {{ step [
+  {(","+chr(10)+"  ").join(steps)}
+] }}
+{extra}""",
+    )
+    os.makedirs(f"{root}/{name}/1", exist_ok=True)
 
 
 def ensemble_repo(root, wasm_dir):
@@ -265,89 +285,37 @@ parameters { key: "execution_timeout_ms" value: { string_value: "300" } }
     write(f"{root}/identity_fp32/config.pbtxt", io_config("identity_fp32", "TYPE_FP32", [-1], 8, "identity"))
     os.makedirs(f"{root}/identity_fp32/1", exist_ok=True)
 
-    def ensemble(name, body, max_batch=8):
-        write(f"{root}/{name}/config.pbtxt", f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: {max_batch}\n{body}')
-        os.makedirs(f"{root}/{name}/1", exist_ok=True)
-
-    fp32 = lambda n, dims="4": f'{{ name: "{n}" data_type: TYPE_FP32 dims: [ {dims} ] }}'
+    fp32 = lambda n, dims="4": tensor(n, "TYPE_FP32", dims)
+    string = lambda n: tensor(n, "TYPE_STRING", "1")
     # add_sub, then add_sub and identity in parallel: 2A, 2B and A+B.
-    chain = f"""input [ {fp32("A")}, {fp32("B")} ]
-output [ {fp32("TWICE_A")}, {fp32("TWICE_B")}, {fp32("SUM", "-1")} ]
-ensemble_scheduling {{ step [
-  {{ model_name: "add_sub" model_version: -1
-     input_map [ {{ key: "INPUT0" value: "A" }}, {{ key: "INPUT1" value: "B" }} ]
-     output_map [ {{ key: "OUTPUT0" value: "sum" }}, {{ key: "OUTPUT1" value: "diff" }} ] }},
-  {{ model_name: "identity_fp32" model_version: -1
-     input_map {{ key: "INPUT0" value: "sum" }} output_map {{ key: "OUTPUT0" value: "SUM" }} }},
-  {{ model_name: "add_sub" model_version: 1
-     input_map [ {{ key: "INPUT0" value: "sum" }}, {{ key: "INPUT1" value: "diff" }} ]
-     output_map [ {{ key: "OUTPUT0" value: "TWICE_A" }}, {{ key: "OUTPUT1" value: "TWICE_B" }} ] }}
-] }}
-"""
-    ensemble("ens_chain", chain)
-    # An ensemble whose first step is another ensemble.
+    chain = (
+        [fp32("A"), fp32("B")],
+        [fp32("TWICE_A"), fp32("TWICE_B"), fp32("SUM", "-1")],
+        [
+            step("add_sub", {"INPUT0": "A", "INPUT1": "B"}, {"OUTPUT0": "sum", "OUTPUT1": "diff"}),
+            step("identity_fp32", {"INPUT0": "sum"}, {"OUTPUT0": "SUM"}),
+            step("add_sub", {"INPUT0": "sum", "INPUT1": "diff"}, {"OUTPUT0": "TWICE_A", "OUTPUT1": "TWICE_B"}, version=1),
+        ],
+    )
+    ensemble(root, "ens_chain", *chain)
+    # An ensemble whose second step is another ensemble (steps listed out of order).
     ensemble(
+        root,
         "ens_nested",
-        f"""input [ {fp32("X")}, {fp32("Y")} ]
-output [ {fp32("OUT", "-1")} ]
-ensemble_scheduling {{ step [
-  {{ model_name: "identity_fp32" model_version: -1
-     input_map {{ key: "INPUT0" value: "twice" }} output_map {{ key: "OUTPUT0" value: "OUT" }} }},
-  {{ model_name: "ens_chain" model_version: -1
-     input_map [ {{ key: "A" value: "X" }}, {{ key: "B" value: "Y" }} ]
-     output_map {{ key: "TWICE_A" value: "twice" }} }}
-] }}
-""",
+        [fp32("X"), fp32("Y")],
+        [fp32("OUT", "-1")],
+        [
+            step("identity_fp32", {"INPUT0": "twice"}, {"OUTPUT0": "OUT"}),
+            step("ens_chain", {"A": "X", "B": "Y"}, {"TWICE_A": "twice"}),
+        ],
     )
-    string = lambda n: f'{{ name: "{n}" data_type: TYPE_STRING dims: [ 1 ] }}'
-    ensemble(
-        "ens_fail",
-        f"""input [ {string("MODE")} ]
-output [ {string("OUT")} ]
-ensemble_scheduling {{ step [
-  {{ model_name: "misbehave" model_version: -1
-     input_map {{ key: "MODE" value: "MODE" }} output_map {{ key: "OUTPUT0" value: "OUT" }} }}
-] }}
-""",
-        max_batch=0,
-    )
+    ensemble(root, "ens_fail", [string("MODE")], [string("OUT")], [step("misbehave", {"MODE": "MODE"}, {"OUTPUT0": "OUT"})], max_batch=0)
     # Broken ensembles: each must be UNAVAILABLE with a reason, the rest serving.
-    ensemble(
-        "ens_bad_dtype",
-        f"""input [ {fp32("A", "1")} ]
-output [ {string("OUT")} ]
-ensemble_scheduling {{ step [
-  {{ model_name: "misbehave" model_version: -1
-     input_map {{ key: "MODE" value: "A" }} output_map {{ key: "OUTPUT0" value: "OUT" }} }}
-] }}
-""",
-        max_batch=0,
-    )
-    ensemble(
-        "ens_missing_model",
-        f"""input [ {fp32("A")} ]
-output [ {fp32("OUT")} ]
-ensemble_scheduling {{ step [
-  {{ model_name: "no_such_model" model_version: -1
-     input_map {{ key: "INPUT0" value: "A" }} output_map {{ key: "OUTPUT0" value: "OUT" }} }}
-] }}
-""",
-    )
+    ensemble(root, "ens_bad_dtype", [fp32("A", "1")], [string("OUT")], [step("misbehave", {"MODE": "A"}, {"OUTPUT0": "OUT"})], max_batch=0)
+    ensemble(root, "ens_missing_model", [fp32("A")], [fp32("OUT")], [step("no_such_model", {"INPUT0": "A"}, {"OUTPUT0": "OUT"})])
     for a, b in (("ens_cycle_a", "ens_cycle_b"), ("ens_cycle_b", "ens_cycle_a")):
-        ensemble(
-            a,
-            f"""input [ {fp32("A")} ]
-output [ {fp32("OUT")} ]
-ensemble_scheduling {{ step [
-  {{ model_name: "{b}" model_version: -1
-     input_map {{ key: "A" value: "A" }} output_map {{ key: "OUT" value: "OUT" }} }}
-] }}
-""",
-        )
-    ensemble(
-        "ens_with_instances",
-        chain + "instance_group [ { kind: KIND_CPU count: 2 } ]\n",
-    )
+        ensemble(root, a, [fp32("A")], [fp32("OUT")], [step(b, {"A": "A"}, {"OUT": "OUT"})])
+    ensemble(root, "ens_with_instances", *chain, extra="instance_group [ { kind: KIND_CPU count: 2 } ]\n")
 
 
 def test(root):

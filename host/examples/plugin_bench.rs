@@ -8,8 +8,11 @@
 //!
 //! Usage: plugin_bench <repository made by `gen_models.plugin_repo`> [iterations]
 
+mod common;
+
 use std::sync::Arc;
-use std::time::Instant;
+
+use common::{per_call_us, strings};
 
 use tern::backends::{
     BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext, Registry,
@@ -17,32 +20,12 @@ use tern::backends::{
 use tern::core::{DataType, InferRequest, Tensor};
 use tern::repository::{Repository, RepositoryOptions};
 
-fn strings(items: &[&str]) -> Vec<u8> {
-    let mut v = Vec::new();
-    for s in items {
-        v.extend_from_slice(&(s.len() as u32).to_le_bytes());
-        v.extend_from_slice(s.as_bytes());
-    }
-    v
-}
-
 fn req(model: &str, inputs: Vec<Tensor>) -> InferRequest {
     InferRequest {
         model_name: model.into(),
         inputs,
         ..Default::default()
     }
-}
-
-fn per_call_us(n: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..n / 10 {
-        f();
-    }
-    let t = Instant::now();
-    for _ in 0..n {
-        f();
-    }
-    t.elapsed().as_secs_f64() * 1e6 / n as f64
 }
 
 fn block<F: std::future::Future>(rt: &tokio::runtime::Runtime, f: F) -> F::Output {

@@ -9,8 +9,11 @@
 //!
 //! Usage: tokenizer_bench <repository with bert_tokenizer> [iterations]
 
+mod common;
+
 use std::sync::Arc;
-use std::time::Instant;
+
+use common::{per_call_us, strings};
 
 use tern::backends::{
     BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext, Registry,
@@ -43,17 +46,6 @@ fn native(tok: &wordpiece::Tokenizer, texts: &[String], max_len: usize) -> usize
     let types = vec![0i64; ids.len()];
     std::hint::black_box((&ids, &mask, &types));
     ids.len()
-}
-
-fn per_call_us(n: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..n / 10 {
-        f();
-    }
-    let t = Instant::now();
-    for _ in 0..n {
-        f();
-    }
-    t.elapsed().as_secs_f64() * 1e6 / n as f64
 }
 
 fn main() {
@@ -101,11 +93,7 @@ fn main() {
             device: DeviceKind::Cpu,
         })
         .expect("instance");
-    let mut data = Vec::new();
-    for t in &texts {
-        data.extend_from_slice(&(t.len() as u32).to_le_bytes());
-        data.extend_from_slice(t.as_bytes());
-    }
+    let data = strings(&texts);
     let batch = vec![InferRequest {
         model_name: "bert_tokenizer".into(),
         inputs: vec![Tensor::new(

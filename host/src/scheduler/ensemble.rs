@@ -106,6 +106,14 @@ struct Source {
     what: String,
 }
 
+/// A step's map as (composing model tensor, ensemble tensor) pairs, in name order.
+fn sorted_pairs(map: &HashMap<String, String>) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> =
+        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    pairs.sort();
+    pairs
+}
+
 fn full_shape(cfg: &ModelConfig, dims: &[i64]) -> Vec<i64> {
     if cfg.max_batch_size > 0 {
         std::iter::once(-1).chain(dims.iter().copied()).collect()
@@ -169,12 +177,7 @@ impl Ensemble {
                     "{where_}: input_map and output_map must both be set"
                 )));
             }
-            let mut inputs: Vec<(String, String)> = s
-                .input_map
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            inputs.sort();
+            let inputs = sorted_pairs(&s.input_map);
             for (key, _) in &inputs {
                 if !mcfg.input.iter().any(|x| &x.name == key) {
                     return Err(bad(format!(
@@ -192,12 +195,7 @@ impl Ensemble {
                     missing.name
                 )));
             }
-            let mut outputs: Vec<(String, String)> = s
-                .output_map
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            outputs.sort();
+            let outputs = sorted_pairs(&s.output_map);
             for (key, tensor) in &outputs {
                 let Some(spec) = mcfg.output.iter().find(|x| &x.name == key) else {
                     return Err(bad(format!(

@@ -66,6 +66,14 @@ pub struct Snapshot {
     pub batches: BTreeMap<usize, [CountNs; 3]>,
 }
 
+/// Milliseconds since the Unix epoch (Triton's `last_inference`).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// Statistics of one model version.
 #[derive(Default)]
 pub struct ModelStats {
@@ -92,12 +100,8 @@ impl ModelStats {
         times: ComputeTimes,
         outcomes: &[RequestOutcome],
     ) {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
         let mut s = self.inner.lock().expect("stats lock");
-        s.last_inference = now_ms;
+        s.last_inference = now_ms();
         s.execution_count += 1;
         let b = s.batches.entry(batch_size).or_default();
         b[0].add(times.input);
@@ -120,12 +124,8 @@ impl ModelStats {
     /// Records a successful request that ran without a backend execution of
     /// its own (an ensemble: its steps are counted by the composing models).
     pub fn record_request(&self, batch_size: usize, total: Duration) {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
         let mut s = self.inner.lock().expect("stats lock");
-        s.last_inference = now_ms;
+        s.last_inference = now_ms();
         s.inference_count += batch_size as u64;
         s.execution_count += 1;
         s.success.add(total);

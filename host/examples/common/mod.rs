@@ -1,0 +1,25 @@
+//! Helpers shared by the in-process benchmark examples.
+
+use std::time::Instant;
+
+/// Mean microseconds per call of `f` over `n` calls, after `n / 10` warm-up calls.
+pub fn per_call_us(n: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..n / 10 {
+        f();
+    }
+    let t = Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    t.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
+/// Triton's BYTES encoding: each element as a 4-byte little-endian length + bytes.
+pub fn strings<S: AsRef<[u8]>>(items: &[S]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for s in items {
+        v.extend_from_slice(&(s.as_ref().len() as u32).to_le_bytes());
+        v.extend_from_slice(s.as_ref());
+    }
+    v
+}
