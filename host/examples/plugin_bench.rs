@@ -51,6 +51,7 @@ fn main() {
         backend: settings.clone(),
         gpu_count: 0,
         load_threads: 2,
+        ..Default::default()
     });
     let errors = repo.load_all().expect("repository");
     assert!(errors.is_empty(), "load errors: {errors:?}");

@@ -71,6 +71,7 @@ fn main() {
         backend: settings.clone(),
         gpu_count: 0,
         load_threads: 1,
+        ..Default::default()
     });
     let text =
         std::fs::read_to_string(std::path::Path::new(&root).join("bert_tokenizer/config.pbtxt"))

@@ -186,6 +186,52 @@ pub struct Args {
     )]
     pub backend_config: Vec<String>,
 
+    /// Model control: none (load everything at startup), poll (follow repository changes)
+    /// or explicit (load and unload through the API).
+    #[arg(long, env = "TERN_MODEL_CONTROL_MODE", default_value = "none")]
+    pub model_control_mode: String,
+
+    /// Model to load at startup in explicit mode (repeatable; `*` = every model).
+    #[arg(long, env = "TERN_LOAD_MODEL", value_delimiter = ',')]
+    pub load_model: Vec<String>,
+
+    /// Seconds between repository polls in poll mode.
+    #[arg(long, env = "TERN_REPOSITORY_POLL_SECS", default_value_t = 15)]
+    pub repository_poll_secs: u64,
+
+    /// Use `<model>/configs/<name>.pbtxt` instead of `config.pbtxt` where it exists.
+    #[arg(long, env = "TERN_MODEL_CONFIG_NAME")]
+    pub model_config_name: Option<String>,
+
+    /// Serve Prometheus metrics.
+    #[arg(long, env = "TERN_ALLOW_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_metrics: bool,
+
+    /// Report CPU utilisation and memory.
+    #[arg(long, env = "TERN_ALLOW_CPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_cpu_metrics: bool,
+
+    /// Report GPU metrics (none exist until GPU support lands; accepted for compatibility).
+    #[arg(long, env = "TERN_ALLOW_GPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_gpu_metrics: bool,
+
+    /// Metrics port (0 = pick a free port).
+    #[arg(long, env = "TERN_METRICS_PORT", default_value_t = 8002)]
+    pub metrics_port: u16,
+
+    /// Metrics bind address.
+    #[arg(long, env = "TERN_METRICS_ADDRESS", default_value = "0.0.0.0")]
+    pub metrics_address: String,
+
+    /// How often CPU and memory gauges are sampled, in milliseconds.
+    #[arg(long, env = "TERN_METRICS_INTERVAL_MS", default_value_t = 2000)]
+    pub metrics_interval_ms: u64,
+
+    /// Metrics settings `<setting>=<value>` (repeatable): counter_latencies,
+    /// summary_latencies, summary_quantiles.
+    #[arg(long, env = "TERN_METRICS_CONFIG")]
+    pub metrics_config: Vec<String>,
+
     /// How many models load in parallel.
     #[arg(long, env = "TERN_MODEL_LOAD_THREAD_COUNT", default_value_t = 4)]
     pub model_load_thread_count: usize,
@@ -202,14 +248,6 @@ pub struct Args {
 /// tritonserver flags (or flag prefixes) that Tern does not implement yet.
 const NOT_YET: &[&str] = &[
     "--grpc-header-forward-pattern",
-    "--metrics-",
-    "--allow-metrics",
-    "--allow-gpu-metrics",
-    "--allow-cpu-metrics",
-    "--model-control-mode",
-    "--load-model",
-    "--repository-poll-secs",
-    "--model-config-name",
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
     "--cuda-virtual-address-size",
@@ -316,6 +354,37 @@ impl Args {
         })
     }
 
+    /// The model control mode and what it loads at startup, checked for consistency.
+    pub fn model_control(&self) -> Result<(crate::repository::control::ControlMode, Vec<String>)> {
+        use crate::repository::control::ControlMode;
+        let mode = ControlMode::parse(&self.model_control_mode)?;
+        if !self.load_model.is_empty() && mode != ControlMode::Explicit {
+            return Err(Error::invalid_arg(
+                "--load-model needs --model-control-mode=explicit",
+            ));
+        }
+        if mode == ControlMode::Poll && self.repository_poll_secs == 0 {
+            return Err(Error::invalid_arg(
+                "--repository-poll-secs must be > 0 in poll mode",
+            ));
+        }
+        Ok((mode, self.load_model.clone()))
+    }
+
+    /// Metrics settings from `--allow-cpu-metrics`, `--metrics-interval-ms` and `--metrics-config`.
+    pub fn metrics_settings(&self) -> Result<crate::metrics::MetricsSettings> {
+        if self.metrics_interval_ms == 0 {
+            return Err(Error::invalid_arg("--metrics-interval-ms must be > 0"));
+        }
+        let mut s = crate::metrics::MetricsSettings {
+            cpu: self.allow_cpu_metrics,
+            interval: std::time::Duration::from_millis(self.metrics_interval_ms),
+            ..Default::default()
+        };
+        s.apply_config(&self.metrics_config)?;
+        Ok(s)
+    }
+
     /// Whether configs are auto-completed.
     pub fn auto_complete(&self) -> bool {
         !self.disable_auto_complete_config && !self.strict_model_config
@@ -402,6 +471,25 @@ mod tests {
             "{e}"
         );
         let e = Args::parse_checked(["tern", "--model-repository=/m", "--bogus"]).unwrap_err();
+        assert!(e.message.contains("--bogus"), "{e}");
+        let a = Args::parse_checked(["tern", "--model-repository=/m", "--load-model=a"]).unwrap();
+        assert!(
+            a.model_control().is_err(),
+            "--load-model outside explicit mode"
+        );
+        let a = Args::parse_checked([
+            "tern",
+            "--model-repository=/m",
+            "--model-control-mode=explicit",
+            "--load-model=a",
+            "--load-model",
+            "b",
+        ])
+        .unwrap();
+        assert_eq!(a.model_control().unwrap().1, vec!["a", "b"]);
+        let a = Args::parse_checked(["tern", "--model-repository=/m", "--metrics-config=nope=1"])
+            .unwrap();
+        let e = a.metrics_settings().unwrap_err();
         assert!(e.message.contains("--bogus"), "{e}");
     }
 

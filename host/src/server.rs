@@ -16,6 +16,8 @@ use crate::frontend::common::ServerInfo;
 use crate::frontend::grpc;
 use crate::frontend::http::{router, HttpState};
 use crate::frontend::restrict::Restrictions;
+use crate::metrics::Metrics;
+use crate::repository::control::ControlMode;
 use crate::repository::{Repository, RepositoryOptions, State};
 
 /// A started server.
@@ -24,26 +26,36 @@ pub struct RunningServer {
     pub http_addr: Option<SocketAddr>,
     /// Bound gRPC address (`None` when gRPC is disabled).
     pub grpc_addr: Option<SocketAddr>,
+    /// Bound metrics address (`None` when metrics are disabled).
+    pub metrics_addr: Option<SocketAddr>,
     /// All models.
     pub repository: Arc<Repository>,
     info: Arc<ServerInfo>,
     stop: watch::Sender<bool>,
+    stop_polling: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
     exit_timeout: Duration,
 }
 
 /// Loads the repository and starts the frontends.
 pub async fn start(args: &Args) -> Result<RunningServer> {
+    let (mode, load_models) = args.model_control()?;
+    let metrics_settings = args.metrics_settings()?;
     let options = RepositoryOptions {
         roots: args.model_repository.clone(),
         auto_complete: args.auto_complete(),
         backend: args.backend_settings()?,
         gpu_count: 0,
         load_threads: args.model_load_thread_count,
+        config_name: args.model_config_name.clone(),
     };
     let repository = Repository::new(options);
+    // Before any model loads, so latency summaries cover every model.
+    let metrics = args
+        .allow_metrics
+        .then(|| Arc::new(Metrics::new(repository.clone(), metrics_settings)));
     let repo = repository.clone();
-    let errors = tokio::task::spawn_blocking(move || repo.load_all())
+    let errors = tokio::task::spawn_blocking(move || repo.load_startup(mode, &load_models))
         .await
         .map_err(|e| Error::internal(format!("model loading panicked: {e}")))??;
     for row in repository.index() {
@@ -85,6 +97,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         server_id: args.id.clone(),
         strict_readiness: args.strict_readiness,
         shutting_down: AtomicBool::new(false),
+        control_mode: mode,
     });
     let (stop, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -132,12 +145,36 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         }));
         tracing::info!("started GRPCInferenceService at {addr}");
     }
+    let mut metrics_addr = None;
+    if let Some(metrics) = metrics {
+        let (listener, addr) = bind("metrics", &args.metrics_address, args.metrics_port).await?;
+        metrics_addr = Some(addr);
+        let shutdown = stopped(stop_rx.clone());
+        let app = crate::frontend::metrics::router(metrics);
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!("metrics server error: {e}");
+            }
+        }));
+        tracing::info!("started Metrics Service at {addr}");
+    }
+    let stop_polling = Arc::new(AtomicBool::new(false));
+    if mode == ControlMode::Poll {
+        let interval = Duration::from_secs(args.repository_poll_secs);
+        repository.spawn_poller(interval, stop_polling.clone())?;
+        tracing::info!("polling the model repository every {interval:?}");
+    }
     Ok(RunningServer {
         http_addr,
         grpc_addr,
+        metrics_addr,
         repository,
         info,
         stop,
+        stop_polling,
         tasks,
         exit_timeout: Duration::from_secs(args.exit_timeout_secs),
     })
@@ -163,6 +200,7 @@ impl RunningServer {
     /// exit timeout, then stops every model.
     pub async fn shutdown(mut self) {
         self.info.shutting_down.store(true, Ordering::Relaxed);
+        self.stop_polling.store(true, Ordering::Relaxed);
         let _ = self.stop.send(true);
         let tasks = std::mem::take(&mut self.tasks);
         if tokio::time::timeout(self.exit_timeout, futures_join(tasks))

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::core::DataType;
 use crate::error::Result;
+use crate::repository::control::{ControlMode, LoadOverride};
 use crate::repository::Repository;
 
 /// Extensions this server implements, reported by server metadata.
@@ -15,7 +16,8 @@ pub const EXTENSIONS: &[&str] = &[
     "model_configuration",
     "statistics",
     "logging",
-    "model_repository(index)",
+    "model_repository",
+    "model_repository(unload_dependents)",
 ];
 
 /// Server-wide state shared by the frontends.
@@ -28,6 +30,8 @@ pub struct ServerInfo {
     pub strict_readiness: bool,
     /// Set when shutdown starts: the server stops reporting ready.
     pub shutting_down: AtomicBool,
+    /// `--model-control-mode`: whether the load/unload API may change models.
+    pub control_mode: ControlMode,
 }
 
 impl ServerInfo {
@@ -123,4 +127,33 @@ pub fn parse_version(v: &str) -> Result<Option<i64>> {
         .ok_or_else(|| {
             crate::error::Error::invalid_arg(format!("'{v}' is not a valid model version"))
         })
+}
+
+/// Loads a model through the API (both frontends): refused unless the model
+/// control mode is explicit, as Triton does. Runs on a blocking thread.
+pub async fn load_model(info: &ServerInfo, name: String, overrides: LoadOverride) -> Result<()> {
+    check_control(info)?;
+    let repo = info.repository.clone();
+    tokio::task::spawn_blocking(move || repo.load_model(&name, overrides))
+        .await
+        .map_err(|e| crate::error::Error::internal(format!("model load panicked: {e}")))?
+}
+
+/// Unloads a model through the API (both frontends); same rules as [`load_model`].
+pub async fn unload_model(info: &ServerInfo, name: String, unload_dependents: bool) -> Result<()> {
+    check_control(info)?;
+    let repo = info.repository.clone();
+    tokio::task::spawn_blocking(move || repo.unload_model(&name, unload_dependents))
+        .await
+        .map_err(|e| crate::error::Error::internal(format!("model unload panicked: {e}")))?
+}
+
+fn check_control(info: &ServerInfo) -> Result<()> {
+    if info.control_mode == ControlMode::Explicit {
+        Ok(())
+    } else {
+        Err(crate::error::Error::unavailable(
+            "explicit model load / unload is not allowed if polling is enabled",
+        ))
+    }
 }

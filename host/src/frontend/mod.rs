@@ -5,4 +5,5 @@
 pub mod common;
 pub mod grpc;
 pub mod http;
+pub mod metrics;
 pub mod restrict;

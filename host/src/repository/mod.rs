@@ -4,19 +4,20 @@
 //! repository index. A model that fails to load is reported and never stops
 //! the others.
 
+pub mod control;
 mod versions;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 pub use versions::{list_versions, select_versions};
 
-use crate::backends::{BackendSettings, LoadContext, ModelFiles, Registry};
+use crate::backends::{BackendSettings, ModelFiles, Registry};
 use crate::config::validate::{check_supported, normalize, not_acted_on, validate};
 use crate::config::{parse_pbtxt, ModelConfig};
 use crate::error::{Error, Result};
-use crate::scheduler::ensemble::{self, is_ensemble, Ensemble};
+use crate::scheduler::ensemble::{self, is_ensemble};
 use crate::scheduler::ModelHandle;
 
 /// How models are found and loaded.
@@ -32,6 +33,8 @@ pub struct RepositoryOptions {
     pub gpu_count: usize,
     /// How many models load at once.
     pub load_threads: usize,
+    /// `--model-config-name`: read `<model>/configs/<name>.pbtxt` when it exists.
+    pub config_name: Option<String>,
 }
 
 /// Lifecycle state of a model version, as the repository index reports it.
@@ -80,11 +83,18 @@ struct Prepared {
     labels: HashMap<String, Vec<String>>,
 }
 
+/// One model's place in the repository: its serving versions, index rows
+/// and where it was loaded from.
 #[derive(Default)]
 struct ModelEntry {
     config: Option<Arc<ModelConfig>>,
     ready: BTreeMap<i64, Arc<ModelHandle>>,
     index: Vec<IndexEntry>,
+    /// Seconds each ready version took to load (`nv_model_load_duration_secs`).
+    load_secs: BTreeMap<i64, f64>,
+    origin: Option<control::Origin>,
+    /// Fingerprint of the folder whose load failed, when nothing serves (poll retries after it changes).
+    failed: Option<u64>,
 }
 
 /// All models known to the server.
@@ -93,6 +103,10 @@ pub struct Repository {
     models: RwLock<BTreeMap<String, ModelEntry>>,
     registry: Registry,
     options: RepositoryOptions,
+    /// Serialises every change of the model set (load, unload, poll).
+    control: Mutex<()>,
+    /// Failed loads per model since start (`tern_model_load_failures_total`).
+    load_failures: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Repository {
@@ -103,110 +117,19 @@ impl Repository {
             models: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
             options,
+            control: Mutex::new(()),
+            load_failures: Mutex::new(BTreeMap::new()),
         })
     }
 
-    /// Scans every root and loads every model; returns the load errors (one per failed model or version).
-    pub fn load_all(&self) -> Result<Vec<Error>> {
-        let mut found: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-        for root in &self.options.roots {
-            let entries = std::fs::read_dir(root).map_err(|e| {
-                Error::invalid_arg(format!(
-                    "failed to open model repository '{}': {e}",
-                    root.display()
-                ))
-            })?;
-            for entry in entries.flatten() {
-                let path = entry.path();
-                let Some(name) = path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .map(str::to_string)
-                else {
-                    continue;
-                };
-                if path.is_dir() && !name.starts_with('.') {
-                    found.entry(name).or_default().push(path);
-                }
-            }
-        }
-        let mut jobs: Vec<(String, Result<PathBuf>)> = Vec::new();
-        for (name, dirs) in found {
-            if dirs.len() > 1 {
-                let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-                jobs.push((
-                    name.clone(),
-                    Err(Error::invalid_arg(format!(
-                        "model '{name}' appears in more than one repository: {}",
-                        list.join(", ")
-                    ))),
-                ));
-            } else {
-                jobs.push((name, Ok(dirs.into_iter().next().expect("one dir"))));
-            }
-        }
-        let threads = self.options.load_threads.max(1);
-        let errors = Mutex::new(Vec::new());
-        let queue = Mutex::new(jobs);
-        let ensembles = Mutex::new(Vec::new());
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| loop {
-                    let Some((name, dir)) = queue.lock().expect("queue").pop() else {
-                        break;
-                    };
-                    let prepared = dir.and_then(|dir| Ok((self.prepare(&name, &dir)?, dir)));
-                    let errs = match prepared {
-                        Ok((p, dir)) if p.backend.is_none() => {
-                            ensembles.lock().expect("ensembles").push((name, dir, p));
-                            continue;
-                        }
-                        Ok((p, dir)) => self.load_versions(&name, &dir, p),
-                        Err(e) => {
-                            self.record_failure(&name, &e);
-                            vec![e]
-                        }
-                    };
-                    errors.lock().expect("errors").extend(errs);
-                });
-            }
-        });
-        let mut errors = errors.into_inner().expect("errors");
-        errors.extend(self.load_ensembles(ensembles.into_inner().expect("ensembles")));
-        Ok(errors)
-    }
-
-    /// Loads ensembles after the models they call, ensembles of ensembles in
-    /// dependency order; ensembles that call each other in a cycle fail.
-    fn load_ensembles(&self, mut waiting: Vec<(String, PathBuf, Prepared)>) -> Vec<Error> {
-        let mut errors = Vec::new();
-        loop {
-            let names: HashSet<String> = waiting.iter().map(|(n, _, _)| n.clone()).collect();
-            let (ready, blocked): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|(_, _, p)| {
-                !crate::scheduler::ensemble::composing_models(&p.config)
-                    .iter()
-                    .any(|m| names.contains(m))
-            });
-            waiting = blocked;
-            if ready.is_empty() {
-                break;
-            }
-            for (name, dir, p) in ready {
-                errors.extend(self.load_versions(&name, &dir, p));
-            }
-        }
-        for (name, _, _) in waiting {
-            let e = Error::invalid_arg(format!(
-                "ensemble '{name}': its steps call ensembles that call it back (a cycle of ensembles)"
-            ));
-            self.record_failure(&name, &e);
-            errors.push(e);
-        }
-        errors
+    /// The options the repository was created with.
+    pub fn options(&self) -> &RepositoryOptions {
+        &self.options
     }
 
     fn record_failure(&self, name: &str, e: &Error) {
         tracing::error!(model = name, "failed to load: {e}");
+        self.count_load_failure(name);
         let mut models = self.models.write().expect("models lock");
         let entry = models.entry(name.to_string()).or_default();
         entry.index = vec![IndexEntry {
@@ -217,105 +140,52 @@ impl Repository {
         }];
     }
 
-    /// Loads every selected version of one prepared model; returns its errors.
-    fn load_versions(&self, name: &str, dir: &Path, prepared: Prepared) -> Vec<Error> {
-        let Prepared {
-            config,
-            backend,
-            versions,
-            labels,
-        } = prepared;
-        let mut errors = Vec::new();
-        let mut entry = ModelEntry {
-            config: Some(config.clone()),
-            ..Default::default()
-        };
-        for version in versions {
-            let version_dir = dir.join(version.to_string());
-            let result = if !version_dir.is_dir() {
-                Err(Error::not_found(format!(
-                    "model '{name}': version {version} is not present in '{}'",
-                    dir.display()
-                )))
-            } else if let Some(backend) = &backend {
-                let ctx = LoadContext {
-                    config: &config,
-                    version,
-                    version_dir: &version_dir,
-                    settings: &self.options.backend,
-                    models: self.me.clone(),
-                };
-                backend.load(&ctx).and_then(|model| {
-                    ModelHandle::start(
-                        config.clone(),
-                        version,
-                        model,
-                        labels.clone(),
-                        self.options.gpu_count,
-                        dir,
-                    )
-                })
-            } else {
-                Ensemble::build(
-                    &config,
-                    |m, v| self.get(m, v).map(|h| h.config.clone()),
-                    self.me.clone(),
-                )
-                .and_then(|e| ModelHandle::ensemble(config.clone(), version, e, labels.clone()))
-            };
-            match result {
-                Ok(handle) => {
-                    tracing::info!(
-                        model = name,
-                        version,
-                        backend = backend.as_ref().map_or("ensemble", |b| b.name()),
-                        "model loaded"
-                    );
-                    entry.ready.insert(version, Arc::new(handle));
-                    entry.index.push(IndexEntry {
-                        name: name.into(),
-                        version: Some(version),
-                        state: State::Ready,
-                        reason: String::new(),
-                    });
-                }
-                Err(e) => {
-                    tracing::error!(model = name, version, "failed to load version: {e}");
-                    entry.index.push(IndexEntry {
-                        name: name.into(),
-                        version: Some(version),
-                        state: State::Unavailable,
-                        reason: e.message.clone(),
-                    });
-                    errors.push(e);
-                }
-            }
-        }
-        if entry.index.is_empty() {
-            let e = Error::not_found(format!(
-                "model '{name}': no version folder matches the version policy in '{}'",
-                dir.display()
-            ));
-            tracing::error!(model = name, "{e}");
-            entry.index.push(IndexEntry {
-                name: name.into(),
-                version: None,
-                state: State::Unavailable,
-                reason: e.message.clone(),
-            });
-            errors.push(e);
-        }
-        self.models
-            .write()
-            .expect("models lock")
-            .insert(name.to_string(), entry);
-        errors
+    fn count_load_failure(&self, name: &str) {
+        *self
+            .load_failures
+            .lock()
+            .expect("load failures lock")
+            .entry(name.to_string())
+            .or_default() += 1;
+    }
+
+    /// Failed loads per model since the server started.
+    pub fn load_failures(&self) -> BTreeMap<String, u64> {
+        self.load_failures
+            .lock()
+            .expect("load failures lock")
+            .clone()
+    }
+
+    /// Load durations in seconds of every ready version: (model, version, seconds).
+    pub fn load_durations(&self) -> Vec<(String, i64, f64)> {
+        let models = self.models.read().expect("models lock");
+        models
+            .iter()
+            .flat_map(|(n, e)| e.load_secs.iter().map(move |(v, s)| (n.clone(), *v, *s)))
+            .collect()
     }
 
     /// Reads, completes, normalises and validates a model's config; picks its backend, versions and labels.
-    fn prepare(&self, name: &str, dir: &Path) -> Result<Prepared> {
-        let config_path = dir.join("config.pbtxt");
-        let mut cfg = if config_path.exists() {
+    fn prepare(&self, name: &str, dir: &Path, config_json: Option<&str>) -> Result<Prepared> {
+        let config_path = self
+            .options
+            .config_name
+            .as_ref()
+            .map(|n| dir.join("configs").join(format!("{n}.pbtxt")))
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| dir.join("config.pbtxt"));
+        let mut cfg = if let Some(json) = config_json {
+            let cfg = crate::config::json::from_json(json)
+                .map_err(|e| e.context(format!("model '{name}': the 'config' parameter")))?;
+            if !cfg.name.is_empty() && cfg.name != name {
+                return Err(Error::invalid_arg(format!(
+                    "model '{name}': the 'config' parameter names model '{}'",
+                    cfg.name
+                )));
+            }
+            cfg
+        } else if config_path.exists() {
             let text = std::fs::read_to_string(&config_path).map_err(|e| {
                 Error::invalid_arg(format!(
                     "model '{name}': cannot read '{}': {e}",
@@ -485,6 +355,7 @@ impl Repository {
 
     /// Stops every model: queued requests finish, instance threads are joined.
     pub fn shutdown(&self) {
+        let _control = self.control.lock().expect("control lock");
         let models = std::mem::take(&mut *self.models.write().expect("models lock"));
         for entry in models.values() {
             for handle in entry.ready.values() {
@@ -493,8 +364,6 @@ impl Repository {
         }
     }
 }
-
-use std::sync::Mutex;
 
 fn version_suffix(version: Option<i64>) -> String {
     version.map(|v| format!(" version {v}")).unwrap_or_default()

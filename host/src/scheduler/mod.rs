@@ -29,7 +29,7 @@ use crate::core::{InferRequest, InferResponse};
 use crate::error::{Error, Result};
 use policy::BatchPolicy;
 use queue::{Decision, Pending, Queue};
-use stats::{ComputeTimes, ModelStats, RequestOutcome};
+use stats::{ComputeTimes, FailReason, ModelStats, RequestOutcome};
 
 type Reply = oneshot::Sender<Result<InferResponse>>;
 
@@ -234,7 +234,7 @@ impl ModelHandle {
         let (batch_size, level, timeout) = match placed {
             Ok(p) => p,
             Err(e) => {
-                s.stats.record_failure(arrived.elapsed());
+                s.stats.record_failure(arrived.elapsed(), FailReason::Other);
                 return Err(e);
             }
         };
@@ -288,6 +288,9 @@ impl ModelHandle {
         {
             let mut q = s.queue.lock().expect("queue lock");
             if q.queue.closed {
+                drop(q);
+                s.stats
+                    .record_failure(arrived.elapsed(), FailReason::Rejected);
                 return Err(self.gone());
             }
             let pending = Pending {
@@ -301,7 +304,8 @@ impl ModelHandle {
             };
             if q.queue.push(pending, &s.policy).is_err() {
                 drop(q);
-                s.stats.record_failure(arrived.elapsed());
+                s.stats
+                    .record_failure(arrived.elapsed(), FailReason::Rejected);
                 return Err(Error::unavailable(format!(
                     "Exceeds maximum queue size: model '{}' priority level {level} is full",
                     self.config.name
@@ -332,7 +336,7 @@ impl ModelHandle {
         });
         match &result {
             Ok(_) => s.stats.record_request(batch_size, arrived.elapsed()),
-            Err(_) => s.stats.record_failure(arrived.elapsed()),
+            Err(_) => s.stats.record_failure(arrived.elapsed(), FailReason::Other),
         }
         result
     }
@@ -340,6 +344,16 @@ impl ModelHandle {
     /// Current statistics of this version.
     pub fn stats(&self) -> stats::Snapshot {
         self.shared.stats.snapshot()
+    }
+
+    /// Recent latencies for the Prometheus summaries (when enabled).
+    pub fn summaries(&self) -> Option<stats::Summaries> {
+        self.shared.stats.summaries()
+    }
+
+    /// Requests waiting in the queue (not yet executing).
+    pub fn pending(&self) -> usize {
+        self.shared.queue.lock().expect("queue lock").queue.len()
     }
 
     fn gone(&self) -> Error {
@@ -365,8 +379,23 @@ fn close(shared: &Shared) {
 }
 
 impl Drop for ModelHandle {
+    /// The last reference is gone (unloaded or replaced, in-flight requests
+    /// done): the instance threads drain and exit; they are joined off the
+    /// caller's thread so an async task never blocks on an instance's teardown.
     fn drop(&mut self) {
         close(&self.shared);
+        let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
+        if !workers.is_empty() {
+            let name = format!("{}:reaper", self.config.name);
+            let spawned = std::thread::Builder::new().name(name).spawn(move || {
+                for w in workers {
+                    let _ = w.join();
+                }
+            });
+            if let Err(e) = spawned {
+                tracing::warn!(model = %self.config.name, "cannot start a thread to join the instances: {e}");
+            }
+        }
     }
 }
 
@@ -396,7 +425,8 @@ fn next_batch(s: &Shared) -> Option<Vec<Pending>> {
         if !expired.is_empty() {
             drop(q);
             for p in expired {
-                s.stats.record_failure(p.enqueued.elapsed());
+                s.stats
+                    .record_failure(p.enqueued.elapsed(), FailReason::Rejected);
                 let e = Error::unavailable(format!(
                     "Request timeout expired for model '{}'",
                     s.config.name

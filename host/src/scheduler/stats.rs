@@ -3,11 +3,13 @@
 //! Semantics follow Triton: `inference_count` counts batch elements of
 //! successful requests, `execution_count` backend executions; per-request
 //! durations (success, fail, queue, compute_*) and per-batch-size compute
-//! durations.
+//! durations. Failures also count by Triton's metric reasons, and, when
+//! `--metrics-config summary_latencies=true`, recent latencies are kept for
+//! the Prometheus summaries.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
@@ -64,6 +66,101 @@ pub struct Snapshot {
     pub compute_output: CountNs,
     /// Per executed batch size: (input, infer, output).
     pub batches: BTreeMap<usize, [CountNs; 3]>,
+    /// Failed requests by reason, indexed by [`FailReason`].
+    pub fail_reasons: [u64; 4],
+}
+
+/// Why a request failed, as `nv_inference_request_failure{reason=...}` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailReason {
+    /// Refused by the scheduler: queue full, queue timeout, model going away.
+    Rejected = 0,
+    /// Cancelled by the client.
+    Canceled = 1,
+    /// The backend failed while executing it (error, trap, panic).
+    Backend = 2,
+    /// Anything else (invalid request, ensemble step failure).
+    Other = 3,
+}
+
+impl FailReason {
+    /// Every reason, in index order.
+    pub const ALL: [FailReason; 4] = [
+        FailReason::Rejected,
+        FailReason::Canceled,
+        FailReason::Backend,
+        FailReason::Other,
+    ];
+
+    /// Triton's label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailReason::Rejected => "REJECTED",
+            FailReason::Canceled => "CANCELED",
+            FailReason::Backend => "BACKEND",
+            FailReason::Other => "OTHER",
+        }
+    }
+}
+
+/// Latency kinds kept for the Prometheus summaries, indexed like [`Summaries::windows`].
+pub const SUMMARY_KINDS: [&str; 5] = [
+    "request",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+];
+
+/// How long an observation stays in a summary window.
+const SUMMARY_MAX_AGE: Duration = Duration::from_secs(60);
+/// Most observations a summary window keeps.
+const SUMMARY_MAX_SAMPLES: usize = 8192;
+
+/// Process-wide switch for latency summaries (`--metrics-config summary_latencies=true`).
+static SUMMARIES_ENABLED: OnceLock<bool> = OnceLock::new();
+
+/// Turns latency summaries on or off for every model loaded afterwards (first call wins).
+pub fn enable_summaries(on: bool) {
+    let _ = SUMMARIES_ENABLED.set(on);
+}
+
+/// Recent latencies of successful requests (microseconds) with their totals,
+/// for Prometheus summaries: a sliding window of the last minute.
+#[derive(Debug, Default, Clone)]
+pub struct Summaries {
+    /// One window per [`SUMMARY_KINDS`] entry: (when, microseconds).
+    pub windows: [VecDeque<(Instant, f64)>; 5],
+}
+
+impl Summaries {
+    fn observe(&mut self, values: [Duration; 5]) {
+        let now = Instant::now();
+        for (w, v) in self.windows.iter_mut().zip(values) {
+            while w.len() >= SUMMARY_MAX_SAMPLES
+                || w.front().is_some_and(|(t, _)| now - *t > SUMMARY_MAX_AGE)
+            {
+                w.pop_front();
+            }
+            w.push_back((now, v.as_nanos() as f64 / 1000.0));
+        }
+    }
+
+    /// The `q` quantile (0..=1) of window `kind` over the last minute (`NaN` when empty).
+    pub fn quantile(&self, kind: usize, q: f64) -> f64 {
+        let now = Instant::now();
+        let mut v: Vec<f64> = self.windows[kind]
+            .iter()
+            .filter(|(t, _)| now - *t <= SUMMARY_MAX_AGE)
+            .map(|(_, v)| *v)
+            .collect();
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v.sort_by(f64::total_cmp);
+        let rank = (q.clamp(0.0, 1.0) * (v.len() - 1) as f64).round() as usize;
+        v[rank]
+    }
 }
 
 /// Milliseconds since the Unix epoch (Triton's `last_inference`).
@@ -75,14 +172,27 @@ fn now_ms() -> u64 {
 }
 
 /// Statistics of one model version.
-#[derive(Default)]
 pub struct ModelStats {
     inner: Mutex<Snapshot>,
+    summaries: Option<Mutex<Summaries>>,
+}
+
+impl Default for ModelStats {
+    fn default() -> Self {
+        ModelStats {
+            inner: Mutex::default(),
+            summaries: SUMMARIES_ENABLED
+                .get()
+                .copied()
+                .unwrap_or(false)
+                .then(Mutex::default),
+        }
+    }
 }
 
 /// Outcome of one request of an execution: success, its queue time and its end-to-end time.
 pub struct RequestOutcome {
-    /// Whether it succeeded.
+    /// Whether it succeeded (a failure here is a backend failure).
     pub ok: bool,
     /// Its batch size.
     pub batch_size: usize,
@@ -100,6 +210,7 @@ impl ModelStats {
         times: ComputeTimes,
         outcomes: &[RequestOutcome],
     ) {
+        let mut observed = Vec::new();
         let mut s = self.inner.lock().expect("stats lock");
         s.last_inference = now_ms();
         s.execution_count += 1;
@@ -115,8 +226,19 @@ impl ModelStats {
                 s.compute_input.add(times.input);
                 s.compute_infer.add(times.infer);
                 s.compute_output.add(times.output);
+                if self.summaries.is_some() {
+                    observed.push([o.total, o.queue, times.input, times.infer, times.output]);
+                }
             } else {
                 s.fail.add(o.total);
+                s.fail_reasons[FailReason::Backend as usize] += 1;
+            }
+        }
+        drop(s);
+        if let Some(sum) = &self.summaries {
+            let mut sum = sum.lock().expect("summaries lock");
+            for values in observed {
+                sum.observe(values);
             }
         }
     }
@@ -129,16 +251,32 @@ impl ModelStats {
         s.inference_count += batch_size as u64;
         s.execution_count += 1;
         s.success.add(total);
+        drop(s);
+        if let Some(sum) = &self.summaries {
+            let z = Duration::ZERO;
+            sum.lock()
+                .expect("summaries lock")
+                .observe([total, z, z, z, z]);
+        }
     }
 
     /// Records a request that failed without being executed (invalid, rejected, timed out).
-    pub fn record_failure(&self, total: Duration) {
-        self.inner.lock().expect("stats lock").fail.add(total);
+    pub fn record_failure(&self, total: Duration, reason: FailReason) {
+        let mut s = self.inner.lock().expect("stats lock");
+        s.fail.add(total);
+        s.fail_reasons[reason as usize] += 1;
     }
 
     /// A copy of the current values.
     pub fn snapshot(&self) -> Snapshot {
         self.inner.lock().expect("stats lock").clone()
+    }
+
+    /// A copy of the latency summaries (`None` unless summaries are enabled).
+    pub fn summaries(&self) -> Option<Summaries> {
+        self.summaries
+            .as_ref()
+            .map(|s| s.lock().expect("summaries lock").clone())
     }
 }
 
@@ -201,8 +339,9 @@ mod tests {
                 total: Duration::from_nanos(50),
             }],
         );
-        s.record_failure(Duration::from_nanos(1));
+        s.record_failure(Duration::from_nanos(1), FailReason::Rejected);
         let snap = s.snapshot();
+        assert_eq!(snap.fail_reasons, [1, 0, 1, 0]);
         assert_eq!(snap.inference_count, 3);
         assert_eq!(snap.execution_count, 2);
         assert_eq!(snap.success, CountNs { count: 2, ns: 400 });
@@ -213,5 +352,19 @@ mod tests {
         assert_eq!(j["version"], "1");
         assert_eq!(j["batch_stats"][0]["batch_size"], 1);
         assert_eq!(j["batch_stats"][1]["compute_infer"]["count"], 1);
+    }
+
+    #[test]
+    fn summary_window_quantiles() {
+        let mut s = Summaries::default();
+        assert!(s.quantile(0, 0.5).is_nan());
+        for us in 1..=100u64 {
+            let d = Duration::from_micros(us);
+            s.observe([d, d, d, d, d]);
+        }
+        assert_eq!(s.quantile(0, 0.0), 1.0);
+        assert_eq!(s.quantile(0, 1.0), 100.0);
+        assert!((s.quantile(1, 0.5) - 50.5).abs() <= 0.5);
+        assert!((s.quantile(4, 0.99) - 99.0).abs() <= 1.0);
     }
 }

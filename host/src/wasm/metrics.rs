@@ -43,11 +43,7 @@ fn registry() -> &'static Mutex<Vec<Family>> {
     R.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-fn valid_name(n: &str) -> bool {
-    let mut chars = n.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-}
+use crate::metrics::text::{self, valid_name};
 
 /// Declares a family (or returns the existing one of the same name and kind).
 pub fn family(name: &str, help: &str, kind: Kind, buckets: &[f64]) -> Result<u32> {
@@ -152,25 +148,14 @@ pub fn set(id: u32, labels: Labels, value: f64) -> Result<()> {
 }
 
 fn label_str(labels: &Labels, extra: Option<(&str, String)>) -> String {
-    let mut parts: Vec<String> = labels
+    let mut pairs: Vec<(&str, &str)> = labels
         .iter()
-        .map(|(k, v)| {
-            format!(
-                "{k}=\"{}\"",
-                v.replace('\\', "\\\\")
-                    .replace('"', "\\\"")
-                    .replace('\n', "\\n")
-            )
-        })
+        .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    if let Some((k, v)) = extra {
-        parts.push(format!("{k}=\"{v}\""));
+    if let Some((k, v)) = &extra {
+        pairs.push((k, v));
     }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", parts.join(","))
-    }
+    text::labels(&pairs)
 }
 
 /// All plugin metric families in Prometheus text format.
@@ -183,8 +168,7 @@ pub fn render() -> String {
             Kind::Gauge => "gauge",
             Kind::Histogram => "histogram",
         };
-        let _ = writeln!(out, "# HELP {} {}", f.name, f.help.replace('\n', " "));
-        let _ = writeln!(out, "# TYPE {} {kind}", f.name);
+        text::header(&mut out, &f.name, kind, &f.help);
         for (labels, s) in &f.series {
             if f.kind == Kind::Histogram {
                 for (b, bound) in s.buckets.iter().zip(&f.bounds) {

@@ -134,13 +134,29 @@ impl PluginCounters {
     }
 }
 
-/// The counters of plugin model `model`.
-pub fn counters(model: &str) -> Arc<PluginCounters> {
+fn all() -> &'static Mutex<HashMap<String, Arc<PluginCounters>>> {
     static ALL: OnceLock<Mutex<HashMap<String, Arc<PluginCounters>>>> = OnceLock::new();
     ALL.get_or_init(Default::default)
+}
+
+/// The counters of plugin model `model`.
+pub fn counters(model: &str) -> Arc<PluginCounters> {
+    all()
         .lock()
         .expect("plugin counters lock")
         .entry(model.to_string())
         .or_default()
         .clone()
+}
+
+/// The counters of every plugin model loaded since start, by model name.
+pub fn all_counters() -> Vec<(String, Arc<PluginCounters>)> {
+    let mut v: Vec<(String, Arc<PluginCounters>)> = all()
+        .lock()
+        .expect("plugin counters lock")
+        .iter()
+        .map(|(k, c)| (k.clone(), c.clone()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
 }

@@ -346,22 +346,63 @@ impl GrpcInferenceService for InferenceService {
 
     async fn repository_model_load(
         &self,
-        _: Request<RepositoryModelLoadRequest>,
+        req: Request<RepositoryModelLoadRequest>,
     ) -> std::result::Result<Response<RepositoryModelLoadResponse>, Status> {
-        Err(unimplemented(
-            "loading models through the API",
-            "model control mode is 'none'",
-        ))
+        use model_repository_parameter::ParameterChoice;
+        let r = req.into_inner();
+        let mut overrides = crate::repository::control::LoadOverride::default();
+        for (key, p) in r.parameters {
+            match (key.as_str(), p.parameter_choice) {
+                ("config", Some(ParameterChoice::StringParam(text))) => {
+                    overrides.config = Some(text)
+                }
+                ("config", _) => return Err(status(Error::invalid_arg(
+                    "load parameter 'config' must be a string_param holding the JSON model config",
+                ))),
+                (k, Some(ParameterChoice::BytesParam(bytes))) if k.starts_with("file:") => {
+                    overrides
+                        .files
+                        .push((k["file:".len()..].to_string(), bytes.to_vec()))
+                }
+                (k, _) if k.starts_with("file:") => {
+                    return Err(status(Error::invalid_arg(format!(
+                        "load parameter '{k}' must be a bytes_param with the file's contents"
+                    ))))
+                }
+                (k, _) => {
+                    return Err(status(Error::invalid_arg(format!(
+                        "unknown load parameter '{k}' (supported: config, file:<path>)"
+                    ))))
+                }
+            }
+        }
+        crate::frontend::common::load_model(&self.info, r.model_name, overrides)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(RepositoryModelLoadResponse {}))
     }
 
     async fn repository_model_unload(
         &self,
-        _: Request<RepositoryModelUnloadRequest>,
+        req: Request<RepositoryModelUnloadRequest>,
     ) -> std::result::Result<Response<RepositoryModelUnloadResponse>, Status> {
-        Err(unimplemented(
-            "unloading models through the API",
-            "model control mode is 'none'",
-        ))
+        use model_repository_parameter::ParameterChoice;
+        let r = req.into_inner();
+        let mut dependents = false;
+        for (key, p) in r.parameters {
+            match (key.as_str(), p.parameter_choice) {
+                ("unload_dependents", Some(ParameterChoice::BoolParam(b))) => dependents = b,
+                (k, _) => {
+                    return Err(status(Error::invalid_arg(format!(
+                        "unload parameter '{k}': only unload_dependents (a bool_param) is supported"
+                    ))))
+                }
+            }
+        }
+        crate::frontend::common::unload_model(&self.info, r.model_name, dependents)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(RepositoryModelUnloadResponse {}))
     }
 
     async fn system_shared_memory_status(

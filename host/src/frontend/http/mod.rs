@@ -76,6 +76,8 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer_v))
         .route("/v2/repository/index", post(repository_index))
+        .route("/v2/repository/models/{model}/load", post(load_model))
+        .route("/v2/repository/models/{model}/unload", post(unload_model))
         .route("/v2/models/stats", get(all_stats))
         .route("/v2/models/{model}/stats", get(model_stats))
         .route(
@@ -235,6 +237,101 @@ async fn repository_index(State(s): AppState, headers: HeaderMap, body: Body) ->
                 })
                 .collect();
             Ok(json_response(Value::Array(rows)))
+        }
+        .await,
+    )
+}
+
+/// The `parameters` object of a repository request body (empty body = no parameters).
+async fn repository_parameters(
+    s: &HttpState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<serde_json::Map<String, Value>> {
+    let body = read_body(s, headers, body).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Default::default());
+    }
+    let v: Value = serde_json::from_slice(&body)
+        .map_err(|e| Error::invalid_arg(format!("failed to parse the repository request: {e}")))?;
+    match v.get("parameters") {
+        None | Some(Value::Null) => Ok(Default::default()),
+        Some(Value::Object(m)) => Ok(m.clone()),
+        Some(_) => Err(Error::invalid_arg(
+            "repository request 'parameters' must be an object",
+        )),
+    }
+}
+
+async fn load_model(
+    State(s): AppState,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    use base64::Engine as _;
+    respond(
+        async {
+            let params = repository_parameters(&s, &headers, body).await?;
+            let mut overrides = crate::repository::control::LoadOverride::default();
+            for (key, value) in params {
+                if key == "config" {
+                    let Value::String(text) = value else {
+                        return Err(Error::invalid_arg(
+                            "load parameter 'config' must be a string holding the JSON model config",
+                        ));
+                    };
+                    overrides.config = Some(text);
+                } else if let Some(path) = key.strip_prefix("file:") {
+                    let bytes = value
+                        .as_str()
+                        .and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok())
+                        .ok_or_else(|| {
+                            Error::invalid_arg(format!(
+                                "load parameter '{key}' must be the file's contents in base64"
+                            ))
+                        })?;
+                    overrides.files.push((path.to_string(), bytes));
+                } else {
+                    return Err(Error::invalid_arg(format!(
+                        "unknown load parameter '{key}' (supported: config, file:<path>)"
+                    )));
+                }
+            }
+            common::load_model(&s.info, model, overrides).await?;
+            Ok(StatusCode::OK.into_response())
+        }
+        .await,
+    )
+}
+
+async fn unload_model(
+    State(s): AppState,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    respond(
+        async {
+            let params = repository_parameters(&s, &headers, body).await?;
+            let mut dependents = false;
+            for (key, value) in params {
+                match (key.as_str(), value) {
+                    ("unload_dependents", Value::Bool(b)) => dependents = b,
+                    ("unload_dependents", _) => {
+                        return Err(Error::invalid_arg(
+                            "unload parameter 'unload_dependents' must be a bool",
+                        ))
+                    }
+                    _ => {
+                        return Err(Error::invalid_arg(format!(
+                            "unknown unload parameter '{key}' (supported: unload_dependents)"
+                        )))
+                    }
+                }
+            }
+            common::unload_model(&s.info, model, dependents).await?;
+            Ok(StatusCode::OK.into_response())
         }
         .await,
     )

@@ -1,0 +1,37 @@
+//! The metrics endpoint: `GET /metrics` in Prometheus text format on
+//! `--metrics-port` (8002 by default).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use super::http::error_response;
+use crate::error::Error;
+use crate::metrics::Metrics;
+
+/// The metrics router.
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(scrape))
+        .fallback(|| async {
+            error_response(&Error::not_found(
+                "no such endpoint: metrics are at /metrics",
+            ))
+        })
+        .with_state(metrics)
+}
+
+async fn scrape(State(m): State<Arc<Metrics>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; charset=utf-8; version=0.0.4",
+        )],
+        m.render(),
+    )
+        .into_response()
+}

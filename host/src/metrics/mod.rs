@@ -1,0 +1,427 @@
+//! Prometheus metrics with Triton's names and labels, rendered at scrape
+//! time from the same per-version counters the statistics extension reads
+//! (so the two always agree), plus CPU and memory gauges, Tern's own
+//! `tern_` families (plugin faults, `.cwasm` cache, load failures) and the
+//! families plugins declare.
+
+pub mod system;
+pub mod text;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::repository::Repository;
+use crate::scheduler::stats::{FailReason, SUMMARY_KINDS};
+use crate::scheduler::ModelHandle;
+use text::{header, labels, sample};
+
+/// `--metrics-*` settings.
+#[derive(Debug, Clone)]
+pub struct MetricsSettings {
+    /// `--allow-cpu-metrics`.
+    pub cpu: bool,
+    /// `--metrics-interval-ms`.
+    pub interval: Duration,
+    /// `counter_latencies` (default true): the `*_duration_us` counters.
+    pub counter_latencies: bool,
+    /// `summary_latencies` (default false): the `*_summary_us` summaries.
+    pub summary_latencies: bool,
+    /// `summary_quantiles`: quantile and its allowed error.
+    pub quantiles: Vec<(f64, f64)>,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings {
+            cpu: true,
+            interval: Duration::from_millis(2000),
+            counter_latencies: true,
+            summary_latencies: false,
+            quantiles: vec![(0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001)],
+        }
+    }
+}
+
+impl MetricsSettings {
+    /// Applies `--metrics-config <key>=<value>` entries.
+    pub fn apply_config(&mut self, entries: &[String]) -> Result<()> {
+        for entry in entries {
+            let (key, value) = entry.split_once('=').ok_or_else(|| {
+                Error::invalid_arg(format!(
+                    "--metrics-config '{entry}': expected <setting>=<value>"
+                ))
+            })?;
+            let flag = || -> Result<bool> {
+                match value {
+                    "true" | "1" => Ok(true),
+                    "false" | "0" => Ok(false),
+                    _ => Err(Error::invalid_arg(format!(
+                        "--metrics-config {key}: '{value}' is not true or false"
+                    ))),
+                }
+            };
+            match key {
+                "counter_latencies" => self.counter_latencies = flag()?,
+                "summary_latencies" => self.summary_latencies = flag()?,
+                "summary_quantiles" => {
+                    self.quantiles = value
+                        .split(',')
+                        .map(|q| {
+                            let (q, e) = q.split_once(':').unwrap_or((q, "0.01"));
+                            match (q.trim().parse::<f64>(), e.trim().parse::<f64>()) {
+                                (Ok(q), Ok(e)) if (0.0..=1.0).contains(&q) && e >= 0.0 => {
+                                    Ok((q, e))
+                                }
+                                _ => Err(Error::invalid_arg(format!(
+                                    "--metrics-config summary_quantiles: '{value}' is not a list of <quantile>:<error> with quantiles in [0, 1]"
+                                ))),
+                            }
+                        })
+                        .collect::<Result<_>>()?
+                }
+                "histogram_latencies" if !flag()? => {}
+                "histogram_latencies" => {
+                    return Err(Error::unsupported(
+                        "--metrics-config histogram_latencies=true: Triton's latency histograms are for decoupled models, which Tern does not serve yet",
+                    ))
+                }
+                _ => {
+                    return Err(Error::unsupported(format!(
+                        "--metrics-config '{entry}': unknown setting (supported: counter_latencies, summary_latencies, summary_quantiles, histogram_latencies=false)"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What `GET /metrics` renders.
+pub struct Metrics {
+    repository: Arc<Repository>,
+    settings: MetricsSettings,
+    sampler: Option<system::Sampler>,
+}
+
+/// A per-model counter family: name, help and the value for one version.
+type Family = (
+    &'static str,
+    &'static str,
+    fn(&crate::scheduler::stats::Snapshot) -> u64,
+);
+
+const COUNTERS: &[Family] = &[
+    (
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        |s| s.success.count,
+    ),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+        |s| s.inference_count,
+    ),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+        |s| s.execution_count,
+    ),
+];
+
+const LATENCY_COUNTERS: &[Family] = &[
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+        |s| s.success.ns / 1000,
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+        |s| s.queue.ns / 1000,
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+        |s| s.compute_input.ns / 1000,
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+        |s| s.compute_infer.ns / 1000,
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+        |s| s.compute_output.ns / 1000,
+    ),
+];
+
+const SUMMARY_HELP: [&str; 5] = [
+    "Summary of inference request duration in microseconds (includes cached requests)",
+    "Summary of inference queuing duration in microseconds (includes cached requests)",
+    "Summary of compute input duration in microseconds (does not include cached requests)",
+    "Summary of compute inference duration in microseconds (does not include cached requests)",
+    "Summary of compute output duration in microseconds (does not include cached requests)",
+];
+
+impl Metrics {
+    /// Starts the CPU sampler (when enabled) and turns latency summaries on for models loaded from now on.
+    pub fn new(repository: Arc<Repository>, settings: MetricsSettings) -> Metrics {
+        crate::scheduler::stats::enable_summaries(settings.summary_latencies);
+        let sampler = settings
+            .cpu
+            .then(|| system::Sampler::start(settings.interval));
+        Metrics {
+            repository,
+            settings,
+            sampler,
+        }
+    }
+
+    /// Every family in Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let handles = self.repository.handles(None, None).unwrap_or_default();
+        let rows: Vec<(String, &Arc<ModelHandle>, crate::scheduler::stats::Snapshot)> = handles
+            .iter()
+            .map(|h| (model_labels(h), h, h.stats()))
+            .collect();
+        let families = COUNTERS.iter().chain(
+            self.settings
+                .counter_latencies
+                .then_some(LATENCY_COUNTERS)
+                .unwrap_or(&[]),
+        );
+        for (name, help, value) in families {
+            header(&mut out, name, "counter", help);
+            for (l, _, snap) in &rows {
+                sample(&mut out, name, l, value(snap) as f64);
+            }
+        }
+        let name = "nv_inference_request_failure";
+        header(
+            &mut out,
+            name,
+            "counter",
+            "Number of failed inference requests, all batch sizes",
+        );
+        for (_, h, snap) in &rows {
+            for reason in FailReason::ALL {
+                let l = with_model(h, &[("reason", reason.as_str())]);
+                sample(
+                    &mut out,
+                    name,
+                    &l,
+                    snap.fail_reasons[reason as usize] as f64,
+                );
+            }
+        }
+        let name = "nv_inference_pending_request_count";
+        header(
+            &mut out,
+            name,
+            "gauge",
+            "Instantaneous number of pending requests awaiting execution per-model.",
+        );
+        for (l, h, _) in &rows {
+            sample(&mut out, name, l, h.pending() as f64);
+        }
+        if self.settings.summary_latencies {
+            self.render_summaries(&mut out, &rows);
+        }
+        let name = "nv_model_load_duration_secs";
+        header(&mut out, name, "gauge", "Model load time in seconds");
+        for (model, version, secs) in self.repository.load_durations() {
+            let l = labels(&[("model", model.as_str()), ("version", &version.to_string())]);
+            sample(&mut out, name, &l, secs);
+        }
+        if let Some(s) = &self.sampler {
+            let v = s.latest();
+            let gauges = [
+                (
+                    "nv_cpu_utilization",
+                    "CPU utilization rate [0.0 - 1.0]",
+                    v.cpu_utilization,
+                ),
+                (
+                    "nv_cpu_memory_total_bytes",
+                    "CPU total memory (RAM), in bytes",
+                    v.memory_total as f64,
+                ),
+                (
+                    "nv_cpu_memory_used_bytes",
+                    "CPU used memory (RAM), in bytes",
+                    v.memory_used as f64,
+                ),
+            ];
+            for (name, help, value) in gauges {
+                header(&mut out, name, "gauge", help);
+                sample(&mut out, name, "", value);
+            }
+        }
+        // No pinned memory pool yet (--pinned-memory-pool-byte-size is not supported): both are 0.
+        for (name, help) in [
+            (
+                "nv_pinned_memory_pool_total_bytes",
+                "Pinned memory pool total memory size, in bytes",
+            ),
+            (
+                "nv_pinned_memory_pool_used_bytes",
+                "Pinned memory pool used memory size, in bytes",
+            ),
+        ] {
+            header(&mut out, name, "gauge", help);
+            sample(&mut out, name, "", 0.0);
+        }
+        self.render_tern(&mut out);
+        out.push_str(&crate::wasm::metrics::render());
+        out
+    }
+
+    fn render_summaries(
+        &self,
+        out: &mut String,
+        rows: &[(String, &Arc<ModelHandle>, crate::scheduler::stats::Snapshot)],
+    ) {
+        for (kind, help) in SUMMARY_KINDS.iter().zip(SUMMARY_HELP) {
+            let name = format!("nv_inference_{kind}_summary_us");
+            header(out, &name, "summary", help);
+            for (l, h, snap) in rows {
+                let Some(sum) = h.summaries() else { continue };
+                let k = SUMMARY_KINDS.iter().position(|x| x == kind).expect("kind");
+                for (q, _) in &self.settings.quantiles {
+                    let ql = with_model(h, &[("quantile", &q.to_string())]);
+                    sample(out, &name, &ql, sum.quantile(k, *q));
+                }
+                let total = [
+                    snap.success,
+                    snap.queue,
+                    snap.compute_input,
+                    snap.compute_infer,
+                    snap.compute_output,
+                ][k];
+                sample(out, &format!("{name}_sum"), l, total.ns as f64 / 1000.0);
+                sample(out, &format!("{name}_count"), l, total.count as f64);
+            }
+        }
+    }
+
+    /// Tern's own families.
+    fn render_tern(&self, out: &mut String) {
+        let plugins = crate::wasm::all_counters();
+        type Read = fn(&crate::wasm::PluginCounters) -> u64;
+        let plugin_families: [(&str, &str, Read); 4] = [
+            (
+                "tern_plugin_traps_total",
+                "Plugin executions that trapped (panics, faults), per model",
+                |c| c.traps.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            (
+                "tern_plugin_timeouts_total",
+                "Plugin executions stopped at execution_timeout_ms, per model",
+                |c| c.timeouts.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            (
+                "tern_plugin_memory_cap_hits_total",
+                "Plugin executions stopped at max_memory_bytes, per model",
+                |c| c.memory_cap_hits.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            (
+                "tern_plugin_restarts_total",
+                "Plugin instances re-instantiated after a fault, per model",
+                |c| c.restarts.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, read) in plugin_families {
+            header(out, name, "counter", help);
+            for (model, c) in &plugins {
+                sample(
+                    out,
+                    name,
+                    &labels(&[("model", model.as_str())]),
+                    read(c) as f64,
+                );
+            }
+        }
+        let (hits, misses) = crate::wasm::cache::counts();
+        for (name, help, v) in [
+            (
+                "tern_wasm_cache_hits_total",
+                "Plugin components loaded from the .cwasm cache",
+                hits,
+            ),
+            (
+                "tern_wasm_cache_misses_total",
+                "Plugin components compiled because the .cwasm cache had no usable entry",
+                misses,
+            ),
+        ] {
+            header(out, name, "counter", help);
+            sample(out, name, "", v as f64);
+        }
+        let name = "tern_model_load_failures_total";
+        header(
+            out,
+            name,
+            "counter",
+            "Failed model loads (startup, poll and API), per model",
+        );
+        for (model, n) in self.repository.load_failures() {
+            sample(out, name, &labels(&[("model", model.as_str())]), n as f64);
+        }
+    }
+}
+
+/// `{model="m",version="1",<metric_tags>}`.
+fn model_labels(h: &ModelHandle) -> String {
+    with_model(h, &[])
+}
+
+/// The model labels followed by `extra`.
+fn with_model(h: &ModelHandle, extra: &[(&str, &str)]) -> String {
+    let version = h.version.to_string();
+    let mut pairs: Vec<(&str, &str)> =
+        vec![("model", h.config.name.as_str()), ("version", &version)];
+    let mut tags: Vec<(&String, &String)> = h
+        .config
+        .metric_tags
+        .iter()
+        .filter(|(k, _)| {
+            text::valid_name(k)
+                && !matches!(k.as_str(), "model" | "version" | "reason" | "quantile")
+        })
+        .collect();
+    tags.sort();
+    pairs.extend(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    pairs.extend_from_slice(extra);
+    labels(&pairs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_config() {
+        let mut s = MetricsSettings::default();
+        s.apply_config(&[
+            "summary_latencies=true".into(),
+            "counter_latencies=false".into(),
+            "summary_quantiles=0.5:0.05,0.99:0.001".into(),
+            "histogram_latencies=false".into(),
+        ])
+        .unwrap();
+        assert!(s.summary_latencies && !s.counter_latencies);
+        assert_eq!(s.quantiles, vec![(0.5, 0.05), (0.99, 0.001)]);
+        for bad in [
+            "summary_latencies=maybe",
+            "nope=1",
+            "x",
+            "summary_quantiles=2:0.1",
+            "histogram_latencies=true",
+        ] {
+            assert!(s.apply_config(&[bad.into()]).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,783 @@
+//! Changing the set of served models while serving: startup loading, the
+//! model control modes (none / poll / explicit), API loads (with config
+//! overrides and files delivered over the API), unloads, and repository
+//! polling. Every change is load-then-swap: the new versions load and warm
+//! up beside the serving ones and replace them in one step only when they
+//! are ready; a failed reload keeps the old versions serving. Replaced or
+//! unloaded versions finish their in-flight requests before their instances
+//! stop.
+
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{IndexEntry, ModelEntry, Prepared, Repository, State};
+use crate::backends::LoadContext;
+use crate::error::{Code, Error, Result};
+use crate::scheduler::ensemble::{composing_models, Ensemble};
+use crate::scheduler::ModelHandle;
+
+/// `--model-control-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ControlMode {
+    /// Load everything at startup; no changes afterwards.
+    #[default]
+    None,
+    /// Load everything at startup and follow repository changes.
+    Poll,
+    /// Load only `--load-model` models; the API loads and unloads.
+    Explicit,
+}
+
+impl ControlMode {
+    /// Parses Triton's spelling (case-insensitive).
+    pub fn parse(s: &str) -> Result<ControlMode> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" => Ok(ControlMode::None),
+            "poll" => Ok(ControlMode::Poll),
+            "explicit" => Ok(ControlMode::Explicit),
+            other => Err(Error::invalid_arg(format!(
+                "--model-control-mode must be none, poll or explicit, got '{other}'"
+            ))),
+        }
+    }
+}
+
+/// What an API load brings besides the model name.
+#[derive(Debug, Default, Clone)]
+pub struct LoadOverride {
+    /// `parameters.config`: a JSON model config used instead of the file.
+    pub config: Option<String>,
+    /// `file:<path>` parameters: model files, relative to the model folder.
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// Where a loaded model came from.
+pub(super) struct Origin {
+    /// The model folder.
+    dir: PathBuf,
+    /// Fingerprint of the folder when it was loaded (poll mode compares it).
+    fingerprint: u64,
+    /// The API load's config override, kept for dependent reloads.
+    config: Option<String>,
+    /// The private folder holding files delivered over the API (removed with the model).
+    _temp: Option<Arc<tempfile::TempDir>>,
+}
+
+/// How long an unload waits for in-flight requests before stopping the instances anyway.
+const UNLOAD_DRAIN: Duration = Duration::from_secs(30);
+
+impl Repository {
+    /// Scans every root and loads every model; returns the load errors (one per failed model or version).
+    pub fn load_all(&self) -> Result<Vec<Error>> {
+        self.load_startup(ControlMode::None, &[])
+    }
+
+    /// The startup load for a control mode: every model, or in explicit mode
+    /// only `load_models` (`*` = every model) and the models their ensembles call.
+    pub fn load_startup(&self, mode: ControlMode, load_models: &[String]) -> Result<Vec<Error>> {
+        let _control = self.control.lock().expect("control lock");
+        let found = self.scan()?;
+        let wanted: Vec<String> =
+            if mode != ControlMode::Explicit || load_models.iter().any(|m| m == "*") {
+                found.keys().cloned().collect()
+            } else {
+                load_models.to_vec()
+            };
+        let mut jobs = Vec::new();
+        let mut errors = Vec::new();
+        for name in wanted {
+            match found.get(&name) {
+                Some(dir) => jobs.push((name, dir.clone())),
+                None => {
+                    let e = Error::invalid_arg(format!(
+                        "failed to load '{name}': no such model in the model repository"
+                    ));
+                    self.record_failure(&name, &e);
+                    errors.push(e);
+                }
+            }
+        }
+        errors.extend(self.load_set(jobs, &found));
+        Ok(errors)
+    }
+
+    /// Model folders in every root: name -> folder, or the reason the name cannot be used.
+    fn scan(&self) -> Result<BTreeMap<String, Result<PathBuf>>> {
+        let mut found: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        for root in &self.options.roots {
+            let entries = std::fs::read_dir(root).map_err(|e| {
+                Error::invalid_arg(format!(
+                    "failed to open model repository '{}': {e}",
+                    root.display()
+                ))
+            })?;
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Some(name) = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .map(str::to_string)
+                else {
+                    continue;
+                };
+                if path.is_dir() && !name.starts_with('.') {
+                    found.entry(name).or_default().push(path);
+                }
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|(name, dirs)| {
+                let dir = if dirs.len() > 1 {
+                    let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+                    Err(Error::invalid_arg(format!(
+                        "model '{name}' appears in more than one repository: {}",
+                        list.join(", ")
+                    )))
+                } else {
+                    Ok(dirs.into_iter().next().expect("one dir"))
+                };
+                (name, dir)
+            })
+            .collect())
+    }
+
+    /// Loads (or reloads) a set of models: the others in parallel, then the
+    /// ensembles in dependency order, loading the models they call first.
+    fn load_set(
+        &self,
+        jobs: Vec<(String, Result<PathBuf>)>,
+        found: &BTreeMap<String, Result<PathBuf>>,
+    ) -> Vec<Error> {
+        let threads = self.options.load_threads.max(1);
+        let errors = Mutex::new(Vec::new());
+        let queue = Mutex::new(jobs);
+        let ensembles = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let Some((name, dir)) = queue.lock().expect("queue").pop() else {
+                        break;
+                    };
+                    let prepared = dir.and_then(|dir| Ok((self.prepare(&name, &dir, None)?, dir)));
+                    let result = match prepared {
+                        Ok((p, dir)) if p.backend.is_none() => {
+                            ensembles.lock().expect("ensembles").push((name, dir, p));
+                            continue;
+                        }
+                        Ok((p, dir)) => self.install(&name, &dir, p, LoadOverride::default(), None),
+                        Err(e) => {
+                            self.record_failure(&name, &e);
+                            Err(e)
+                        }
+                    };
+                    if let Err(e) = result {
+                        errors.lock().expect("errors").push(e);
+                    }
+                });
+            }
+        });
+        let mut errors = errors.into_inner().expect("errors");
+        errors.extend(self.load_ensembles(ensembles.into_inner().expect("ensembles"), found));
+        errors
+    }
+
+    /// Loads ensembles after the models they call, ensembles of ensembles in
+    /// dependency order; ensembles that call each other in a cycle fail.
+    fn load_ensembles(
+        &self,
+        mut waiting: Vec<(String, PathBuf, Prepared)>,
+        found: &BTreeMap<String, Result<PathBuf>>,
+    ) -> Vec<Error> {
+        let mut errors = Vec::new();
+        // Composing models nobody asked for (explicit mode): load them first.
+        let pending: HashSet<String> = waiting.iter().map(|(n, _, _)| n.clone()).collect();
+        let mut missing: Vec<(String, Result<PathBuf>)> = Vec::new();
+        for (_, _, p) in &waiting {
+            for m in composing_models(&p.config) {
+                let known = self.models.read().expect("models lock").contains_key(&m);
+                if !known && !pending.contains(&m) && !missing.iter().any(|(n, _)| *n == m) {
+                    if let Some(dir) = found.get(&m) {
+                        missing.push((m, dir.clone()));
+                    }
+                }
+            }
+        }
+        if !missing.is_empty() {
+            errors.extend(self.load_set(missing, found));
+        }
+        loop {
+            let names: HashSet<String> = waiting.iter().map(|(n, _, _)| n.clone()).collect();
+            let (ready, blocked): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|(_, _, p)| {
+                !composing_models(&p.config)
+                    .iter()
+                    .any(|m| names.contains(m))
+            });
+            waiting = blocked;
+            if ready.is_empty() {
+                break;
+            }
+            for (name, dir, p) in ready {
+                if let Err(e) = self.install(&name, &dir, p, LoadOverride::default(), None) {
+                    errors.push(e);
+                }
+            }
+        }
+        for (name, _, _) in waiting {
+            let e = Error::invalid_arg(format!(
+                "ensemble '{name}': its steps call ensembles that call it back (a cycle of ensembles)"
+            ));
+            self.record_failure(&name, &e);
+            errors.push(e);
+        }
+        errors
+    }
+
+    /// Loads every selected version of a prepared model beside what serves
+    /// now, then swaps them in. A model that serves keeps serving when any
+    /// version of the new load fails; the failure shows in the index.
+    fn install(
+        &self,
+        name: &str,
+        dir: &Path,
+        prepared: Prepared,
+        overrides: LoadOverride,
+        temp: Option<Arc<tempfile::TempDir>>,
+    ) -> Result<()> {
+        self.mark_loading(name);
+        let config = prepared.config.clone();
+        let mut entry = ModelEntry {
+            config: Some(config.clone()),
+            origin: Some(Origin {
+                dir: dir.to_path_buf(),
+                fingerprint: fingerprint(dir),
+                config: overrides.config,
+                _temp: temp,
+            }),
+            ..Default::default()
+        };
+        let mut errors = Vec::new();
+        for version in prepared.versions.clone() {
+            let started = Instant::now();
+            match self.load_version(name, dir, &prepared, version) {
+                Ok(handle) => {
+                    tracing::info!(
+                        model = name,
+                        version,
+                        backend = prepared.backend.as_ref().map_or("ensemble", |b| b.name()),
+                        "model loaded in {:?}",
+                        started.elapsed()
+                    );
+                    entry.ready.insert(version, Arc::new(handle));
+                    entry
+                        .load_secs
+                        .insert(version, started.elapsed().as_secs_f64());
+                    entry.index.push(row(name, Some(version), State::Ready, ""));
+                }
+                Err(e) => {
+                    tracing::error!(model = name, version, "failed to load version: {e}");
+                    entry
+                        .index
+                        .push(row(name, Some(version), State::Unavailable, &e.message));
+                    errors.push(e);
+                }
+            }
+        }
+        if entry.index.is_empty() {
+            let e = Error::not_found(format!(
+                "model '{name}': no version folder matches the version policy in '{}'",
+                dir.display()
+            ));
+            entry
+                .index
+                .push(row(name, None, State::Unavailable, &e.message));
+            errors.push(e);
+        }
+        let first_error = errors.into_iter().next();
+        let replaced = {
+            let mut models = self.models.write().expect("models lock");
+            let current = models.entry(name.to_string()).or_default();
+            match &first_error {
+                Some(e) if !current.ready.is_empty() => {
+                    keep_serving(current, &e.message);
+                    None
+                }
+                _ => Some(std::mem::replace(current, entry)),
+            }
+        };
+        if let Some(e) = first_error {
+            self.count_load_failure(name);
+            return Err(e);
+        }
+        // The old versions finish their in-flight requests, then stop (ModelHandle's Drop).
+        drop(replaced);
+        self.reload_dependents(name);
+        Ok(())
+    }
+
+    /// Builds one version of a prepared model.
+    fn load_version(
+        &self,
+        name: &str,
+        dir: &Path,
+        prepared: &Prepared,
+        version: i64,
+    ) -> Result<ModelHandle> {
+        let version_dir = dir.join(version.to_string());
+        if !version_dir.is_dir() {
+            return Err(Error::not_found(format!(
+                "model '{name}': version {version} is not present in '{}'",
+                dir.display()
+            )));
+        }
+        let config = &prepared.config;
+        match &prepared.backend {
+            Some(backend) => {
+                let ctx = LoadContext {
+                    config,
+                    version,
+                    version_dir: &version_dir,
+                    settings: &self.options.backend,
+                    models: self.me.clone(),
+                };
+                let model = backend.load(&ctx)?;
+                ModelHandle::start(
+                    config.clone(),
+                    version,
+                    model,
+                    prepared.labels.clone(),
+                    self.options.gpu_count,
+                    dir,
+                )
+            }
+            None => {
+                let ensemble = Ensemble::build(
+                    config,
+                    |m, v| self.get(m, v).map(|h| h.config.clone()),
+                    self.me.clone(),
+                )?;
+                ModelHandle::ensemble(config.clone(), version, ensemble, prepared.labels.clone())
+            }
+        }
+    }
+
+    /// Shows a model as LOADING unless it serves already (then it keeps its rows).
+    fn mark_loading(&self, name: &str) {
+        let mut models = self.models.write().expect("models lock");
+        let entry = models.entry(name.to_string()).or_default();
+        if entry.ready.is_empty() {
+            entry.index = vec![row(name, None, State::Loading, "")];
+        }
+    }
+
+    /// Re-checks the loaded ensembles that call `name` against its new config.
+    fn reload_dependents(&self, name: &str) {
+        let dependents: Vec<(String, PathBuf, Option<String>)> = {
+            let models = self.models.read().expect("models lock");
+            models
+                .iter()
+                .filter(|(_, e)| {
+                    !e.ready.is_empty()
+                        && e.config
+                            .as_ref()
+                            .is_some_and(|c| composing_models(c).iter().any(|m| m == name))
+                })
+                .filter_map(|(n, e)| {
+                    let o = e.origin.as_ref()?;
+                    Some((n.clone(), o.dir.clone(), o.config.clone()))
+                })
+                .collect()
+        };
+        for (dependent, dir, config) in dependents {
+            tracing::info!(model = %dependent, "reloading: it calls '{name}', which changed");
+            let overrides = LoadOverride {
+                config,
+                files: Vec::new(),
+            };
+            if let Err(e) = self.reload(&dependent, &dir, overrides, None) {
+                tracing::error!(model = %dependent, "reload after '{name}' changed failed: {e}");
+            }
+        }
+    }
+
+    /// Prepares and installs one model from a folder.
+    fn reload(
+        &self,
+        name: &str,
+        dir: &Path,
+        overrides: LoadOverride,
+        temp: Option<Arc<tempfile::TempDir>>,
+    ) -> Result<()> {
+        match self.prepare(name, dir, overrides.config.as_deref()) {
+            Ok(p) => {
+                if p.backend.is_none() {
+                    self.load_composing(&p.config)?;
+                }
+                self.install(name, dir, p, overrides, temp)
+            }
+            Err(e) => {
+                let serving = {
+                    let mut models = self.models.write().expect("models lock");
+                    let entry = models.entry(name.to_string()).or_default();
+                    let serving = !entry.ready.is_empty();
+                    if serving {
+                        keep_serving(entry, &e.message);
+                    }
+                    serving
+                };
+                if serving {
+                    tracing::error!(
+                        model = name,
+                        "reload failed, the loaded versions keep serving: {e}"
+                    );
+                    self.count_load_failure(name);
+                } else {
+                    self.record_failure(name, &e);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Loads the models an ensemble calls that are not loaded yet (explicit mode).
+    fn load_composing(&self, config: &crate::config::ModelConfig) -> Result<()> {
+        let missing: Vec<String> = {
+            let models = self.models.read().expect("models lock");
+            composing_models(config)
+                .into_iter()
+                .filter(|m| models.get(m).is_none_or(|e| e.ready.is_empty()))
+                .collect()
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let found = self.scan()?;
+        let jobs: Vec<(String, Result<PathBuf>)> = missing
+            .into_iter()
+            .filter_map(|m| found.get(&m).map(|d| (m, d.clone())))
+            .collect();
+        match self.load_set(jobs, &found).into_iter().next() {
+            Some(e) => Err(e.context(format!("ensemble '{}'", config.name))),
+            None => Ok(()),
+        }
+    }
+
+    /// `POST /v2/repository/models/{name}/load`: loads or reloads a model
+    /// from the repository, or from a config and files given in the request.
+    pub fn load_model(&self, name: &str, overrides: LoadOverride) -> Result<()> {
+        let _control = self.control.lock().expect("control lock");
+        let (dir, temp) = if overrides.files.is_empty() {
+            let found = self.scan()?;
+            match found.get(name) {
+                Some(dir) => (dir.clone()?, None),
+                None if overrides.config.is_some() => {
+                    return Err(Error::invalid_arg(format!(
+                        "failed to load '{name}': a config override needs the model folder in the repository, or its files as 'file:' parameters"
+                    )))
+                }
+                None => {
+                    return Err(Error::invalid_arg(format!(
+                        "failed to load '{name}': no such model in the model repository"
+                    )))
+                }
+            }
+        } else {
+            let temp = write_files(name, &overrides.files)?;
+            (temp.path().join(name), Some(Arc::new(temp)))
+        };
+        self.reload(name, &dir, overrides, temp).map_err(|e| {
+            Error::new(
+                load_code(&e),
+                format!("load failed for model '{name}': {}", e.message),
+            )
+        })
+    }
+
+    /// `POST /v2/repository/models/{name}/unload`: stops serving a model (and,
+    /// with `unload_dependents`, the ensembles that call it). In-flight
+    /// requests finish first; the instances are stopped when this returns.
+    pub fn unload_model(&self, name: &str, unload_dependents: bool) -> Result<()> {
+        let _control = self.control.lock().expect("control lock");
+        let mut names = vec![name.to_string()];
+        if unload_dependents {
+            let models = self.models.read().expect("models lock");
+            let mut i = 0;
+            while i < names.len() {
+                let target = names[i].clone();
+                for (n, e) in models.iter() {
+                    let calls = e
+                        .config
+                        .as_ref()
+                        .is_some_and(|c| composing_models(c).contains(&target));
+                    if calls && !names.contains(n) {
+                        names.push(n.clone());
+                    }
+                }
+                i += 1;
+            }
+        }
+        for n in names {
+            self.unload_one(&n);
+        }
+        Ok(())
+    }
+
+    fn unload_one(&self, name: &str) {
+        let handles: Vec<Arc<ModelHandle>> = {
+            let mut models = self.models.write().expect("models lock");
+            let Some(entry) = models.get_mut(name) else {
+                return;
+            };
+            for r in entry.index.iter_mut() {
+                r.state = State::Unloading;
+                r.reason.clear();
+            }
+            entry.load_secs.clear();
+            std::mem::take(&mut entry.ready).into_values().collect()
+        };
+        let deadline = Instant::now() + UNLOAD_DRAIN;
+        for h in &handles {
+            while Arc::strong_count(h) > 1 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            h.shutdown();
+        }
+        drop(handles);
+        let mut models = self.models.write().expect("models lock");
+        if let Some(entry) = models.get_mut(name) {
+            for r in entry.index.iter_mut() {
+                r.state = State::Unavailable;
+                r.reason = "unloaded".into();
+            }
+            entry.config = None;
+            entry.origin = None;
+        }
+        tracing::info!(model = name, "model unloaded");
+    }
+
+    /// One poll of the repositories: loads new models, reloads changed ones
+    /// (a failed load is retried only once its folder changes again) and
+    /// unloads models whose folder is gone. Returns the load errors.
+    pub fn poll(&self) -> Result<Vec<Error>> {
+        let _control = self.control.lock().expect("control lock");
+        let found = self.scan()?;
+        let (changed, gone) = {
+            let models = self.models.read().expect("models lock");
+            let changed: Vec<(String, Result<PathBuf>)> = found
+                .iter()
+                .filter(|(name, dir)| {
+                    let Some(entry) = models.get(*name) else {
+                        return true;
+                    };
+                    match (&entry.origin, dir) {
+                        (Some(o), Ok(d)) => o.dir != *d || o.fingerprint != fingerprint(d),
+                        (None, _) => entry.failed != dir.as_ref().ok().map(|d| fingerprint(d)),
+                        (Some(_), Err(_)) => true,
+                    }
+                })
+                .map(|(n, d)| (n.clone(), d.clone()))
+                .collect();
+            let gone: Vec<String> = models
+                .iter()
+                .filter(|(n, e)| e.origin.is_some() && !found.contains_key(*n))
+                .map(|(n, _)| n.clone())
+                .collect();
+            (changed, gone)
+        };
+        for name in gone {
+            tracing::info!(model = %name, "model folder removed from the repository: unloading");
+            self.unload_one(&name);
+        }
+        let mut errors = Vec::new();
+        let mut ensembles = Vec::new();
+        for (name, dir) in changed {
+            tracing::info!(model = %name, "model folder changed: loading");
+            let result = match dir {
+                Ok(dir) => match self.prepare(&name, &dir, None) {
+                    Ok(p) if p.backend.is_none() => {
+                        ensembles.push((name.clone(), dir.clone(), p));
+                        Ok(())
+                    }
+                    Ok(p) => self.install(&name, &dir, p, LoadOverride::default(), None),
+                    Err(_) => self.reload(&name, &dir, LoadOverride::default(), None),
+                }
+                .map_err(|e| (e, Some(dir))),
+                Err(e) => Err((e, None)),
+            };
+            if let Err((e, dir)) = result {
+                self.remember_failed(&name, dir.as_deref());
+                errors.push(e);
+            }
+        }
+        errors.extend(self.load_ensembles(ensembles, &found));
+        Ok(errors)
+    }
+
+    /// Remembers the fingerprint of a folder whose load failed, so polling retries only after it changes.
+    fn remember_failed(&self, name: &str, dir: Option<&Path>) {
+        let mut models = self.models.write().expect("models lock");
+        if let Some(entry) = models.get_mut(name) {
+            let fp = dir.map(fingerprint);
+            match &mut entry.origin {
+                Some(o) => {
+                    // Still serving the old load: remember the failed folder state beside it.
+                    if let Some(fp) = fp {
+                        o.fingerprint = fp;
+                    }
+                }
+                None => entry.failed = fp,
+            }
+        }
+    }
+
+    /// Starts polling every `interval` on a background thread until `stop` is set.
+    pub fn spawn_poller(
+        self: &Arc<Self>,
+        interval: Duration,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<std::thread::JoinHandle<()>> {
+        let repo = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("repository-poll".into())
+            .spawn(move || {
+                let tick = Duration::from_millis(50);
+                let mut next = Instant::now() + interval;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    if Instant::now() < next {
+                        continue;
+                    }
+                    let Some(repo) = repo.upgrade() else { break };
+                    if let Err(e) = repo.poll() {
+                        tracing::error!("repository poll failed: {e}");
+                    }
+                    next = Instant::now() + interval;
+                }
+            })
+            .map_err(|e| Error::internal(format!("cannot start the repository poll thread: {e}")))
+    }
+}
+
+/// Marks the serving rows of a model whose reload failed.
+fn keep_serving(entry: &mut ModelEntry, reason: &str) {
+    for r in entry.index.iter_mut().filter(|r| r.state == State::Ready) {
+        r.reason =
+            format!("serving the previously loaded version; the latest load failed: {reason}");
+    }
+}
+
+fn row(name: &str, version: Option<i64>, state: State, reason: &str) -> IndexEntry {
+    IndexEntry {
+        name: name.to_string(),
+        version,
+        state,
+        reason: reason.to_string(),
+    }
+}
+
+/// The code an API load failure answers with: request problems stay
+/// INVALID_ARG, everything else is Triton's INTERNAL.
+fn load_code(e: &Error) -> Code {
+    match e.code {
+        Code::InvalidArg | Code::NotFound | Code::Unsupported => Code::InvalidArg,
+        _ => Code::Internal,
+    }
+}
+
+/// Writes files delivered over the API into a private folder `<tmp>/<name>/`.
+fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::TempDir> {
+    let temp = tempfile::Builder::new()
+        .prefix("tern-model-")
+        .tempdir()
+        .map_err(|e| Error::internal(format!("cannot create a folder for model '{name}': {e}")))?;
+    let model_dir = temp.path().join(name);
+    for (rel, bytes) in files {
+        let rel_path = Path::new(rel);
+        let safe = !rel.is_empty()
+            && rel_path
+                .components()
+                .all(|c| matches!(c, Component::Normal(_)));
+        if !safe {
+            return Err(Error::invalid_arg(format!(
+                "failed to load '{name}': file parameter 'file:{rel}' must be a relative path inside the model folder"
+            )));
+        }
+        let path = model_dir.join(rel_path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::internal(format!("cannot write '{}': {e}", path.display())))?;
+        }
+        std::fs::write(&path, bytes)
+            .map_err(|e| Error::internal(format!("cannot write '{}': {e}", path.display())))?;
+    }
+    std::fs::create_dir_all(&model_dir)
+        .map_err(|e| Error::internal(format!("cannot write '{}': {e}", model_dir.display())))?;
+    Ok(temp)
+}
+
+/// A fingerprint of everything under a model folder: paths, sizes and modification times.
+pub fn fingerprint(dir: &Path) -> u64 {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(path.clone());
+            }
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            files.push((path, meta.len(), modified));
+        }
+    }
+    files.sort();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    files.hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_modes_parse() {
+        assert_eq!(
+            ControlMode::parse("EXPLICIT").unwrap(),
+            ControlMode::Explicit
+        );
+        assert_eq!(ControlMode::parse("poll").unwrap(), ControlMode::Poll);
+        assert!(ControlMode::parse("sometimes").is_err());
+    }
+
+    #[test]
+    fn api_files_stay_inside_the_model_folder() {
+        let t = write_files("m", &[("1/model.bin".into(), b"x".to_vec())]).unwrap();
+        assert_eq!(std::fs::read(t.path().join("m/1/model.bin")).unwrap(), b"x");
+        for bad in ["../evil", "/etc/passwd", "1/../../x", ""] {
+            let e = write_files("m", &[(bad.into(), vec![])]).unwrap_err();
+            assert!(e.message.contains("relative path"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn fingerprint_follows_changes() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("1")).unwrap();
+        std::fs::write(t.path().join("config.pbtxt"), "a").unwrap();
+        let a = fingerprint(t.path());
+        assert_eq!(a, fingerprint(t.path()));
+        std::fs::write(t.path().join("1/model.onnx"), "m").unwrap();
+        let b = fingerprint(t.path());
+        assert_ne!(a, b);
+        std::fs::write(t.path().join("config.pbtxt"), "ab").unwrap();
+        assert_ne!(b, fingerprint(t.path()));
+    }
+}
