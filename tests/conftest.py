@@ -34,7 +34,16 @@ class Tern:
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.proc = subprocess.Popen(
-            [tern_bin(), "--http-port=0", "--http-address=127.0.0.1", "--grpc-port=0", "--grpc-address=127.0.0.1", *args],
+            [
+                tern_bin(),
+                "--http-port=0",
+                "--http-address=127.0.0.1",
+                "--grpc-port=0",
+                "--grpc-address=127.0.0.1",
+                "--metrics-port=0",
+                "--metrics-address=127.0.0.1",
+                *args,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -43,6 +52,7 @@ class Tern:
         self.lines = []
         self.url = None
         self.grpc_url = None
+        self.metrics_url = None
         started = threading.Event()
 
         def pump():
@@ -51,10 +61,17 @@ class Tern:
                 m = re.search(r"started GRPCInferenceService at [^:]+:(\d+)", line)
                 if m:
                     self.grpc_url = f"127.0.0.1:{m.group(1)}"
+                m = re.search(r"started Metrics Service at [^:]+:(\d+)", line)
+                if m:
+                    self.metrics_url = f"127.0.0.1:{m.group(1)}"
                 m = re.search(r"started HTTP service at [^:]+:(\d+)", line)
                 if m:
                     self.url = f"127.0.0.1:{m.group(1)}"
-                if self.url and (self.grpc_url or "--allow-grpc=false" in args):
+                if (
+                    self.url
+                    and (self.grpc_url or "--allow-grpc=false" in args)
+                    and (self.metrics_url or "--allow-metrics=false" in args)
+                ):
                     started.set()
             started.set()
 

@@ -43,6 +43,8 @@ async fn boot(repo: &Path, extra: &[&str]) -> RunningServer {
         "--http-address=127.0.0.1".into(),
         "--grpc-port=0".into(),
         "--grpc-address=127.0.0.1".into(),
+        "--metrics-port=0".into(),
+        "--metrics-address=127.0.0.1".into(),
     ];
     argv.extend(extra.iter().map(|s| s.to_string()));
     let args = Args::parse_checked(argv).unwrap();
@@ -134,6 +136,7 @@ async fn exit_on_error_fails_startup() {
         format!("--model-repository={}", dir.path().display()),
         "--http-port=0".into(),
         "--grpc-port=0".into(),
+        "--metrics-port=0".into(),
     ];
     let err = start(&Args::parse_checked(argv).unwrap())
         .await

@@ -88,7 +88,7 @@ def main():
         f.write(cfg + "dynamic_batching { }\n")
 
     port = free_port()
-    tern = subprocess.Popen([args.tern, f"--model-repository={repo}", f"--http-port={port}", "--http-address=127.0.0.1", "--allow-grpc=false", "--log-info=false"])
+    tern = subprocess.Popen([args.tern, f"--model-repository={repo}", f"--http-port={port}", "--http-address=127.0.0.1", "--metrics-port=0", "--allow-grpc=false", "--log-info=false"])
     try:
         wait_http(port, "/v2/health/ready")
         ident = lua({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "INT32", "data": [1, 2, 3, 4]}]})

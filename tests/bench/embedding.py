@@ -76,7 +76,7 @@ def start_tern(binary, cache, port):
     env = dict(os.environ)
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [binary, f"--model-repository={REPO}", f"--wasm-cache-dir={cache}", f"--http-port={port}", "--grpc-port=0", "--http-address=127.0.0.1"],
+        [binary, f"--model-repository={REPO}", f"--wasm-cache-dir={cache}", f"--http-port={port}", "--grpc-port=0", "--http-address=127.0.0.1", "--metrics-port=0"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,

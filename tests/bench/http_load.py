@@ -92,7 +92,7 @@ def main():
         script = f.name
 
     tern_port, base_port = free_port(), free_port()
-    tern = subprocess.Popen([args.tern, f"--model-repository={args.repo}", f"--http-port={tern_port}", "--http-address=127.0.0.1", "--allow-grpc=false", "--log-info=false"])
+    tern = subprocess.Popen([args.tern, f"--model-repository={args.repo}", f"--http-port={tern_port}", "--http-address=127.0.0.1", "--metrics-port=0", "--allow-grpc=false", "--log-info=false"])
     base = subprocess.Popen([args.baseline, str(base_port)])
     try:
         wait_http(tern_port, "/v2/health/ready")
