@@ -484,6 +484,10 @@ impl Repository {
                     )))
                 }
             }
+        } else if overrides.config.is_none() {
+            return Err(Error::invalid_arg(format!(
+                "failed to load '{name}': model files given as 'file:' parameters need the model config in the 'config' parameter"
+            )));
         } else {
             let temp = write_files(name, &overrides.files)?;
             (temp.path().join(name), Some(Arc::new(temp)))
