@@ -255,7 +255,9 @@ def test_reload_under_heavy_traffic(xsrv):
         nonlocal reloads
         rc = httpclient.InferenceServerClient(xsrv.url)
         while not traffic_done.is_set():
+            # Every other reload changes only the instance count (adjusted in place), the rest reload fully.
             cfg["instance_group"] = [{"kind": "KIND_CPU", "count": 1 + reloads % 3}]
+            cfg["max_batch_size"] = 4 if (reloads // 2) % 2 else 8
             rc.load_model("identity_fp32", config=json.dumps(cfg))
             reloads += 1
             time.sleep(0.05)
@@ -280,6 +282,30 @@ def test_reload_under_heavy_traffic(xsrv):
     th.join(60)
     assert failures == [], failures[:5]
     assert reloads >= 5 and answered >= 256, (reloads, answered)
+
+
+def test_instance_only_change_adjusts_in_place(xsrv):
+    c = httpclient.InferenceServerClient(xsrv.url)
+    c.load_model("identity_int32")
+    inp = httpclient.InferInput("INPUT0", [1, 3], "INT32")
+    inp.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.int32))
+    c.infer("identity_int32", [inp])
+    cfg = c.get_model_config("identity_int32")
+    cfg["instance_group"][0]["count"] = 3
+    before = xsrv.log().count("instances adjusted in place")
+    c.load_model("identity_int32", config=json.dumps(cfg))
+    assert c.get_model_config("identity_int32")["instance_group"][0]["count"] == 3
+    wait_for(lambda: xsrv.log().count("instances adjusted in place") == before + 1, "in-place log line")
+    # Same model object: its statistics carry on (a reload would start them from zero).
+    c.infer("identity_int32", [inp])
+    stats = c.get_inference_statistics("identity_int32")["model_stats"][0]
+    assert stats["inference_count"] == 2, stats
+    # Anything else changed means a full reload: statistics start again.
+    cfg["max_batch_size"] = 4
+    c.load_model("identity_int32", config=json.dumps(cfg))
+    assert c.get_inference_statistics("identity_int32")["model_stats"][0]["inference_count"] == 0
+    assert xsrv.log().count("instances adjusted in place") == before + 1
+    c.unload_model("identity_int32")
 
 
 def test_unload_returns_memory(xsrv):

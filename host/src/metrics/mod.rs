@@ -187,12 +187,12 @@ impl Metrics {
             .iter()
             .map(|h| (model_labels(h), h, h.stats()))
             .collect();
-        let families = COUNTERS.iter().chain(
-            self.settings
-                .counter_latencies
-                .then_some(LATENCY_COUNTERS)
-                .unwrap_or(&[]),
-        );
+        let latencies: &[Family] = if self.settings.counter_latencies {
+            LATENCY_COUNTERS
+        } else {
+            &[]
+        };
+        let families = COUNTERS.iter().chain(latencies);
         for (name, help, value) in families {
             header(&mut out, name, "counter", help);
             for (l, _, snap) in &rows {

@@ -60,6 +60,8 @@ pub(super) struct Origin {
     dir: PathBuf,
     /// Fingerprint of the folder when it was loaded (poll mode compares it).
     fingerprint: u64,
+    /// Fingerprint of everything but the config files (an unchanged one allows in-place instance changes).
+    content: u64,
     /// The API load's config override, kept for dependent reloads.
     config: Option<String>,
     /// The private folder holding files delivered over the API (removed with the model).
@@ -247,16 +249,22 @@ impl Repository {
         overrides: LoadOverride,
         temp: Option<Arc<tempfile::TempDir>>,
     ) -> Result<()> {
+        let origin = Origin {
+            dir: dir.to_path_buf(),
+            fingerprint: fingerprint(dir),
+            content: content_fingerprint(dir),
+            config: overrides.config,
+            _temp: temp,
+        };
+        let origin = match self.resize_in_place(name, &prepared, origin) {
+            Ok(()) => return Ok(()),
+            Err(origin) => origin,
+        };
         self.mark_loading(name);
         let config = prepared.config.clone();
         let mut entry = ModelEntry {
             config: Some(config.clone()),
-            origin: Some(Origin {
-                dir: dir.to_path_buf(),
-                fingerprint: fingerprint(dir),
-                config: overrides.config,
-                _temp: temp,
-            }),
+            origin: Some(origin),
             ..Default::default()
         };
         let mut errors = Vec::new();
@@ -315,6 +323,73 @@ impl Repository {
         // The old versions finish their in-flight requests, then stop (ModelHandle's Drop).
         drop(replaced);
         self.reload_dependents(name);
+        Ok(())
+    }
+
+    /// Applies a config that differs from the serving one only in
+    /// `instance_group`, with unchanged model files, by adjusting the
+    /// instances of every serving version in place (no reload). Gives the
+    /// origin back when the change needs a full load.
+    fn resize_in_place(
+        &self,
+        name: &str,
+        prepared: &Prepared,
+        origin: Origin,
+    ) -> std::result::Result<(), Origin> {
+        let handles: Vec<Arc<ModelHandle>> = {
+            let models = self.models.read().expect("models lock");
+            let Some(entry) = models.get(name) else {
+                return Err(origin);
+            };
+            let same_files = entry
+                .origin
+                .as_ref()
+                .is_some_and(|o| o.dir == origin.dir && o.content == origin.content);
+            let same_rest = entry.config.as_ref().is_some_and(|old| {
+                let (mut a, mut b) = ((**old).clone(), (*prepared.config).clone());
+                a.instance_group.clear();
+                b.instance_group.clear();
+                a == b && old.instance_group != prepared.config.instance_group
+            });
+            let versions: Vec<i64> = entry.ready.keys().copied().collect();
+            let all_ready = entry.index.iter().all(|r| r.state == State::Ready);
+            if !same_files
+                || !same_rest
+                || !all_ready
+                || versions != prepared.versions
+                || entry.ready.values().any(|h| !h.resizable())
+            {
+                return Err(origin);
+            }
+            entry.ready.values().cloned().collect()
+        };
+        let mut resized = BTreeMap::new();
+        for h in &handles {
+            match h.resized(prepared.config.clone()) {
+                Ok(r) => {
+                    resized.insert(h.version, Arc::new(r));
+                }
+                Err(e) => {
+                    // Versions resized so far keep their new instances; the rest keep theirs.
+                    tracing::warn!(
+                        model = name,
+                        version = h.version,
+                        "adjusting instances in place failed ({e}); reloading instead"
+                    );
+                    return Err(origin);
+                }
+            }
+        }
+        let mut models = self.models.write().expect("models lock");
+        let entry = models
+            .get_mut(name)
+            .expect("entry exists: changes are serialised");
+        entry.ready = resized;
+        entry.config = Some(prepared.config.clone());
+        entry.origin = Some(origin);
+        for r in entry.index.iter_mut() {
+            r.reason.clear();
+        }
         Ok(())
     }
 
@@ -724,12 +799,25 @@ fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::Temp
 
 /// A fingerprint of everything under a model folder: paths, sizes and modification times.
 pub fn fingerprint(dir: &Path) -> u64 {
+    fingerprint_where(dir, |_| true)
+}
+
+/// The fingerprint of a model folder without its config files (`config.pbtxt`, `configs/`).
+fn content_fingerprint(dir: &Path) -> u64 {
+    let (config, configs) = (dir.join("config.pbtxt"), dir.join("configs"));
+    fingerprint_where(dir, |p| p != config && !p.starts_with(&configs))
+}
+
+fn fingerprint_where(dir: &Path, keep: impl Fn(&Path) -> bool) -> u64 {
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
             let path = entry.path();
             let Ok(meta) = entry.metadata() else { continue };
+            if !keep(&path) {
+                continue;
+            }
             if meta.is_dir() {
                 stack.push(path.clone());
             }
@@ -781,7 +869,13 @@ mod tests {
         std::fs::write(t.path().join("1/model.onnx"), "m").unwrap();
         let b = fingerprint(t.path());
         assert_ne!(a, b);
+        let content = content_fingerprint(t.path());
         std::fs::write(t.path().join("config.pbtxt"), "ab").unwrap();
         assert_ne!(b, fingerprint(t.path()));
+        assert_eq!(
+            content,
+            content_fingerprint(t.path()),
+            "config edits leave the content alone"
+        );
     }
 }

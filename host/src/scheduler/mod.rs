@@ -13,7 +13,8 @@ pub mod warmup;
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -80,8 +81,11 @@ pub struct ModelHandle {
     pub version: i64,
     labels: HashMap<String, Vec<String>>,
     shared: Arc<Shared>,
-    workers: Mutex<Vec<JoinHandle<()>>>,
+    workers: Mutex<Vec<Worker>>,
     ensemble: Option<ensemble::Ensemble>,
+    source: Option<InstanceSource>,
+    /// Set when a resized handle took over the queue and the instances: dropping this one closes nothing.
+    detached: AtomicBool,
 }
 
 fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<Vec<InstanceSpec>> {
@@ -122,6 +126,79 @@ fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<Vec<Instance
     Ok(specs)
 }
 
+/// One instance thread and its retirement flag.
+struct Worker {
+    name: String,
+    retire: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+/// What a handle needs to create more instances later (instance-only config changes).
+struct InstanceSource {
+    model: Arc<dyn Model>,
+    gpu_count: usize,
+    model_dir: PathBuf,
+}
+
+/// Creates one instance and runs every warmup sample on it.
+fn create_instance(
+    config: &ModelConfig,
+    version: i64,
+    model: &Arc<dyn Model>,
+    spec: &InstanceSpec,
+    samples: &[warmup::Sample],
+) -> Result<Box<dyn Instance>> {
+    let mut instance = model.create_instance(spec)?;
+    for sample in samples {
+        let started = Instant::now();
+        for _ in 0..sample.count {
+            let batch = std::slice::from_ref(&sample.request);
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                instance.execute(batch, &mut ExecTiming::default())
+            }));
+            let failure = match result {
+                Ok(mut r) if r.len() == 1 => r.pop().and_then(|r| r.err()),
+                Ok(r) => Some(Error::internal(format!(
+                    "backend returned {} responses for 1 request",
+                    r.len()
+                ))),
+                Err(_) => Some(Error::internal("the backend panicked")),
+            };
+            if let Some(e) = failure {
+                return Err(Error::new(
+                    e.code,
+                    format!(
+                        "model '{}': warmup sample '{}' failed on instance '{}': {}",
+                        config.name, sample.name, spec.name, e.message
+                    ),
+                ));
+            }
+        }
+        tracing::info!(model = %config.name, version, instance = %spec.name, "warmup sample '{}' ran {} time(s) in {:?}", sample.name, sample.count, started.elapsed());
+    }
+    Ok(instance)
+}
+
+/// Starts the thread of one instance.
+fn spawn_worker(shared: &Arc<Shared>, name: String, instance: Box<dyn Instance>) -> Result<Worker> {
+    let retire = Arc::new(AtomicBool::new(false));
+    let (for_thread, flag, thread_name) = (shared.clone(), retire.clone(), name.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("{}:{}", shared.config.name, name))
+        .spawn(move || worker(for_thread, thread_name, instance, flag))
+        .map_err(|e| {
+            Error::internal(format!(
+                "model '{}': cannot start an instance thread: {e}",
+                shared.config.name
+            ))
+        })?;
+    Ok(Worker {
+        name,
+        retire,
+        thread,
+    })
+}
+
 impl ModelHandle {
     /// Creates every instance of every `instance_group`, runs the warmup samples on
     /// each, and starts their threads. Fails (and starts nothing) if any instance
@@ -141,51 +218,14 @@ impl ModelHandle {
         let samples = warmup::samples(&config, model_dir)?;
         let mut instances: Vec<(String, Box<dyn Instance>)> = Vec::new();
         for spec in instance_specs(&config, gpu_count)? {
-            let mut instance = model.create_instance(&spec)?;
-            for sample in &samples {
-                let started = Instant::now();
-                for _ in 0..sample.count {
-                    let batch = std::slice::from_ref(&sample.request);
-                    let result = catch_unwind(AssertUnwindSafe(|| {
-                        instance.execute(batch, &mut ExecTiming::default())
-                    }));
-                    let failure = match result {
-                        Ok(mut r) if r.len() == 1 => r.pop().and_then(|r| r.err()),
-                        Ok(r) => Some(Error::internal(format!(
-                            "backend returned {} responses for 1 request",
-                            r.len()
-                        ))),
-                        Err(_) => Some(Error::internal("the backend panicked")),
-                    };
-                    if let Some(e) = failure {
-                        return Err(Error::new(
-                            e.code,
-                            format!(
-                                "model '{}': warmup sample '{}' failed on instance '{}': {}",
-                                config.name, sample.name, spec.name, e.message
-                            ),
-                        ));
-                    }
-                }
-                tracing::info!(model = %config.name, version, instance = %spec.name, "warmup sample '{}' ran {} time(s) in {:?}", sample.name, sample.count, started.elapsed());
-            }
+            let instance = create_instance(&config, version, &model, &spec, &samples)?;
             instances.push((spec.name, instance));
         }
         let shared = Arc::new(Shared::new(config.clone(), version, policy));
         let mut workers = Vec::new();
         for (name, instance) in instances {
-            let for_thread = shared.clone();
-            let handle = std::thread::Builder::new()
-                .name(format!("{}:{}", config.name, name))
-                .spawn(move || worker(for_thread, name, instance))
-                .map_err(|e| {
-                    Error::internal(format!(
-                        "model '{}': cannot start an instance thread: {e}",
-                        config.name
-                    ))
-                });
-            match handle {
-                Ok(h) => workers.push(h),
+            match spawn_worker(&shared, name, instance) {
+                Ok(w) => workers.push(w),
                 Err(e) => {
                     close(&shared);
                     return Err(e);
@@ -199,7 +239,75 @@ impl ModelHandle {
             shared,
             workers: Mutex::new(workers),
             ensemble: None,
+            source: Some(InstanceSource {
+                model,
+                gpu_count,
+                model_dir: model_dir.to_path_buf(),
+            }),
+            detached: AtomicBool::new(false),
         })
+    }
+
+    /// The same version serving `config`, which differs from this handle's
+    /// only in `instance_group`: instances that the new config still names
+    /// keep running, missing ones are created and warmed up first, surplus
+    /// ones finish their batch and stop. The queue is shared, so no request
+    /// is dropped; this handle must not be used for new requests afterwards.
+    pub fn resized(&self, config: Arc<ModelConfig>) -> Result<ModelHandle> {
+        let src = self.source.as_ref().ok_or_else(|| {
+            Error::internal(format!(
+                "model '{}' has no instances to resize",
+                self.config.name
+            ))
+        })?;
+        let specs = instance_specs(&config, src.gpu_count)?;
+        let samples = warmup::samples(&config, &src.model_dir)?;
+        let mut current = self.workers.lock().expect("workers lock");
+        let mut added = Vec::new();
+        for spec in specs
+            .iter()
+            .filter(|s| !current.iter().any(|w| w.name == s.name))
+        {
+            let instance = create_instance(&config, self.version, &src.model, spec, &samples)?;
+            added.push((spec.name.clone(), instance));
+        }
+        let mut workers = Vec::new();
+        for (name, instance) in added {
+            workers.push(spawn_worker(&self.shared, name, instance)?);
+        }
+        let (kept, retired): (Vec<Worker>, Vec<Worker>) = std::mem::take(&mut *current)
+            .into_iter()
+            .partition(|w| specs.iter().any(|s| s.name == w.name));
+        for w in &retired {
+            w.retire.store(true, Ordering::Relaxed);
+        }
+        drop(self.shared.queue.lock().expect("queue lock"));
+        self.shared.ready.notify_all();
+        for w in retired {
+            let _ = w.thread.join();
+        }
+        workers.extend(kept);
+        self.detached.store(true, Ordering::Relaxed);
+        tracing::info!(model = %config.name, version = self.version, "instances adjusted in place: {} running", workers.len());
+        Ok(ModelHandle {
+            config,
+            version: self.version,
+            labels: self.labels.clone(),
+            shared: self.shared.clone(),
+            workers: Mutex::new(workers),
+            ensemble: None,
+            source: Some(InstanceSource {
+                model: src.model.clone(),
+                gpu_count: src.gpu_count,
+                model_dir: src.model_dir.clone(),
+            }),
+            detached: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether this handle can adjust its instances in place (not an ensemble).
+    pub fn resizable(&self) -> bool {
+        self.source.is_some()
     }
 
     /// Serves an ensemble: no instances or queue of its own; each request runs
@@ -218,6 +326,8 @@ impl ModelHandle {
             labels,
             workers: Mutex::new(Vec::new()),
             ensemble: Some(ensemble),
+            source: None,
+            detached: AtomicBool::new(false),
         })
     }
 
@@ -368,7 +478,7 @@ impl ModelHandle {
         close(&self.shared);
         let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
         for w in workers {
-            let _ = w.join();
+            let _ = w.thread.join();
         }
     }
 }
@@ -383,13 +493,16 @@ impl Drop for ModelHandle {
     /// done): the instance threads drain and exit; they are joined off the
     /// caller's thread so an async task never blocks on an instance's teardown.
     fn drop(&mut self) {
+        if self.detached.load(Ordering::Relaxed) {
+            return;
+        }
         close(&self.shared);
         let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
         if !workers.is_empty() {
             let name = format!("{}:reaper", self.config.name);
             let spawned = std::thread::Builder::new().name(name).spawn(move || {
                 for w in workers {
-                    let _ = w.join();
+                    let _ = w.thread.join();
                 }
             });
             if let Err(e) = spawned {
@@ -416,10 +529,13 @@ fn deliver(s: &Shared, seq: u64, reply: Reply, result: Result<InferResponse>) {
     }
 }
 
-/// Waits for the next batch; `None` when the model is closed and drained.
-fn next_batch(s: &Shared) -> Option<Vec<Pending>> {
+/// Waits for the next batch; `None` when the model is closed and drained, or this instance retires.
+fn next_batch(s: &Shared, retire: &AtomicBool) -> Option<Vec<Pending>> {
     let mut q = s.queue.lock().expect("queue lock");
     loop {
+        if retire.load(Ordering::Relaxed) {
+            return None;
+        }
         let now = Instant::now();
         let expired = q.queue.expire(&s.policy, now);
         if !expired.is_empty() {
@@ -450,9 +566,9 @@ fn next_batch(s: &Shared) -> Option<Vec<Pending>> {
     }
 }
 
-fn worker(s: Arc<Shared>, name: String, mut instance: Box<dyn Instance>) {
+fn worker(s: Arc<Shared>, name: String, mut instance: Box<dyn Instance>, retire: Arc<AtomicBool>) {
     let model = &s.config.name;
-    while let Some(batch) = next_batch(&s) {
+    while let Some(batch) = next_batch(&s, &retire) {
         let size: usize = batch.iter().map(|p| p.batch_size).sum();
         if tracing::enabled!(tracing::Level::DEBUG) {
             let ids: Vec<&str> = batch
