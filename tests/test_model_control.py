@@ -6,6 +6,7 @@ under heavy concurrent traffic, and memory returned after unloads."""
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 
@@ -15,7 +16,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import Tern, gen_models
+from conftest import ROOT, Tern, gen_models
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "bench"))
+from http_load import rss_kib  # noqa: E402
 
 
 def identity_inputs(values, client=httpclient):
@@ -37,14 +41,6 @@ def wait_for(check, what, timeout=30):
             return got
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 class Traffic:

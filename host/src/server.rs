@@ -121,15 +121,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
             max_input_size: args.http_max_input_size,
             restrictions: http_restrictions,
         }));
-        let shutdown = stopped(stop_rx.clone());
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!("HTTP server error: {e}");
-            }
-        }));
+        tasks.push(serve_axum("HTTP", listener, app, stopped(stop_rx.clone())));
         tracing::info!("started HTTP service at {addr}");
     }
     let mut grpc_addr = None;
@@ -149,16 +141,13 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     if let Some(metrics) = metrics {
         let (listener, addr) = bind("metrics", &args.metrics_address, args.metrics_port).await?;
         metrics_addr = Some(addr);
-        let shutdown = stopped(stop_rx.clone());
         let app = crate::frontend::metrics::router(metrics);
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!("metrics server error: {e}");
-            }
-        }));
+        tasks.push(serve_axum(
+            "metrics",
+            listener,
+            app,
+            stopped(stop_rx.clone()),
+        ));
         tracing::info!("started Metrics Service at {addr}");
     }
     let stop_polling = Arc::new(AtomicBool::new(false));
@@ -177,6 +166,23 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         stop_polling,
         tasks,
         exit_timeout: Duration::from_secs(args.exit_timeout_secs),
+    })
+}
+
+/// Serves an axum router on a bound listener until `shutdown` resolves.
+fn serve_axum(
+    what: &'static str,
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!("{what} server error: {e}");
+        }
     })
 }
 
