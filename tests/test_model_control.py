@@ -159,6 +159,10 @@ def test_explicit_load_unload_http(xsrv, explicit_repo):
     c = httpclient.InferenceServerClient(xsrv.url)
     assert c.is_model_ready("simple")
     assert not c.is_model_ready("identity_fp32"), "only --load-model models load at startup"
+    # The index lists what could be loaded, as Triton's does.
+    row = index(c)[("identity_fp32", "")]
+    assert (row["state"], row["reason"]) == ("UNAVAILABLE", "not loaded")
+    assert c.is_server_ready(), "models that are not loaded do not make the server unready"
     c.load_model("identity_fp32")
     assert c.is_model_ready("identity_fp32")
     inp, a = identity_inputs([1.5, 2.5])
@@ -180,6 +184,7 @@ def test_explicit_load_unload_http(xsrv, explicit_repo):
     assert not c.is_model_ready("identity_fp32")
     row = index(c)[("identity_fp32", "1")]
     assert (row["state"], row["reason"]) == ("UNAVAILABLE", "unloaded")
+    assert c.is_server_ready(), "an unloaded model does not make the server unready"
     with pytest.raises(InferenceServerException):
         c.infer("identity_fp32", [inp])
 

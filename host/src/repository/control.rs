@@ -107,7 +107,7 @@ impl Repository {
     }
 
     /// Model folders in every root: name -> folder, or the reason the name cannot be used.
-    fn scan(&self) -> Result<BTreeMap<String, Result<PathBuf>>> {
+    pub(super) fn scan(&self) -> Result<BTreeMap<String, Result<PathBuf>>> {
         let mut found: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         for root in &self.options.roots {
             let entries = std::fs::read_dir(root).map_err(|e| {
@@ -629,7 +629,7 @@ impl Repository {
         if let Some(entry) = models.get_mut(name) {
             for r in entry.index.iter_mut() {
                 r.state = State::Unavailable;
-                r.reason = "unloaded".into();
+                r.reason = super::UNLOADED.into();
             }
             entry.config = None;
             entry.origin = None;

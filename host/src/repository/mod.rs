@@ -348,9 +348,32 @@ impl Repository {
             .collect()
     }
 
-    /// Whether every model in the repository has all its versions ready.
+    /// The index the repository API answers with: [`Repository::index`] plus
+    /// the models in the repository folders that are not loaded (explicit
+    /// mode), as `UNAVAILABLE` / `not loaded`, so clients can see what they may load.
+    pub fn index_with_unloaded(&self) -> Vec<IndexEntry> {
+        let mut rows = self.index();
+        let known: std::collections::HashSet<String> =
+            rows.iter().map(|r| r.name.clone()).collect();
+        if let Ok(found) = self.scan() {
+            for name in found.into_keys().filter(|n| !known.contains(n)) {
+                rows.push(IndexEntry {
+                    name,
+                    version: None,
+                    state: State::Unavailable,
+                    reason: "not loaded".into(),
+                });
+            }
+        }
+        rows.sort_by(|a, b| (&a.name, a.version).cmp(&(&b.name, b.version)));
+        rows
+    }
+
+    /// Whether every model the server knows (loaded or failed, not unloaded) has all its versions ready.
     pub fn all_ready(&self) -> bool {
-        self.index().iter().all(|e| e.state == State::Ready)
+        self.index()
+            .iter()
+            .all(|e| e.state == State::Ready || e.reason == UNLOADED)
     }
 
     /// Stops every model: queued requests finish, instance threads are joined.
@@ -364,6 +387,9 @@ impl Repository {
         }
     }
 }
+
+/// The index reason of an unloaded model.
+const UNLOADED: &str = "unloaded";
 
 fn version_suffix(version: Option<i64>) -> String {
     version.map(|v| format!(" version {v}")).unwrap_or_default()

@@ -331,7 +331,7 @@ impl GrpcInferenceService for InferenceService {
         let models = self
             .info
             .repository
-            .index()
+            .index_with_unloaded()
             .into_iter()
             .filter(|e| !ready_only || e.state == crate::repository::State::Ready)
             .map(|e| repository_index_response::ModelIndex {

@@ -224,7 +224,7 @@ async fn repository_index(State(s): AppState, headers: HeaderMap, body: Body) ->
             let rows: Vec<Value> = s
                 .info
                 .repository
-                .index()
+                .index_with_unloaded()
                 .into_iter()
                 .filter(|e| !ready_only || e.state == crate::repository::State::Ready)
                 .map(|e| {
