@@ -326,3 +326,17 @@ def test_unload_returns_memory(xsrv):
     after = rss_kib(pid)
     print(f"RSS before {before} KiB, after 100 load/unload cycles {after} KiB")
     assert after - before < 20 * 1024, f"RSS grew from {before} to {after} KiB"
+
+
+def test_model_config_name(tmp_path):
+    root = str(tmp_path / "models")
+    poll_repo(root)
+    small = gen_models.io_config("m", "TYPE_FP32", [-1], 2, "identity")
+    gen_models.write(f"{root}/m/configs/small.pbtxt", small)
+    t = Tern([f"--model-repository={root}", "--model-config-name=small"])
+    try:
+        c = httpclient.InferenceServerClient(t.url)
+        assert c.get_model_config("m")["max_batch_size"] == 2, "configs/small.pbtxt is used"
+        assert c.get_model_config("doomed")["max_batch_size"] == 8, "no configs/small.pbtxt: config.pbtxt"
+    finally:
+        t.stop()
