@@ -14,7 +14,7 @@ pub mod warmup;
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -49,6 +49,11 @@ struct Shared {
     ready: Condvar,
     reorder: Mutex<Reorder>,
     stats: ModelStats,
+    /// The instance threads serving this queue.
+    workers: Mutex<Vec<Worker>>,
+    /// Handles sharing this queue (more than one after in-place instance changes);
+    /// the last one dropped closes the queue and stops the instances.
+    handles: AtomicUsize,
 }
 
 impl Shared {
@@ -61,6 +66,8 @@ impl Shared {
             ready: Condvar::new(),
             reorder: Mutex::new(Reorder::default()),
             stats: ModelStats::default(),
+            workers: Mutex::new(Vec::new()),
+            handles: AtomicUsize::new(1),
             config,
             version,
             policy,
@@ -81,11 +88,8 @@ pub struct ModelHandle {
     pub version: i64,
     labels: HashMap<String, Vec<String>>,
     shared: Arc<Shared>,
-    workers: Mutex<Vec<Worker>>,
     ensemble: Option<ensemble::Ensemble>,
     source: Option<InstanceSource>,
-    /// Set when a resized handle took over the queue and the instances: dropping this one closes nothing.
-    detached: AtomicBool,
 }
 
 fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<Vec<InstanceSpec>> {
@@ -222,12 +226,11 @@ impl ModelHandle {
             instances.push((spec.name, instance));
         }
         let shared = Arc::new(Shared::new(config.clone(), version, policy));
-        let mut workers = Vec::new();
         for (name, instance) in instances {
             match spawn_worker(&shared, name, instance) {
-                Ok(w) => workers.push(w),
+                Ok(w) => shared.workers.lock().expect("workers lock").push(w),
                 Err(e) => {
-                    close(&shared);
+                    stop(&shared);
                     return Err(e);
                 }
             }
@@ -237,22 +240,21 @@ impl ModelHandle {
             version,
             labels,
             shared,
-            workers: Mutex::new(workers),
             ensemble: None,
             source: Some(InstanceSource {
                 model,
                 gpu_count,
                 model_dir: model_dir.to_path_buf(),
             }),
-            detached: AtomicBool::new(false),
         })
     }
 
     /// The same version serving `config`, which differs from this handle's
     /// only in `instance_group`: instances that the new config still names
     /// keep running, missing ones are created and warmed up first, surplus
-    /// ones finish their batch and stop. The queue is shared, so no request
-    /// is dropped; this handle must not be used for new requests afterwards.
+    /// ones finish their batch and stop. Both handles share the queue and the
+    /// instances, so requests holding either are served; the last of them
+    /// dropped stops everything.
     pub fn resized(&self, config: Arc<ModelConfig>) -> Result<ModelHandle> {
         let src = self.source.as_ref().ok_or_else(|| {
             Error::internal(format!(
@@ -262,7 +264,7 @@ impl ModelHandle {
         })?;
         let specs = instance_specs(&config, src.gpu_count)?;
         let samples = warmup::samples(&config, &src.model_dir)?;
-        let mut current = self.workers.lock().expect("workers lock");
+        let mut current = self.shared.workers.lock().expect("workers lock");
         let mut added = Vec::new();
         for spec in specs
             .iter()
@@ -287,21 +289,20 @@ impl ModelHandle {
             let _ = w.thread.join();
         }
         workers.extend(kept);
-        self.detached.store(true, Ordering::Relaxed);
         tracing::info!(model = %config.name, version = self.version, "instances adjusted in place: {} running", workers.len());
+        *current = workers;
+        self.shared.handles.fetch_add(1, Ordering::SeqCst);
         Ok(ModelHandle {
             config,
             version: self.version,
             labels: self.labels.clone(),
             shared: self.shared.clone(),
-            workers: Mutex::new(workers),
             ensemble: None,
             source: Some(InstanceSource {
                 model: src.model.clone(),
                 gpu_count: src.gpu_count,
                 model_dir: src.model_dir.clone(),
             }),
-            detached: AtomicBool::new(false),
         })
     }
 
@@ -324,10 +325,8 @@ impl ModelHandle {
             config,
             version,
             labels,
-            workers: Mutex::new(Vec::new()),
             ensemble: Some(ensemble),
             source: None,
-            detached: AtomicBool::new(false),
         })
     }
 
@@ -475,11 +474,7 @@ impl ModelHandle {
 
     /// Stops accepting requests, lets queued ones finish and joins the instance threads.
     pub fn shutdown(&self) {
-        close(&self.shared);
-        let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
-        for w in workers {
-            let _ = w.thread.join();
-        }
+        stop(&self.shared);
     }
 }
 
@@ -489,15 +484,16 @@ fn close(shared: &Shared) {
 }
 
 impl Drop for ModelHandle {
-    /// The last reference is gone (unloaded or replaced, in-flight requests
-    /// done): the instance threads drain and exit; they are joined off the
-    /// caller's thread so an async task never blocks on an instance's teardown.
+    /// The last handle of a queue is gone (unloaded or replaced, in-flight
+    /// requests done): the instance threads drain and exit; they are joined
+    /// off the caller's thread so an async task never blocks on an
+    /// instance's teardown.
     fn drop(&mut self) {
-        if self.detached.load(Ordering::Relaxed) {
+        if self.shared.handles.fetch_sub(1, Ordering::SeqCst) != 1 {
             return;
         }
         close(&self.shared);
-        let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
+        let workers = std::mem::take(&mut *self.shared.workers.lock().expect("workers lock"));
         if !workers.is_empty() {
             let name = format!("{}:reaper", self.config.name);
             let spawned = std::thread::Builder::new().name(name).spawn(move || {
@@ -509,6 +505,15 @@ impl Drop for ModelHandle {
                 tracing::warn!(model = %self.config.name, "cannot start a thread to join the instances: {e}");
             }
         }
+    }
+}
+
+/// Closes the queue and joins every instance thread (queued requests finish first).
+fn stop(shared: &Shared) {
+    close(shared);
+    let workers = std::mem::take(&mut *shared.workers.lock().expect("workers lock"));
+    for w in workers {
+        let _ = w.thread.join();
     }
 }
 
