@@ -33,14 +33,7 @@ fn block<F: std::future::Future>(rt: &tokio::runtime::Runtime, f: F) -> F::Outpu
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let root = args
-        .next()
-        .expect("usage: plugin_bench <repository> [iterations]");
-    let n: usize = args
-        .next()
-        .map(|s| s.parse().expect("iterations"))
-        .unwrap_or(20000);
+    let (root, n) = common::repo_and_iterations("plugin_bench <repository> [iterations]", 20000);
     let settings = BackendSettings {
         wasm_cache_dir: None,
         ..Default::default()

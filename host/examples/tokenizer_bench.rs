@@ -49,14 +49,7 @@ fn native(tok: &wordpiece::Tokenizer, texts: &[String], max_len: usize) -> usize
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let root = args
-        .next()
-        .expect("usage: tokenizer_bench <repository> [iterations]");
-    let n: usize = args
-        .next()
-        .map(|s| s.parse().expect("iterations"))
-        .unwrap_or(2000);
+    let (root, n) = common::repo_and_iterations("tokenizer_bench <repository> [iterations]", 2000);
     let dir = std::path::Path::new(&root).join("bert_tokenizer").join("1");
     let vocab = std::fs::read_to_string(dir.join("vocab.txt")).expect("vocab.txt");
     let tok = wordpiece::Tokenizer::from_vocab(&vocab, true).expect("vocab");

@@ -2,6 +2,17 @@
 
 use std::time::Instant;
 
+/// `<repository> [iterations]` from the command line (`default_n` iterations when absent).
+pub fn repo_and_iterations(usage: &str, default_n: usize) -> (String, usize) {
+    let mut args = std::env::args().skip(1);
+    let root = args.next().unwrap_or_else(|| panic!("usage: {usage}"));
+    let n = args
+        .next()
+        .map(|s| s.parse().expect("iterations"))
+        .unwrap_or(default_n);
+    (root, n)
+}
+
 /// Mean microseconds per call of `f` over `n` calls, after `n / 10` warm-up calls.
 pub fn per_call_us(n: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..n / 10 {

@@ -355,14 +355,17 @@ impl Repository {
         let mut rows = self.index();
         let known: std::collections::HashSet<String> =
             rows.iter().map(|r| r.name.clone()).collect();
-        if let Ok(found) = self.scan() {
-            for name in found.into_keys().filter(|n| !known.contains(n)) {
-                rows.push(IndexEntry {
-                    name,
-                    version: None,
-                    state: State::Unavailable,
-                    reason: "not loaded".into(),
-                });
+        match self.scan() {
+            Err(e) => tracing::warn!("repository index: cannot list the model folders: {e}"),
+            Ok(found) => {
+                for name in found.into_keys().filter(|n| !known.contains(n)) {
+                    rows.push(IndexEntry {
+                        name,
+                        version: None,
+                        state: State::Unavailable,
+                        reason: "not loaded".into(),
+                    });
+                }
             }
         }
         rows.sort_by(|a, b| (&a.name, a.version).cmp(&(&b.name, b.version)));
