@@ -203,6 +203,19 @@ pub struct Args {
     #[arg(long, env = "TERN_MODEL_CONFIG_NAME")]
     pub model_config_name: Option<String>,
 
+    /// Let clients register system and CUDA shared memory (off by default:
+    /// a registered region gives the client a window into server memory).
+    #[arg(long, env = "TERN_ALLOW_CLIENT_SHM", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_client_shm: bool,
+
+    /// Page-locked host memory for staging GPU inputs, in bytes (needs CUDA; 0 disables).
+    #[arg(long, default_value_t = crate::memory::pool::DEFAULT_PINNED_POOL)]
+    pub pinned_memory_pool_byte_size: usize,
+
+    /// Device memory pool per GPU, `<gpu>:<bytes>` (repeatable; default 64 MiB per GPU).
+    #[arg(long, value_parser = parse_cuda_pool)]
+    pub cuda_memory_pool_byte_size: Vec<(usize, usize)>,
+
     /// Serve Prometheus metrics.
     #[arg(long, env = "TERN_ALLOW_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub allow_metrics: bool,
@@ -211,7 +224,7 @@ pub struct Args {
     #[arg(long, env = "TERN_ALLOW_CPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub allow_cpu_metrics: bool,
 
-    /// Report GPU metrics (none exist until GPU support lands; accepted for compatibility).
+    /// Report GPU metrics through NVML (where the driver provides it).
     #[arg(long, env = "TERN_ALLOW_GPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub allow_gpu_metrics: bool,
 
@@ -245,11 +258,25 @@ pub struct Args {
     pub onnxruntime_library: Option<PathBuf>,
 }
 
+/// `--cuda-memory-pool-byte-size <gpu>:<bytes>`.
+fn parse_cuda_pool(s: &str) -> std::result::Result<(usize, usize), String> {
+    let (gpu, bytes) = s
+        .split_once(':')
+        .ok_or_else(|| format!("expected <gpu>:<bytes>, got '{s}'"))?;
+    let gpu = gpu
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{gpu}' is not a GPU index"))?;
+    let bytes = bytes
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{bytes}' is not a byte count"))?;
+    Ok((gpu, bytes))
+}
+
 /// tritonserver flags (or flag prefixes) that Tern does not implement yet.
 const NOT_YET: &[&str] = &[
     "--grpc-header-forward-pattern",
-    "--pinned-memory-pool-byte-size",
-    "--cuda-memory-pool-byte-size",
     "--cuda-virtual-address-size",
     "--response-cache-byte-size",
     "--cache-config",
@@ -378,6 +405,7 @@ impl Args {
         }
         let mut s = crate::metrics::MetricsSettings {
             cpu: self.allow_cpu_metrics,
+            gpu: self.allow_gpu_metrics,
             interval: std::time::Duration::from_millis(self.metrics_interval_ms),
             ..Default::default()
         };

@@ -84,6 +84,10 @@ impl Error {
     pub fn unsupported(message: impl Into<String>) -> Self {
         Self::new(Code::Unsupported, message)
     }
+    /// `ALREADY_EXISTS`.
+    pub fn already_exists(message: impl Into<String>) -> Self {
+        Self::new(Code::AlreadyExists, message)
+    }
     /// `INTERNAL`.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(Code::Internal, message)

@@ -9,6 +9,7 @@ pub mod core;
 pub mod error;
 pub mod frontend;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod proto;
 pub mod repository;

@@ -40,12 +40,27 @@ pub struct RunningServer {
 /// Loads the repository and starts the frontends.
 pub async fn start(args: &Args) -> Result<RunningServer> {
     let (mode, load_models) = args.model_control()?;
+    crate::memory::cuda::log_devices();
+    if let Some(bad) = args
+        .cuda_memory_pool_byte_size
+        .iter()
+        .find(|(gpu, _)| *gpu >= crate::memory::cuda::devices().len())
+    {
+        tracing::warn!(
+            "--cuda-memory-pool-byte-size names GPU {} which is not present; ignored",
+            bad.0
+        );
+    }
+    crate::memory::pool::configure(
+        args.pinned_memory_pool_byte_size,
+        &args.cuda_memory_pool_byte_size,
+    );
     let metrics_settings = args.metrics_settings()?;
     let options = RepositoryOptions {
         roots: args.model_repository.clone(),
         auto_complete: args.auto_complete(),
         backend: args.backend_settings()?,
-        gpu_count: 0,
+        gpu_count: crate::memory::cuda::devices().len(),
         load_threads: args.model_load_thread_count,
         config_name: args.model_config_name.clone(),
     };
@@ -98,6 +113,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         strict_readiness: args.strict_readiness,
         shutting_down: AtomicBool::new(false),
         control_mode: mode,
+        shm: Arc::new(crate::memory::shm::SharedMemory::new(args.allow_client_shm)),
     });
     let (stop, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {

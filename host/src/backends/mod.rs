@@ -3,6 +3,7 @@
 //! file names), and the built-in backends.
 
 pub mod identity;
+pub mod onnx_device;
 pub mod onnxruntime;
 pub mod wasm;
 

@@ -12,11 +12,12 @@ use std::sync::{Arc, OnceLock};
 
 use ort::memory::Allocator;
 use ort::session::builder::GraphOptimizationLevel;
-use ort::session::Session;
+use ort::session::{Session, SessionInputValue};
 use ort::value::{
     DynTensor, DynTensorValueType, Tensor as OrtTensor, TensorElementType, ValueType,
 };
 
+use super::onnx_device;
 use super::{
     model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, ExecTiming, Instance,
     InstanceSpec, LoadContext, Model, ModelFiles,
@@ -126,6 +127,7 @@ fn open_session(
     cfg: &ModelConfig,
     path: &std::path::Path,
     settings: &BackendSettings,
+    device: DeviceKind,
 ) -> Result<Session> {
     let env = environment(settings).map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
     let fail =
@@ -156,6 +158,21 @@ fn open_session(
     builder = builder
         .with_optimization_level(level)
         .map_err(|e| fail("graph optimization level", e.into()))?;
+    let providers = onnx_device::providers(cfg, device)?;
+    if !providers.is_empty() {
+        builder = builder.with_execution_providers(providers).map_err(|e| {
+            Error::unavailable(format!(
+                "model '{}': execution provider for {}: {e}",
+                cfg.name,
+                match device {
+                    DeviceKind::Gpu(id) => format!("GPU {id}"),
+                    DeviceKind::Cpu => "CPU".into(),
+                }
+            ))
+        })?;
+    }
+    let path = onnx_device::model_path(cfg, path, device);
+    let path = path.as_path();
     builder.commit_from_file(path).map_err(|e| {
         Error::invalid_arg(format!(
             "model '{}': failed to load '{}': {e}",
@@ -194,7 +211,12 @@ impl Backend for OnnxBackend {
         let Some(dir) = &files.version_dir else {
             return Ok(());
         };
-        let session = open_session(cfg, &model_file(cfg, dir, DEFAULT_FILE)?, settings)?;
+        let session = open_session(
+            cfg,
+            &model_file(cfg, dir, DEFAULT_FILE)?,
+            settings,
+            DeviceKind::Cpu,
+        )?;
         let inputs = session
             .inputs()
             .iter()
@@ -261,9 +283,11 @@ impl Backend for OnnxBackend {
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
         let cfg = ctx.config;
         let path = model_file(cfg, ctx.version_dir, DEFAULT_FILE)?;
-        // Open one session now so that a broken file or missing library fails the load, and
-        // check the config against what the model declares.
-        let session = open_session(cfg, &path, ctx.settings)?;
+        // Open one session now, on the first instance's device, so that a broken file, a missing
+        // library or an unusable execution provider fails the load, and check the config against
+        // what the model declares.
+        let first_device = first_device(cfg);
+        let session = open_session(cfg, &path, ctx.settings, first_device)?;
         for input in &cfg.input {
             let found = session.inputs().iter().find(|o| o.name() == input.name);
             let Some(outlet) = found else {
@@ -298,7 +322,7 @@ impl Backend for OnnxBackend {
             version: ctx.version,
             path,
             settings: ctx.settings.clone(),
-            first_session: std::sync::Mutex::new(Some(session)),
+            first_session: std::sync::Mutex::new(Some((first_device, session))),
         }))
     }
 }
@@ -308,31 +332,46 @@ struct OnnxModel {
     version: i64,
     path: PathBuf,
     settings: BackendSettings,
-    /// The session opened during load, handed to the first instance.
-    first_session: std::sync::Mutex<Option<Session>>,
+    /// The session opened during load, handed to the first instance on its device.
+    first_session: std::sync::Mutex<Option<(DeviceKind, Session)>>,
+}
+
+/// The device of a model's first instance (where the load-time session opens).
+fn first_device(cfg: &ModelConfig) -> DeviceKind {
+    match cfg.instance_group.first() {
+        Some(g) if g.kind == pb::model_instance_group::Kind::Gpu as i32 => {
+            DeviceKind::Gpu(g.gpus.first().copied().unwrap_or(0))
+        }
+        _ => DeviceKind::Cpu,
+    }
 }
 
 impl Model for OnnxModel {
     fn create_instance(&self, spec: &InstanceSpec) -> Result<Box<dyn Instance>> {
-        if let DeviceKind::Gpu(id) = spec.device {
-            return Err(Error::unsupported(format!(
-                "model '{}': instance '{}' on GPU {id}: the ONNX Runtime CUDA execution provider is not available in this build",
-                self.config.name, spec.name
-            )));
-        }
         let reused = self
             .first_session
             .lock()
-            .map(|mut s| s.take())
+            .map(|mut s| {
+                if s.as_ref().is_some_and(|(d, _)| *d == spec.device) {
+                    s.take().map(|(_, session)| session)
+                } else {
+                    None
+                }
+            })
             .unwrap_or(None);
         let session = match reused {
             Some(s) => s,
-            None => open_session(&self.config, &self.path, &self.settings)?,
+            None => open_session(&self.config, &self.path, &self.settings, spec.device)?,
         };
+        if let DeviceKind::Gpu(id) = spec.device {
+            // The staging copies run on this thread: make the device's context current.
+            crate::memory::cuda::bind_thread(id as usize)?;
+        }
         Ok(Box::new(OnnxInstance {
             config: self.config.clone(),
             version: self.version,
             session,
+            device: spec.device,
         }))
     }
 }
@@ -341,6 +380,7 @@ struct OnnxInstance {
     config: Arc<ModelConfig>,
     version: i64,
     session: Session,
+    device: DeviceKind,
 }
 
 /// Converts a core tensor to an ORT value with the given shape.
@@ -403,6 +443,26 @@ fn from_ort(name: &str, value: ort::value::DynValue) -> Result<Tensor> {
         unsafe { std::ptr::copy_nonoverlapping(ptr, data.as_mut_ptr(), len) };
     }
     Ok(Tensor::new(name, dtype, shape, data))
+}
+
+/// The ORT shape of a batched input: `rows` in front when the model batches,
+/// and the config's `reshape` applied.
+fn batched_shape(cfg: &ModelConfig, first: &Tensor, batched: bool, rows: i64) -> Vec<i64> {
+    let reshape = cfg
+        .input
+        .iter()
+        .find(|i| i.name == first.name)
+        .and_then(|i| i.reshape.as_ref());
+    match reshape {
+        Some(r) if batched => std::iter::once(rows)
+            .chain(r.shape.iter().copied())
+            .collect(),
+        Some(r) => r.shape.clone(),
+        None if batched => std::iter::once(rows)
+            .chain(first.shape.iter().skip(1).copied())
+            .collect(),
+        None => first.shape.clone(),
+    }
 }
 
 /// Concatenates the same input of every request along the batch dimension.
@@ -489,28 +549,32 @@ impl OnnxInstance {
                 }
             })
             .collect();
-        let mut inputs: Vec<(String, DynTensor)> = Vec::with_capacity(batch[0].inputs.len());
+        // Pinned staging blocks of GPU inputs: declared first so they outlive `inputs`.
+        let mut staging = Vec::new();
+        let mut inputs: Vec<(String, SessionInputValue<'static>)> =
+            Vec::with_capacity(batch[0].inputs.len());
         for name in batch[0].inputs.iter().map(|t| t.name.as_str()) {
+            if matches!(self.device, DeviceKind::Gpu(_)) {
+                let first = batch[0].input(name).expect("present");
+                let rows_total: i64 = rows.iter().map(|&r| r as i64).sum();
+                let shape = batched_shape(cfg, first, batched, rows_total);
+                if let Some((value, block)) = onnx_device::stage(batch, name, first.dtype, &shape)?
+                {
+                    inputs.push((name.to_string(), value));
+                    staging.push(block);
+                    continue;
+                }
+            }
             let t = gather(batch, name)?;
-            let reshape = cfg
-                .input
-                .iter()
-                .find(|i| i.name == t.name)
-                .and_then(|i| i.reshape.as_ref());
-            let shape = match reshape {
-                Some(r) if batched => std::iter::once(t.shape[0])
-                    .chain(r.shape.iter().copied())
-                    .collect(),
-                Some(r) => r.shape.clone(),
-                None => t.shape.clone(),
-            };
-            inputs.push((t.name.clone(), to_ort(&t, &shape)?));
+            let shape = batched_shape(cfg, &t, batched, t.shape.first().copied().unwrap_or(1));
+            inputs.push((t.name.clone(), to_ort(&t, &shape)?.into()));
         }
         timing.input_done = Some(std::time::Instant::now());
         let mut outputs = self.session.run(inputs).map_err(|e| {
             Error::internal(format!("model '{}': onnx runtime error: {e}", cfg.name))
         })?;
         timing.infer_done = Some(std::time::Instant::now());
+        drop(staging);
         let mut per_request: Vec<Vec<Tensor>> = batch
             .iter()
             .map(|_| Vec::with_capacity(cfg.output.len()))

@@ -26,6 +26,8 @@ pub struct RequestedOutput {
     pub classification: Option<usize>,
     /// HTTP only: whether this output goes in the binary section (`None` = request default).
     pub binary: Option<bool>,
+    /// Shared-memory extension: write the output here instead of returning it.
+    pub shm: Option<crate::memory::shm::OutputTarget>,
 }
 
 /// One inference request after decoding from the wire.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::core::DataType;
 use crate::error::Result;
+use crate::memory::shm::SharedMemory;
 use crate::repository::control::{ControlMode, LoadOverride};
 use crate::repository::Repository;
 
@@ -32,6 +33,8 @@ pub struct ServerInfo {
     pub shutting_down: AtomicBool,
     /// `--model-control-mode`: whether the load/unload API may change models.
     pub control_mode: ControlMode,
+    /// Registered system and CUDA shared-memory regions.
+    pub shm: Arc<SharedMemory>,
 }
 
 impl ServerInfo {

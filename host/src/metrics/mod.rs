@@ -4,6 +4,7 @@
 //! `tern_` families (plugin faults, `.cwasm` cache, load failures) and the
 //! families plugins declare.
 
+pub mod gpu;
 pub mod system;
 pub mod text;
 
@@ -21,6 +22,8 @@ use text::{header, labels, sample};
 pub struct MetricsSettings {
     /// `--allow-cpu-metrics`.
     pub cpu: bool,
+    /// `--allow-gpu-metrics`.
+    pub gpu: bool,
     /// `--metrics-interval-ms`.
     pub interval: Duration,
     /// `counter_latencies` (default true): the `*_duration_us` counters.
@@ -35,6 +38,7 @@ impl Default for MetricsSettings {
     fn default() -> Self {
         MetricsSettings {
             cpu: true,
+            gpu: true,
             interval: Duration::from_millis(2000),
             counter_latencies: true,
             summary_latencies: false,
@@ -172,6 +176,9 @@ impl Metrics {
         let sampler = settings
             .cpu
             .then(|| system::Sampler::start(settings.interval));
+        if settings.gpu {
+            gpu::probe();
+        }
         Metrics {
             repository,
             settings,
@@ -260,19 +267,49 @@ impl Metrics {
                 sample(&mut out, name, "", value);
             }
         }
-        // No pinned memory pool yet (--pinned-memory-pool-byte-size is not supported): both are 0.
-        for (name, help) in [
+        if self.settings.gpu {
+            gpu::render(&mut out);
+        }
+        let pools = crate::memory::pool::pools();
+        let pinned = pools.pinned.as_ref();
+        for (name, help, value) in [
             (
                 "nv_pinned_memory_pool_total_bytes",
                 "Pinned memory pool total memory size, in bytes",
+                pinned.map_or(0, |p| p.capacity()),
             ),
             (
                 "nv_pinned_memory_pool_used_bytes",
                 "Pinned memory pool used memory size, in bytes",
+                pinned.map_or(0, |p| p.used()),
             ),
         ] {
             header(&mut out, name, "gauge", help);
-            sample(&mut out, name, "", 0.0);
+            sample(&mut out, name, "", value as f64);
+        }
+        if !pools.device.is_empty() {
+            for (name, help, pick) in [
+                (
+                    "tern_cuda_memory_pool_total_bytes",
+                    "CUDA memory pool size per GPU, in bytes",
+                    crate::memory::pool::Pool::capacity as fn(&crate::memory::pool::Pool) -> usize,
+                ),
+                (
+                    "tern_cuda_memory_pool_used_bytes",
+                    "CUDA memory pool bytes in use per GPU",
+                    crate::memory::pool::Pool::used,
+                ),
+            ] {
+                header(&mut out, name, "gauge", help);
+                for (i, p) in pools.device.iter().enumerate() {
+                    sample(
+                        &mut out,
+                        name,
+                        &labels(&[("gpu", i.to_string())]),
+                        pick(p) as f64,
+                    );
+                }
+            }
         }
         self.render_tern(&mut out);
         out.push_str(&crate::wasm::metrics::render());

@@ -11,6 +11,7 @@ use crate::core::{
     Tensor,
 };
 use crate::error::{Error, Result};
+use crate::memory::shm::{self, SharedMemory};
 use crate::proto::{
     infer_parameter::ParameterChoice, model_infer_response, InferParameter, InferTensorContents,
     ModelInferRequest, ModelInferResponse,
@@ -145,26 +146,42 @@ fn contents_to_bytes(name: &str, dt: DataType, c: InferTensorContents) -> Result
     Ok((buf, n))
 }
 
-/// Decodes a gRPC inference request.
-pub fn decode_request(req: ModelInferRequest) -> Result<InferRequest> {
+/// Decodes a gRPC inference request; inputs and outputs in shared memory are
+/// resolved against `shm`.
+pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<InferRequest> {
     let version = crate::frontend::common::parse_version(&req.model_version)?;
+    let mut inputs_params = Vec::with_capacity(req.inputs.len());
+    for input in &req.inputs {
+        let what = format!("input '{}'", input.name);
+        inputs_params.push(shm::parameters(
+            &parameters(input.parameters.clone(), &what)?,
+            &what,
+        )?);
+    }
+    // As tritonclient sends them: one raw entry per input that is not in shared memory.
+    let wanted = inputs_params.iter().filter(|p| p.is_none()).count();
     let raw = req.raw_input_contents;
-    if !raw.is_empty() && raw.len() != req.inputs.len() {
+    if !raw.is_empty() && raw.len() != wanted {
         return Err(Error::invalid_arg(format!(
-            "raw_input_contents has {} entries but the request has {} inputs; there must be one per input, in order",
+            "raw_input_contents has {} entries but the request has {wanted} inputs outside shared memory; \
+             there must be one per such input, in order",
             raw.len(),
-            req.inputs.len()
         )));
     }
     let mut raw = raw.into_iter();
     let mut inputs = Vec::with_capacity(req.inputs.len());
-    for input in req.inputs {
+    for (input, in_shm) in req.inputs.into_iter().zip(inputs_params) {
         let name = input.name;
         let dt = input_header(&name, &input.datatype, &input.shape)?;
-        if input.parameters.contains_key("shared_memory_region") {
-            return Err(Error::unsupported(format!(
-                "input '{name}': shared memory inputs are not supported by this version of Tern"
-            )));
+        if let Some((region, offset, size)) = in_shm {
+            if input.contents.is_some() {
+                return Err(Error::invalid_arg(format!(
+                    "input '{name}': contents cannot be given for an input in shared memory"
+                )));
+            }
+            let data = shm.input(&name, &region, offset, size)?;
+            inputs.push(Tensor::new(name, dt, input.shape, data));
+            continue;
         }
         let data = match (raw.next(), input.contents) {
             (Some(_), Some(_)) => {
@@ -191,18 +208,25 @@ pub fn decode_request(req: ModelInferRequest) -> Result<InferRequest> {
     }
     let mut outputs = Vec::with_capacity(req.outputs.len());
     for out in req.outputs {
-        let params = parameters(out.parameters, &format!("output '{}'", out.name))?;
-        if params.contains_key("shared_memory_region") {
-            return Err(Error::unsupported(format!(
-                "output '{}': shared memory outputs are not supported by this version of Tern",
-                out.name
-            )));
-        }
+        let what = format!("output '{}'", out.name);
+        let params = parameters(out.parameters, &what)?;
         let classification = classification_param(&out.name, &params)?;
+        let target = match shm::parameters(&params, &what)? {
+            Some((region, offset, size)) => {
+                if classification.is_some() {
+                    return Err(Error::invalid_arg(format!(
+                        "{what}: classification results cannot be written to shared memory"
+                    )));
+                }
+                Some(shm.output(&out.name, &region, offset, size)?)
+            }
+            None => None,
+        };
         outputs.push(RequestedOutput {
             name: out.name,
             classification,
             binary: None,
+            shm: target,
         });
     }
     Ok(InferRequest {
@@ -216,19 +240,35 @@ pub fn decode_request(req: ModelInferRequest) -> Result<InferRequest> {
     })
 }
 
-/// Encodes a response with `raw_output_contents`, as Triton does.
-pub fn encode_response(resp: InferResponse) -> ModelInferResponse {
+/// Encodes a response with `raw_output_contents`, as Triton does. Outputs
+/// written to shared memory carry its parameters and an empty raw entry.
+pub fn encode_response(resp: InferResponse, requested: &[RequestedOutput]) -> ModelInferResponse {
     let mut outputs = Vec::with_capacity(resp.outputs.len());
     let mut raw = Vec::with_capacity(resp.outputs.len());
     for t in resp.outputs {
+        let target = requested
+            .iter()
+            .find(|r| r.name == t.name)
+            .and_then(|r| r.shm.as_ref());
+        let (parameters, data) = match target {
+            Some(target) => (
+                target
+                    .response_parameters(t.data.len())
+                    .iter()
+                    .map(|(k, v)| (k.clone(), to_wire(v)))
+                    .collect(),
+                Default::default(),
+            ),
+            None => (HashMap::new(), t.data),
+        };
         outputs.push(model_infer_response::InferOutputTensor {
             name: t.name,
             datatype: t.dtype.wire_name().to_string(),
             shape: t.shape,
-            parameters: HashMap::new(),
+            parameters,
             contents: None,
         });
-        raw.push(t.data);
+        raw.push(data);
     }
     ModelInferResponse {
         model_name: resp.model_name,
@@ -270,14 +310,21 @@ mod tests {
             inputs: vec![input("INT16", vec![2], Some(c))],
             ..Default::default()
         };
-        let r = decode_request(req).unwrap();
+        let r = decode_request(req, &SharedMemory::new(false)).unwrap();
         assert_eq!(&r.inputs[0].data[..], &[1, 0, 0xfe, 0xff]);
         let req = ModelInferRequest {
             inputs: vec![input("FP16", vec![1], None)],
             raw_input_contents: vec![vec![0, 60].into()],
             ..Default::default()
         };
-        assert_eq!(decode_request(req).unwrap().inputs[0].data.len(), 2);
+        assert_eq!(
+            decode_request(req, &SharedMemory::new(false))
+                .unwrap()
+                .inputs[0]
+                .data
+                .len(),
+            2
+        );
         let c = InferTensorContents {
             bytes_contents: vec![b"ab".to_vec().into()],
             ..Default::default()
@@ -287,14 +334,21 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            &decode_request(req).unwrap().inputs[0].data[..],
+            &decode_request(req, &SharedMemory::new(false))
+                .unwrap()
+                .inputs[0]
+                .data[..],
             &[2, 0, 0, 0, b'a', b'b']
         );
     }
 
     #[test]
     fn errors() {
-        let err = |req: ModelInferRequest| decode_request(req).unwrap_err().message;
+        let err = |req: ModelInferRequest| {
+            decode_request(req, &SharedMemory::new(false))
+                .unwrap_err()
+                .message
+        };
         let c = || {
             Some(InferTensorContents {
                 fp32_contents: vec![1.0],

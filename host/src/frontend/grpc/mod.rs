@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::common::{model_metadata, parse_version, ServerInfo, EXTENSIONS};
 use super::restrict::{grpc_category, Restrictions};
 use crate::error::{Error, Result};
+use crate::memory::shm::{self, Kind as ShmKind};
 use crate::proto::grpc_inference_service_server::{
     GrpcInferenceService, GrpcInferenceServiceServer,
 };
@@ -133,13 +134,15 @@ fn statistics(name: &str, version: i64, s: &Snapshot) -> ModelStatistics {
 
 impl InferenceService {
     async fn infer(&self, req: ModelInferRequest) -> Result<ModelInferResponse> {
-        let request = codec::decode_request(req)?;
+        let request = codec::decode_request(req, &self.info.shm)?;
         let handle = self
             .info
             .repository
             .get(&request.model_name, request.model_version)?;
+        let requested = request.outputs.clone();
         let response = handle.infer(request).await?;
-        Ok(codec::encode_response(response))
+        shm::write_outputs(&response, &requested)?;
+        Ok(codec::encode_response(response, &requested))
     }
 }
 
@@ -407,44 +410,100 @@ impl GrpcInferenceService for InferenceService {
 
     async fn system_shared_memory_status(
         &self,
-        _: Request<SystemSharedMemoryStatusRequest>,
+        r: Request<SystemSharedMemoryStatusRequest>,
     ) -> std::result::Result<Response<SystemSharedMemoryStatusResponse>, Status> {
-        Err(unimplemented("system shared memory", "not implemented yet"))
+        let r = r.into_inner();
+        let regions = self
+            .info
+            .shm
+            .status(ShmKind::System, non_empty(&r.name))
+            .map_err(status)?
+            .into_iter()
+            .map(|s| {
+                let region = system_shared_memory_status_response::RegionStatus {
+                    name: s.name.clone(),
+                    key: s.key,
+                    offset: s.offset,
+                    byte_size: s.byte_size,
+                };
+                (s.name, region)
+            })
+            .collect();
+        Ok(Response::new(SystemSharedMemoryStatusResponse { regions }))
     }
 
     async fn system_shared_memory_register(
         &self,
-        _: Request<SystemSharedMemoryRegisterRequest>,
+        r: Request<SystemSharedMemoryRegisterRequest>,
     ) -> std::result::Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
-        Err(unimplemented("system shared memory", "not implemented yet"))
+        let r = r.into_inner();
+        self.info
+            .shm
+            .register_system(&r.name, &r.key, r.offset, r.byte_size)
+            .map_err(status)?;
+        Ok(Response::new(SystemSharedMemoryRegisterResponse {}))
     }
 
     async fn system_shared_memory_unregister(
         &self,
-        _: Request<SystemSharedMemoryUnregisterRequest>,
+        r: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> std::result::Result<Response<SystemSharedMemoryUnregisterResponse>, Status> {
-        Err(unimplemented("system shared memory", "not implemented yet"))
+        let r = r.into_inner();
+        self.info
+            .shm
+            .unregister(ShmKind::System, non_empty(&r.name))
+            .map_err(status)?;
+        Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 
     async fn cuda_shared_memory_status(
         &self,
-        _: Request<CudaSharedMemoryStatusRequest>,
+        r: Request<CudaSharedMemoryStatusRequest>,
     ) -> std::result::Result<Response<CudaSharedMemoryStatusResponse>, Status> {
-        Err(unimplemented("CUDA shared memory", "not implemented yet"))
+        let r = r.into_inner();
+        let regions = self
+            .info
+            .shm
+            .status(ShmKind::Cuda, non_empty(&r.name))
+            .map_err(status)?
+            .into_iter()
+            .map(|s| {
+                let region = cuda_shared_memory_status_response::RegionStatus {
+                    name: s.name.clone(),
+                    device_id: s.device_id as u64,
+                    byte_size: s.byte_size,
+                };
+                (s.name, region)
+            })
+            .collect();
+        Ok(Response::new(CudaSharedMemoryStatusResponse { regions }))
     }
 
     async fn cuda_shared_memory_register(
         &self,
-        _: Request<CudaSharedMemoryRegisterRequest>,
+        r: Request<CudaSharedMemoryRegisterRequest>,
     ) -> std::result::Result<Response<CudaSharedMemoryRegisterResponse>, Status> {
-        Err(unimplemented("CUDA shared memory", "not implemented yet"))
+        let r = r.into_inner();
+        let shm = self.info.shm.clone();
+        tokio::task::spawn_blocking(move || {
+            shm.register_cuda(&r.name, &r.raw_handle, r.device_id, r.byte_size)
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(status)?;
+        Ok(Response::new(CudaSharedMemoryRegisterResponse {}))
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<CudaSharedMemoryUnregisterRequest>,
+        r: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> std::result::Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
-        Err(unimplemented("CUDA shared memory", "not implemented yet"))
+        let r = r.into_inner();
+        self.info
+            .shm
+            .unregister(ShmKind::Cuda, non_empty(&r.name))
+            .map_err(status)?;
+        Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 
     async fn trace_setting(
@@ -608,4 +667,9 @@ pub async fn serve(
         .router
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
+}
+
+/// An empty name means "all regions" in the shared-memory RPCs.
+fn non_empty(name: &str) -> Option<&str> {
+    (!name.is_empty()).then_some(name)
 }

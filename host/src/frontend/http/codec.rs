@@ -13,6 +13,7 @@ use crate::core::{
     Tensor,
 };
 use crate::error::{Error, Result};
+use crate::memory::shm::{self, SharedMemory};
 
 #[derive(Deserialize)]
 struct JsonRequest {
@@ -149,6 +150,7 @@ pub fn decode_request(
     body: Bytes,
     header_len: Option<usize>,
     cfg: &ModelConfig,
+    shm: &SharedMemory,
 ) -> Result<(InferRequest, HttpOptions)> {
     if header_len == Some(0) {
         return decode_raw(model, version, body, cfg);
@@ -196,10 +198,16 @@ pub fn decode_request(
                 )))
             }
         };
-        if params.contains_key("shared_memory_region") {
-            return Err(Error::unsupported(format!(
-                "input '{name}': shared memory inputs are not supported by this version of Tern"
-            )));
+        if let Some((region, offset, size)) = shm::parameters(&params, &format!("input '{name}'"))?
+        {
+            if binary_size.is_some() || input.data.is_some() {
+                return Err(Error::invalid_arg(format!(
+                    "input '{name}': 'data' and 'binary_data_size' cannot be given for an input in shared memory"
+                )));
+            }
+            let data = shm.input(&name, &region, offset, size)?;
+            inputs.push(Tensor::new(name, dtype, input.shape, data));
+            continue;
         }
         let data: Bytes = match (binary_size, input.data) {
             (Some(_), Some(_)) => {
@@ -249,16 +257,23 @@ pub fn decode_request(
             }
         };
         let classification = classification_param(&out.name, &params)?;
-        if params.contains_key("shared_memory_region") {
-            return Err(Error::unsupported(format!(
-                "output '{}': shared memory outputs are not supported by this version of Tern",
-                out.name
-            )));
-        }
+        let what = format!("output '{}'", out.name);
+        let target = match shm::parameters(&params, &what)? {
+            Some((region, offset, size)) => {
+                if classification.is_some() {
+                    return Err(Error::invalid_arg(format!(
+                        "{what}: classification results cannot be written to shared memory"
+                    )));
+                }
+                Some(shm.output(&out.name, &region, offset, size)?)
+            }
+            None => None,
+        };
         outputs.push(RequestedOutput {
             name: out.name,
             classification,
             binary,
+            shm: target,
         });
     }
     let request = InferRequest {
@@ -433,11 +448,19 @@ pub fn encode_response(
         json.extend_from_slice(t.dtype.wire_name().as_bytes());
         json.extend_from_slice(b"\",\"shape\":");
         serde_json::to_writer(&mut json, &t.shape).expect("shape");
-        let want_binary = requested
-            .iter()
-            .find(|r| r.name == t.name)
-            .and_then(|r| r.binary)
-            .unwrap_or(opts.binary_default);
+        let asked = requested.iter().find(|r| r.name == t.name);
+        if let Some(target) = asked.and_then(|r| r.shm.as_ref()) {
+            let map: Map<String, Value> = target
+                .response_parameters(t.data.len())
+                .iter()
+                .map(|(k, v)| (k.clone(), parameter_json(v)))
+                .collect();
+            json.extend_from_slice(b",\"parameters\":");
+            serde_json::to_writer(&mut json, &map).expect("map");
+            json.push(b'}');
+            continue;
+        }
+        let want_binary = asked.and_then(|r| r.binary).unwrap_or(opts.binary_default);
         let mark = json.len();
         let as_json = !want_binary && {
             json.extend_from_slice(b",\"data\":");
@@ -486,7 +509,15 @@ mod tests {
     fn json_nested_and_flat() {
         let body = br#"{"id":"7","inputs":[{"name":"X","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4.5]]}],
                        "outputs":[{"name":"Y","parameters":{"binary_data":true,"classification":2}}]}"#;
-        let (req, _) = decode_request("m", None, Bytes::from_static(body), None, &cfg()).unwrap();
+        let (req, _) = decode_request(
+            "m",
+            None,
+            Bytes::from_static(body),
+            None,
+            &cfg(),
+            &SharedMemory::new(false),
+        )
+        .unwrap();
         assert_eq!(req.id, "7");
         let vals: Vec<f32> = req.inputs[0]
             .data
@@ -510,6 +541,7 @@ mod tests {
             Bytes::from(body.clone()),
             Some(header.len()),
             &cfg(),
+            &SharedMemory::new(false),
         )
         .unwrap();
         assert_eq!(req.inputs[0].data.len(), 8);
@@ -519,6 +551,7 @@ mod tests {
             Bytes::from(body[..body.len() - 1].to_vec()),
             Some(header.len()),
             &cfg(),
+            &SharedMemory::new(false),
         )
         .unwrap_err();
         assert!(e.message.contains("exceeds the 7 byte(s)"), "{e}");
@@ -528,6 +561,7 @@ mod tests {
             Bytes::from(body.clone()),
             Some(body.len() + 1),
             &cfg(),
+            &SharedMemory::new(false),
         )
         .unwrap_err();
         assert!(e.message.contains("larger than the request body"), "{e}");
@@ -537,6 +571,7 @@ mod tests {
             Bytes::from(body.clone()),
             Some(header.len() - 3),
             &cfg(),
+            &SharedMemory::new(false),
         )
         .unwrap_err();
         assert!(
@@ -545,29 +580,57 @@ mod tests {
         );
         let mut extra = body.clone();
         extra.push(0);
-        let e =
-            decode_request("m", None, Bytes::from(extra), Some(header.len()), &cfg()).unwrap_err();
+        let e = decode_request(
+            "m",
+            None,
+            Bytes::from(extra),
+            Some(header.len()),
+            &cfg(),
+            &SharedMemory::new(false),
+        )
+        .unwrap_err();
         assert!(e.message.contains("no input claims"), "{e}");
     }
 
     #[test]
     fn json_type_errors() {
         let body = br#"{"inputs":[{"name":"X","shape":[1,2],"datatype":"INT8","data":[1,300]}]}"#;
-        let e = decode_request("m", None, Bytes::from_static(body), None, &cfg()).unwrap_err();
+        let e = decode_request(
+            "m",
+            None,
+            Bytes::from_static(body),
+            None,
+            &cfg(),
+            &SharedMemory::new(false),
+        )
+        .unwrap_err();
         assert!(e.message.contains("300 is not a valid INT8"), "{e}");
         let body = br#"{"inputs":[{"name":"X","shape":[1,3],"datatype":"FP32","data":[1,2]}]}"#;
-        let e = decode_request("m", None, Bytes::from_static(body), None, &cfg()).unwrap_err();
+        let e = decode_request(
+            "m",
+            None,
+            Bytes::from_static(body),
+            None,
+            &cfg(),
+            &SharedMemory::new(false),
+        )
+        .unwrap_err();
         assert!(
             e.message.contains("has 3 element(s) but 'data' has 2"),
             "{e}"
         );
         let body = br#"{"inputs":[{"name":"X","shape":[1],"datatype":"FP16","data":[1]}]}"#;
-        assert!(
-            decode_request("m", None, Bytes::from_static(body), None, &cfg())
-                .unwrap_err()
-                .message
-                .contains("binary form")
-        );
+        assert!(decode_request(
+            "m",
+            None,
+            Bytes::from_static(body),
+            None,
+            &cfg(),
+            &SharedMemory::new(false)
+        )
+        .unwrap_err()
+        .message
+        .contains("binary form"));
     }
 
     #[test]
@@ -576,7 +639,15 @@ mod tests {
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
-        let (req, opts) = decode_request("m", None, Bytes::from(data), Some(0), &cfg()).unwrap();
+        let (req, opts) = decode_request(
+            "m",
+            None,
+            Bytes::from(data),
+            Some(0),
+            &cfg(),
+            &SharedMemory::new(false),
+        )
+        .unwrap();
         assert_eq!(req.inputs[0].shape, vec![1, 3]);
         assert!(opts.binary_default);
     }

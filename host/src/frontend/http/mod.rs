@@ -4,6 +4,7 @@
 
 pub mod codec;
 pub mod compression;
+mod shm;
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use serde_json::{json, Value};
 use super::common::{self, parse_version, ServerInfo, EXTENSIONS};
 use super::restrict::{http_category, Restrictions};
 use crate::error::{Error, Result};
+use crate::memory::shm as shm_io;
 
 /// Shared state of the HTTP frontend.
 pub struct HttpState {
@@ -85,6 +87,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
             get(model_stats_v),
         )
         .route("/v2/logging", get(get_logging).post(set_logging))
+        .merge(shm::routes())
         .fallback(|| async { error_response(&Error::not_found("no such endpoint")) })
         .method_not_allowed_fallback(|| async {
             (
@@ -489,9 +492,17 @@ async fn run_infer(
     };
     let body = read_body(s, headers, body).await?;
     let handle = s.info.repository.get(model, version)?;
-    let (request, opts) = codec::decode_request(model, version, body, header_len, &handle.config)?;
+    let (request, opts) = codec::decode_request(
+        model,
+        version,
+        body,
+        header_len,
+        &handle.config,
+        &s.info.shm,
+    )?;
     let requested = request.outputs.clone();
     let response = handle.infer(request).await?;
+    shm_io::write_outputs(&response, &requested)?;
     let encoded = codec::encode_response(&response, &requested, &opts);
     let coding = compression::accepted_coding(
         headers

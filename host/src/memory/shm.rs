@@ -1,0 +1,573 @@
+//! The shared-memory extensions: system (`/dev/shm`) and CUDA (IPC handle)
+//! regions that clients register by name, and the reads and writes that
+//! inference requests make through them.
+//!
+//! Regions are reference counted: unregistering removes the name at once, but
+//! a request already holding the region keeps its mapping alive until it is
+//! done, so an unregister during traffic never leaves a dangling pointer.
+//! Every offset and size is checked against the region before any access.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+
+use super::cuda::IpcMemory;
+use crate::core::{InferResponse, Parameter, Parameters, RequestedOutput};
+use crate::error::{Error, Result};
+
+/// Where a registered region's memory lives.
+enum Memory {
+    /// A mapping of a POSIX shared-memory object.
+    System(memmap2::MmapRaw),
+    /// A CUDA allocation of another process, opened from its IPC handle.
+    Cuda(IpcMemory),
+}
+
+/// A registered region.
+pub struct Region {
+    /// Name the client registered it under.
+    pub name: String,
+    /// System regions: the shm key and the offset into the object.
+    pub key: String,
+    /// System regions: offset of the region in the shm object.
+    pub offset: u64,
+    /// CUDA regions: the device.
+    pub device_id: i64,
+    /// Usable bytes.
+    pub byte_size: usize,
+    memory: Memory,
+}
+
+// SAFETY: the mapping / device pointer is owned by the region and only accessed
+// through bounds-checked copies; the memory itself is shared with the client by design.
+unsafe impl Send for Region {}
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn check(&self, offset: usize, len: usize, what: &str) -> Result<()> {
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.byte_size)
+        {
+            return Err(Error::invalid_arg(format!(
+                "{what}: offset {offset} + byte size {len} is outside shared memory region '{}' ({} bytes)",
+                self.name, self.byte_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// The bytes `[offset, offset+len)`. System regions are not copied: the
+    /// returned buffer keeps the mapping alive.
+    fn read(self: &Arc<Self>, offset: usize, len: usize, what: &str) -> Result<Bytes> {
+        self.check(offset, len, what)?;
+        match &self.memory {
+            Memory::System(_) => Ok(Bytes::from_owner(Slice {
+                region: self.clone(),
+                offset,
+                len,
+            })),
+            Memory::Cuda(m) => Ok(m.read(offset, len)?.into()),
+        }
+    }
+
+    /// Copies `data` to `offset`.
+    fn write(&self, offset: usize, data: &[u8], what: &str) -> Result<()> {
+        self.check(offset, data.len(), what)?;
+        match &self.memory {
+            Memory::System(map) => {
+                // SAFETY: bounds checked above; the mapping is writable and lives as long as `self`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        map.as_mut_ptr().add(offset),
+                        data.len(),
+                    )
+                };
+                Ok(())
+            }
+            Memory::Cuda(m) => m.write(offset, data),
+        }
+    }
+}
+
+/// A zero-copy view of part of a system region, owned by a `Bytes`.
+struct Slice {
+    region: Arc<Region>,
+    offset: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Slice {
+    fn as_ref(&self) -> &[u8] {
+        match &self.region.memory {
+            // SAFETY: `offset + len` was checked against the mapping, which the Arc keeps alive.
+            Memory::System(map) => unsafe {
+                std::slice::from_raw_parts(map.as_ptr().add(self.offset), self.len)
+            },
+            Memory::Cuda(_) => &[],
+        }
+    }
+}
+
+/// Where an output is to be written.
+#[derive(Clone)]
+pub struct OutputTarget {
+    region: Arc<Region>,
+    offset: usize,
+    byte_size: usize,
+}
+
+impl std::fmt::Debug for OutputTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}[{}..+{}]",
+            self.region.name, self.offset, self.byte_size
+        )
+    }
+}
+
+impl PartialEq for OutputTarget {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.region, &other.region)
+            && self.offset == other.offset
+            && self.byte_size == other.byte_size
+    }
+}
+
+impl OutputTarget {
+    /// The parameters Triton returns for an output written to shared memory.
+    pub fn response_parameters(&self, written: usize) -> Parameters {
+        let mut p = Parameters::new();
+        p.insert(
+            "shared_memory_region".into(),
+            Parameter::String(self.region.name.clone()),
+        );
+        p.insert(
+            "shared_memory_byte_size".into(),
+            Parameter::Int(written as i64),
+        );
+        if self.offset != 0 {
+            p.insert(
+                "shared_memory_offset".into(),
+                Parameter::Int(self.offset as i64),
+            );
+        }
+        p
+    }
+}
+
+/// Which registry a call is about.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// `/v2/systemsharedmemory`.
+    System,
+    /// `/v2/cudasharedmemory`.
+    Cuda,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::System => "system",
+            Kind::Cuda => "CUDA",
+        }
+    }
+}
+
+/// Status of one region, as the status calls report it.
+#[derive(Debug)]
+pub struct RegionStatus {
+    /// Region name.
+    pub name: String,
+    /// System: shm key.
+    pub key: String,
+    /// System: offset in the object.
+    pub offset: u64,
+    /// CUDA: device.
+    pub device_id: i64,
+    /// Size in bytes.
+    pub byte_size: u64,
+}
+
+/// Both registries, and whether clients may use them at all (`--allow-client-shm`).
+pub struct SharedMemory {
+    allowed: bool,
+    system: RwLock<BTreeMap<String, Arc<Region>>>,
+    cuda: RwLock<BTreeMap<String, Arc<Region>>>,
+}
+
+impl SharedMemory {
+    /// Empty registries; `allowed` = `--allow-client-shm`.
+    pub fn new(allowed: bool) -> Self {
+        SharedMemory {
+            allowed,
+            system: RwLock::default(),
+            cuda: RwLock::default(),
+        }
+    }
+
+    fn map(&self, kind: Kind) -> &RwLock<BTreeMap<String, Arc<Region>>> {
+        match kind {
+            Kind::System => &self.system,
+            Kind::Cuda => &self.cuda,
+        }
+    }
+
+    /// Refuses every shared-memory call unless `--allow-client-shm` is on.
+    pub fn check_allowed(&self) -> Result<()> {
+        if self.allowed {
+            Ok(())
+        } else {
+            Err(Error::unsupported(
+                "shared memory support is disabled on this server; start it with --allow-client-shm=true \
+                 to let clients register system or CUDA shared memory",
+            ))
+        }
+    }
+
+    fn insert(&self, kind: Kind, region: Region) -> Result<()> {
+        let mut map = self.map(kind).write().expect("shm registry poisoned");
+        if map.contains_key(&region.name) {
+            return Err(Error::already_exists(format!(
+                "shared memory region '{}' already in manager",
+                region.name
+            )));
+        }
+        tracing::info!(
+            region = %region.name,
+            kind = kind.label(),
+            bytes = region.byte_size,
+            "registered shared memory region"
+        );
+        map.insert(region.name.clone(), Arc::new(region));
+        Ok(())
+    }
+
+    /// Registers `[offset, offset+byte_size)` of the POSIX shm object `key`.
+    pub fn register_system(
+        &self,
+        name: &str,
+        key: &str,
+        offset: u64,
+        byte_size: u64,
+    ) -> Result<()> {
+        self.check_allowed()?;
+        if self.system.read().expect("poisoned").contains_key(name) {
+            return Err(Error::already_exists(format!(
+                "shared memory region '{name}' already in manager"
+            )));
+        }
+        let file_name = key.strip_prefix('/').unwrap_or(key);
+        if file_name.is_empty() || file_name.contains('/') || file_name == ".." {
+            return Err(Error::invalid_arg(format!(
+                "shared memory region '{name}': invalid key '{key}' (expected '/name')"
+            )));
+        }
+        let path = std::path::Path::new("/dev/shm").join(file_name);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| {
+                Error::invalid_arg(format!(
+                    "Unable to open shared memory region: '{key}' (region '{name}'): {e}"
+                ))
+            })?;
+        let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if byte_size == 0
+            || offset
+                .checked_add(byte_size)
+                .is_none_or(|end| end > file_len)
+        {
+            return Err(Error::invalid_arg(format!(
+                "shared memory region '{name}': offset {offset} + byte size {byte_size} is outside \
+                 shm object '{key}' ({file_len} bytes)"
+            )));
+        }
+        let map = memmap2::MmapOptions::new()
+            .offset(offset)
+            .len(byte_size as usize)
+            .map_raw(&file)
+            .map_err(|e| {
+                Error::internal(format!(
+                    "shared memory region '{name}': mapping '{key}' failed: {e}"
+                ))
+            })?;
+        self.insert(
+            Kind::System,
+            Region {
+                name: name.into(),
+                key: key.into(),
+                offset,
+                device_id: 0,
+                byte_size: byte_size as usize,
+                memory: Memory::System(map),
+            },
+        )
+    }
+
+    /// Registers a CUDA region from its serialized `cudaIpcMemHandle_t`.
+    pub fn register_cuda(
+        &self,
+        name: &str,
+        raw_handle: &[u8],
+        device_id: i64,
+        byte_size: u64,
+    ) -> Result<()> {
+        self.check_allowed()?;
+        if self.cuda.read().expect("poisoned").contains_key(name) {
+            return Err(Error::already_exists(format!(
+                "shared memory region '{name}' already in manager"
+            )));
+        }
+        let memory = IpcMemory::open(raw_handle, device_id, byte_size as usize)
+            .map_err(|e| e.context(format!("CUDA shared memory region '{name}'")))?;
+        self.insert(
+            Kind::Cuda,
+            Region {
+                name: name.into(),
+                key: String::new(),
+                offset: 0,
+                device_id,
+                byte_size: byte_size as usize,
+                memory: Memory::Cuda(memory),
+            },
+        )
+    }
+
+    /// Unregisters one region (`Some`) or all of a kind. Unknown names are not an error (as in Triton).
+    pub fn unregister(&self, kind: Kind, name: Option<&str>) -> Result<()> {
+        self.check_allowed()?;
+        let mut map = self.map(kind).write().expect("shm registry poisoned");
+        match name {
+            Some(n) => {
+                if map.remove(n).is_some() {
+                    tracing::info!(
+                        region = n,
+                        kind = kind.label(),
+                        "unregistered shared memory region"
+                    );
+                }
+            }
+            None => map.clear(),
+        }
+        Ok(())
+    }
+
+    /// Status of one region or all of a kind.
+    pub fn status(&self, kind: Kind, name: Option<&str>) -> Result<Vec<RegionStatus>> {
+        self.check_allowed()?;
+        let map = self.map(kind).read().expect("shm registry poisoned");
+        let render = |r: &Region| RegionStatus {
+            name: r.name.clone(),
+            key: r.key.clone(),
+            offset: r.offset,
+            device_id: r.device_id,
+            byte_size: r.byte_size as u64,
+        };
+        match name {
+            Some(n) => map.get(n).map(|r| vec![render(r)]).ok_or_else(|| {
+                Error::not_found(format!(
+                    "Unable to find {} shared memory region: '{n}'",
+                    kind.label()
+                ))
+            }),
+            None => Ok(map.values().map(|r| render(r)).collect()),
+        }
+    }
+
+    fn find(&self, name: &str) -> Result<Arc<Region>> {
+        self.check_allowed()?;
+        let found = self
+            .system
+            .read()
+            .expect("poisoned")
+            .get(name)
+            .cloned()
+            .or_else(|| self.cuda.read().expect("poisoned").get(name).cloned());
+        found.ok_or_else(|| {
+            Error::invalid_arg(format!("Unable to find shared memory region: '{name}'"))
+        })
+    }
+
+    /// The data of input `input` from `region` (`shared_memory_offset`/`byte_size` parameters).
+    pub fn input(
+        &self,
+        input: &str,
+        region: &str,
+        offset: usize,
+        byte_size: usize,
+    ) -> Result<Bytes> {
+        let r = self.find(region)?;
+        r.read(offset, byte_size, &format!("input '{input}'"))
+    }
+
+    /// Resolves the target of an output written to shared memory.
+    pub fn output(
+        &self,
+        output: &str,
+        region: &str,
+        offset: usize,
+        byte_size: usize,
+    ) -> Result<OutputTarget> {
+        let r = self.find(region)?;
+        r.check(offset, byte_size, &format!("output '{output}'"))?;
+        Ok(OutputTarget {
+            region: r,
+            offset,
+            byte_size,
+        })
+    }
+}
+
+/// Writes the outputs the client asked to receive in shared memory. An
+/// output larger than its target fails the request (nothing partial is written).
+pub fn write_outputs(resp: &InferResponse, requested: &[RequestedOutput]) -> Result<()> {
+    for r in requested {
+        let Some(target) = &r.shm else { continue };
+        let Some(t) = resp.outputs.iter().find(|t| t.name == r.name) else {
+            continue;
+        };
+        if t.data.len() > target.byte_size {
+            return Err(Error::invalid_arg(format!(
+                "shared memory size specified with the request for output '{}' ({} bytes) should be at \
+                 least {} bytes to hold the results",
+                r.name,
+                target.byte_size,
+                t.data.len()
+            )));
+        }
+    }
+    for r in requested {
+        let Some(target) = &r.shm else { continue };
+        if let Some(t) = resp.outputs.iter().find(|t| t.name == r.name) {
+            target
+                .region
+                .write(target.offset, &t.data, &format!("output '{}'", r.name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads the `shared_memory_region` / `_offset` / `_byte_size` parameters of
+/// an input or output; `None` when the tensor does not use shared memory.
+pub fn parameters(params: &Parameters, what: &str) -> Result<Option<(String, usize, usize)>> {
+    let region = match params.get("shared_memory_region") {
+        None => {
+            if params.contains_key("shared_memory_byte_size")
+                || params.contains_key("shared_memory_offset")
+            {
+                return Err(Error::invalid_arg(format!(
+                    "{what}: 'shared_memory_byte_size'/'shared_memory_offset' given without 'shared_memory_region'"
+                )));
+            }
+            return Ok(None);
+        }
+        Some(Parameter::String(s)) => s.clone(),
+        Some(_) => {
+            return Err(Error::invalid_arg(format!(
+                "{what}: 'shared_memory_region' must be a string"
+            )))
+        }
+    };
+    let int = |key: &str, required: bool| -> Result<usize> {
+        match params.get(key) {
+            None if !required => Ok(0),
+            None => Err(Error::invalid_arg(format!(
+                "{what}: 'shared_memory_region' requires '{key}'"
+            ))),
+            Some(Parameter::Int(n)) if *n >= 0 => Ok(*n as usize),
+            Some(_) => Err(Error::invalid_arg(format!(
+                "{what}: '{key}' must be a non-negative integer"
+            ))),
+        }
+    };
+    Ok(Some((
+        region,
+        int("shared_memory_offset", false)?,
+        int("shared_memory_byte_size", true)?,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{DataType, Tensor};
+
+    fn object(len: usize) -> (String, std::path::PathBuf) {
+        let key = format!("/tern_test_{}_{}", std::process::id(), rand_suffix());
+        let path = std::path::Path::new("/dev/shm").join(&key[1..]);
+        std::fs::write(&path, (0..len).map(|i| i as u8).collect::<Vec<u8>>()).unwrap();
+        (key, path)
+    }
+
+    fn rand_suffix() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        N.fetch_add(1, Ordering::Relaxed)
+    }
+
+    #[test]
+    fn register_read_write_and_bounds() {
+        let shm = SharedMemory::new(true);
+        let (key, path) = object(64);
+        shm.register_system("r", &key, 8, 32).unwrap();
+        assert_eq!(
+            shm.register_system("r", &key, 0, 8).unwrap_err().code,
+            crate::error::Code::AlreadyExists
+        );
+        let b = shm.input("x", "r", 4, 4).unwrap();
+        assert_eq!(&b[..], &[12, 13, 14, 15]);
+        assert!(shm
+            .input("x", "r", 30, 4)
+            .unwrap_err()
+            .message
+            .contains("outside"));
+        assert!(shm.input("x", "r", usize::MAX, 4).is_err());
+        assert!(shm
+            .input("x", "nope", 0, 4)
+            .unwrap_err()
+            .message
+            .contains("Unable to find"));
+        let target = shm.output("y", "r", 0, 8).unwrap();
+        let resp = InferResponse {
+            outputs: vec![Tensor::new("y", DataType::Uint8, vec![4], vec![9u8; 4])],
+            ..Default::default()
+        };
+        let req = vec![RequestedOutput {
+            name: "y".into(),
+            shm: Some(target),
+            ..Default::default()
+        }];
+        write_outputs(&resp, &req).unwrap();
+        assert_eq!(&std::fs::read(&path).unwrap()[8..12], &[9, 9, 9, 9]);
+        let small = shm.output("y", "r", 0, 2).unwrap();
+        let req = vec![RequestedOutput {
+            name: "y".into(),
+            shm: Some(small),
+            ..Default::default()
+        }];
+        assert!(write_outputs(&resp, &req)
+            .unwrap_err()
+            .message
+            .contains("at least 4 bytes"));
+        // A read outlives unregistration.
+        shm.unregister(Kind::System, Some("r")).unwrap();
+        assert_eq!(&b[..], &[12, 13, 14, 15]);
+        assert!(shm.status(Kind::System, Some("r")).is_err());
+        assert!(shm.register_system("big", &key, 0, 65).is_err());
+        assert!(shm.register_system("bad", "/../etc", 0, 1).is_err());
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn disabled_refuses_everything() {
+        let shm = SharedMemory::new(false);
+        let e = shm.status(Kind::System, None).unwrap_err();
+        assert_eq!(e.code, crate::error::Code::Unsupported);
+        assert!(shm.input("x", "r", 0, 1).is_err());
+    }
+}
