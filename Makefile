@@ -11,7 +11,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test setup build release unit e2e lint bench bench-reload bench-batching bench-grpc bench-plugins bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test setup build release unit e2e lint bench bench-reload bench-shm bench-batching bench-grpc bench-plugins bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins
 
@@ -68,6 +68,9 @@ bench: release
 bench-reload: release
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(PY) tests/bench/reload.py --tern $(CARGO_TARGET_DIR)/release/tern
+
+bench-shm: release
+	$(PY) tests/bench/shm.py --tern $(CARGO_TARGET_DIR)/release/tern
 
 bench-batching: release
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)

@@ -339,8 +339,14 @@ struct OnnxModel {
 /// The device of a model's first instance (where the load-time session opens).
 fn first_device(cfg: &ModelConfig) -> DeviceKind {
     match cfg.instance_group.first() {
+        // A GPU that does not exist is left to the scheduler, which names it in its error.
         Some(g) if g.kind == pb::model_instance_group::Kind::Gpu as i32 => {
-            DeviceKind::Gpu(g.gpus.first().copied().unwrap_or(0))
+            let gpu = g.gpus.first().copied().unwrap_or(0);
+            if gpu >= 0 && (gpu as usize) < crate::memory::cuda::devices().len() {
+                DeviceKind::Gpu(gpu)
+            } else {
+                DeviceKind::Cpu
+            }
         }
         _ => DeviceKind::Cpu,
     }

@@ -209,7 +209,18 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
             out.push(name)
         }
     };
-    note(cfg.optimization.is_some(), "optimization");
+    // Acted on: graph.level and execution_accelerators (ONNX Runtime).
+    note(
+        cfg.optimization.as_ref().is_some_and(|o| {
+            o.priority != 0
+                || o.cuda.is_some()
+                || o.input_pinned_memory.is_some()
+                || o.output_pinned_memory.is_some()
+                || o.gather_kernel_buffer_threshold != 0
+                || o.eager_batching
+        }),
+        "optimization (other than graph.level and execution_accelerators)",
+    );
     note(!cfg.batch_input.is_empty(), "batch_input");
     note(!cfg.batch_output.is_empty(), "batch_output");
     note(!cfg.cc_model_filenames.is_empty(), "cc_model_filenames");

@@ -168,6 +168,8 @@ fn driver_error(e: cudarc::driver::DriverError) -> Error {
 /// Page-locked host memory (`cuMemHostAlloc`); freed with [`free_pinned`].
 pub fn alloc_pinned(len: usize) -> Result<*mut u8> {
     require("pinned memory")?;
+    // Portable pinned memory serves every context, but the call needs a current one.
+    bind_thread(0)?;
     // SAFETY: plain allocation; the pointer is freed by `free_pinned`.
     unsafe { result::malloc_host(len, sys::CU_MEMHOSTALLOC_PORTABLE) }
         .map(|p| p as *mut u8)
@@ -179,6 +181,9 @@ pub fn alloc_pinned(len: usize) -> Result<*mut u8> {
 /// # Safety
 /// `ptr` must come from `alloc_pinned` and not be used afterwards.
 pub unsafe fn free_pinned(ptr: *mut u8) {
+    if bind_thread(0).is_err() {
+        return;
+    }
     if let Err(e) = result::free_host(ptr as *mut std::ffi::c_void) {
         tracing::warn!("cuMemFreeHost failed: {e}");
     }
