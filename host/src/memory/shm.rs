@@ -228,13 +228,19 @@ impl SharedMemory {
         }
     }
 
+    /// Refuses a name already registered (checked before the costly open, and again on insert).
+    fn check_free(&self, kind: Kind, name: &str) -> Result<()> {
+        self.check_allowed()?;
+        if self.map(kind).read().expect("poisoned").contains_key(name) {
+            return Err(already_in_manager(name));
+        }
+        Ok(())
+    }
+
     fn insert(&self, kind: Kind, region: Region) -> Result<()> {
         let mut map = self.map(kind).write().expect("shm registry poisoned");
         if map.contains_key(&region.name) {
-            return Err(Error::already_exists(format!(
-                "shared memory region '{}' already in manager",
-                region.name
-            )));
+            return Err(already_in_manager(&region.name));
         }
         tracing::info!(
             region = %region.name,
@@ -254,12 +260,7 @@ impl SharedMemory {
         offset: u64,
         byte_size: u64,
     ) -> Result<()> {
-        self.check_allowed()?;
-        if self.system.read().expect("poisoned").contains_key(name) {
-            return Err(Error::already_exists(format!(
-                "shared memory region '{name}' already in manager"
-            )));
-        }
+        self.check_free(Kind::System, name)?;
         let file_name = key.strip_prefix('/').unwrap_or(key);
         if file_name.is_empty() || file_name.contains('/') || file_name == ".." {
             return Err(Error::invalid_arg(format!(
@@ -317,12 +318,7 @@ impl SharedMemory {
         device_id: i64,
         byte_size: u64,
     ) -> Result<()> {
-        self.check_allowed()?;
-        if self.cuda.read().expect("poisoned").contains_key(name) {
-            return Err(Error::already_exists(format!(
-                "shared memory region '{name}' already in manager"
-            )));
-        }
+        self.check_free(Kind::Cuda, name)?;
         let memory = IpcMemory::open(raw_handle, device_id, byte_size as usize)
             .map_err(|e| e.context(format!("CUDA shared memory region '{name}'")))?;
         self.insert(
@@ -405,6 +401,26 @@ impl SharedMemory {
         r.read(offset, byte_size, &format!("input '{input}'"))
     }
 
+    /// The shared-memory target an output's parameters ask for, if any
+    /// (classification results cannot go to shared memory).
+    pub fn output_target(
+        &self,
+        output: &str,
+        params: &Parameters,
+        classification: bool,
+    ) -> Result<Option<OutputTarget>> {
+        let what = format!("output '{output}'");
+        let Some((region, offset, size)) = parameters(params, &what)? else {
+            return Ok(None);
+        };
+        if classification {
+            return Err(Error::invalid_arg(format!(
+                "{what}: classification results cannot be written to shared memory"
+            )));
+        }
+        self.output(output, &region, offset, size).map(Some)
+    }
+
     /// Resolves the target of an output written to shared memory.
     pub fn output(
         &self,
@@ -421,6 +437,10 @@ impl SharedMemory {
             byte_size,
         })
     }
+}
+
+fn already_in_manager(name: &str) -> Error {
+    Error::already_exists(format!("shared memory region '{name}' already in manager"))
 }
 
 /// Writes the outputs the client asked to receive in shared memory. An

@@ -211,17 +211,7 @@ pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<Infe
         let what = format!("output '{}'", out.name);
         let params = parameters(out.parameters, &what)?;
         let classification = classification_param(&out.name, &params)?;
-        let target = match shm::parameters(&params, &what)? {
-            Some((region, offset, size)) => {
-                if classification.is_some() {
-                    return Err(Error::invalid_arg(format!(
-                        "{what}: classification results cannot be written to shared memory"
-                    )));
-                }
-                Some(shm.output(&out.name, &region, offset, size)?)
-            }
-            None => None,
-        };
+        let target = shm.output_target(&out.name, &params, classification.is_some())?;
         outputs.push(RequestedOutput {
             name: out.name,
             classification,
