@@ -1,0 +1,44 @@
+"""Execution accelerators and GPU placement on a machine without them (CI):
+every configured accelerator must register, so a model asking for one the
+ONNX Runtime library lacks fails its load with a clear reason, and the
+server keeps serving the rest."""
+
+import os
+import shutil
+
+import tritonclient.http as httpclient
+
+CONFIG = """name: "{name}"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+instance_group [ {{ kind: KIND_CPU }} ]
+{extra}
+"""
+
+
+def test_unavailable_accelerators_fail_the_load_clearly(test_repo, tmp_path, start_tern):
+    src = os.path.join(test_repo, "onnx_identity_fp32", "1")
+    models = {
+        "plain": "",
+        "openvino": 'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "openvino" } ] } }',
+        "bogus": 'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "bogus" } ] } }',
+    }
+    for name, extra in models.items():
+        shutil.copytree(src, tmp_path / name / "1")
+        (tmp_path / name / "config.pbtxt").write_text(CONFIG.format(name=name, extra=extra))
+    t = start_tern([f"--model-repository={tmp_path}", "--exit-on-error=false"])
+    c = httpclient.InferenceServerClient(t.url)
+    index = {m["name"]: m for m in c.get_model_repository_index()}
+    assert index["plain"]["state"] == "READY"
+    assert index["openvino"]["state"] == "UNAVAILABLE"
+    assert "OpenVINO" in index["openvino"]["reason"] or "openvino" in index["openvino"]["reason"].lower()
+    assert "cpu_execution_accelerator 'bogus' is not supported" in index["bogus"]["reason"]
+    # The pinned pool needs CUDA: without it the gauges say 0, and GPU discovery is logged.
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://{t.metrics_url}/metrics").read().decode()
+    assert "nv_pinned_memory_pool_total_bytes 0" in text
+    assert "nv_gpu_utilization" not in text
+    assert any("no GPU:" in line for line in t.lines)
