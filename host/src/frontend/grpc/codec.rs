@@ -152,6 +152,11 @@ pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<Infe
     let version = crate::frontend::common::parse_version(&req.model_version)?;
     let mut inputs_params = Vec::with_capacity(req.inputs.len());
     for input in &req.inputs {
+        // Most inputs carry no parameters: skip the conversion on the hot path.
+        if input.parameters.is_empty() {
+            inputs_params.push(None);
+            continue;
+        }
         let what = format!("input '{}'", input.name);
         inputs_params.push(shm::parameters(
             &parameters(input.parameters.clone(), &what)?,
