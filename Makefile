@@ -11,7 +11,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test setup build release unit e2e lint bench bench-reload bench-shm bench-batching bench-grpc bench-plugins bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test setup build release unit e2e lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-batching bench-grpc bench-plugins bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins
 
@@ -32,16 +32,47 @@ models: $(VENV)/.stamp
 
 # WebAssembly plugins (plugins/, own cargo workspace) and the examples served from model_repository/.
 WASM_OUT := $(CARGO_TARGET_DIR)/wasm32-wasip2/release
-EXAMPLE_PLUGINS := add_sub simple_identity bert_tokenizer embed_pool greedy_decoder
+EXAMPLE_PLUGINS := add_sub simple_identity bert_tokenizer embed_pool greedy_decoder prep_rust
 plugins:
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 	cd plugins && $(CARGO) build --release --target wasm32-wasip2
 	@for p in $(EXAMPLE_PLUGINS); do mkdir -p model_repository/$$p/1 && cp $(WASM_OUT)/$$p.wasm model_repository/$$p/1/model.wasm; done
 
+# Plugins in Python, JavaScript and C, built by `tern plugin build` (so the
+# binary must exist first) with toolchains make installs: componentize-py
+# (venv), jco (npm, under .cache/jco), clang + wasi-libc (apt).
+JCO := .cache/jco/node_modules/.bin/jco
+export TERN_JCO := $(CURDIR)/$(JCO)
+export TERN_COMPONENTIZE_PY := $(CURDIR)/$(VENV)/bin/componentize-py
+LANG_PLUGINS := prep_python prep_js prep_c misbehave_python
+LANG_EXAMPLES := prep_python prep_js prep_c
+TERN_TOOL ?= $(CARGO_TARGET_DIR)/debug/tern
+
+$(JCO):
+	npm install --prefix .cache/jco --no-audit --no-fund @bytecodealliance/jco@1.35.0
+
+c-toolchain:
+	@command -v clang >/dev/null && test -f /usr/lib/wasm32-wasi/libc.a && test -f "$$(clang --print-resource-dir)/lib/wasi/libclang_rt.builtins-wasm32.a" \
+		|| (apt-get update -qq && apt-get install -y -qq clang lld wasi-libc libclang-rt-dev-wasm32)
+
+toolchains: $(VENV)/.stamp $(JCO) c-toolchain
+	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+$(WASM_OUT)/%.wasm: plugins/%/app.py guest-sdk/python/tern_plugin.py wit/plugin.wit | $(TERN_TOOL)
+	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/python -o $@
+$(WASM_OUT)/%.wasm: plugins/%/model.js guest-sdk/js/tern.js wit/plugin.wit | $(TERN_TOOL)
+	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/js -o $@
+$(WASM_OUT)/%.wasm: plugins/%/model.c guest-sdk/c/tern_plugin.c guest-sdk/c/tern_plugin.h wit/plugin.wit | $(TERN_TOOL)
+	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/c -o $@
+
+lang-plugins: toolchains $(foreach p,$(LANG_PLUGINS),$(WASM_OUT)/$(p).wasm)
+	@for p in $(LANG_EXAMPLES); do mkdir -p model_repository/$$p/1 && cp $(WASM_OUT)/$$p.wasm model_repository/$$p/1/model.wasm; done
+
 release: setup
 	$(CARGO) build --release -p tern
 
 run: release
+	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	$(CARGO_TARGET_DIR)/release/tern --model-repository=model_repository
 
 lint:
@@ -51,10 +82,11 @@ lint:
 # Unit + Rust integration tests (debug profile); the same build's binary drives the e2e tests.
 unit: setup
 	$(CARGO) test --workspace
-	cd plugins && $(CARGO) test -p wordpiece
+	cd plugins && $(CARGO) test -p wordpiece -p prep_rust
 
 e2e: setup
 	$(CARGO) build --workspace
+	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests -q
 
 test: setup lint unit e2e

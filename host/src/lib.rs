@@ -11,6 +11,7 @@ pub mod frontend;
 pub mod logging;
 pub mod memory;
 pub mod metrics;
+pub mod plugin_tool;
 pub mod proto;
 pub mod repository;
 pub mod scheduler;

@@ -1,4 +1,5 @@
-//! The `tern` binary: parse flags, set up logging, serve until SIGINT/SIGTERM.
+//! The `tern` binary: parse flags, set up logging, serve until SIGINT/SIGTERM;
+//! `tern plugin new|build` scaffolds and builds WebAssembly plugins.
 
 use std::process::ExitCode;
 
@@ -6,7 +7,11 @@ use tern::cli::Args;
 use tern::server;
 
 fn main() -> ExitCode {
-    let args = match Args::parse_checked(std::env::args_os()) {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "plugin") {
+        return tern::plugin_tool::main(argv[2..].to_vec());
+    }
+    let args = match Args::parse_checked(argv) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");

@@ -1,0 +1,630 @@
+"""Write Tern plugins in Python (componentize-py).
+
+A plugin is a model whose implementation is a WebAssembly component of the
+`tern:plugin` world (`wit/plugin.wit`). This module is a thin layer over the
+bindings componentize-py generates, with the names Triton's Python backend
+users know from `triton_python_backend_utils`, so a `model.py` ports with
+few changes:
+
+    import tern_plugin as pb_utils
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            self.config = json.loads(args["model_config"])
+
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_list()
+                out = pb_utils.Tensor("OUTPUT0", [x * 2 for x in a], "FP32")
+                responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+            return responses
+
+    Model = pb_utils.export(TritonPythonModel)   # what the component exports
+
+Build: `tern plugin build <dir>` (or `componentize-py -d wit -w plugin
+componentize -p <dir with tern_plugin.py> app -o 1/model.wasm`).
+
+There is no numpy inside the sandbox: tensors convert to and from lists,
+`array.array` and bytes instead (`as_list`, `as_array`, `as_bytes`,
+`as_strings`).
+"""
+
+import array
+import json
+import struct
+import sys
+
+from componentize_py_types import Err, Ok
+from wit_world.imports import host as _host
+from wit_world.imports import types as _t
+
+__all__ = [
+    "Batch",
+    "InferenceRequest",
+    "InferenceResponse",
+    "Logger",
+    "MetricFamily",
+    "Request",
+    "Tensor",
+    "TritonError",
+    "export",
+    "gather",
+    "get_input_tensor_by_name",
+    "get_output_tensor_by_name",
+    "log",
+]
+
+# Wire name -> (WIT enum, struct code, element size, array typecode or None).
+_DTYPES = {
+    "BOOL": (_t.DataType.BOOL, "?", 1, None),
+    "UINT8": (_t.DataType.UINT8, "B", 1, "B"),
+    "UINT16": (_t.DataType.UINT16, "H", 2, "H"),
+    "UINT32": (_t.DataType.UINT32, "I", 4, "I"),
+    "UINT64": (_t.DataType.UINT64, "Q", 8, "Q"),
+    "INT8": (_t.DataType.INT8, "b", 1, "b"),
+    "INT16": (_t.DataType.INT16, "h", 2, "h"),
+    "INT32": (_t.DataType.INT32, "i", 4, "i"),
+    "INT64": (_t.DataType.INT64, "q", 8, "q"),
+    "FP16": (_t.DataType.FP16, "e", 2, None),
+    "FP32": (_t.DataType.FP32, "f", 4, "f"),
+    "FP64": (_t.DataType.FP64, "d", 8, "d"),
+    "BYTES": (_t.DataType.BYTES, None, 0, None),
+    "BF16": (_t.DataType.BF16, None, 2, None),
+}
+_NAMES = {v[0]: k for k, v in _DTYPES.items()}
+_TYPECODES = {v[3]: k for k, v in _DTYPES.items() if v[3]}
+_BIG_ENDIAN = sys.byteorder == "big"
+
+
+def _dtype(name):
+    if name in _DTYPES:
+        return name
+    raise TritonError(f"unknown datatype '{name}'", TritonError.INVALID_ARG)
+
+
+def _count(shape):
+    n = 1
+    for d in shape:
+        n *= max(int(d), 0)
+    return n
+
+
+class TritonError(Exception):
+    """An error with one of Triton's codes (`TritonError.INVALID_ARG` ...).
+
+    Raise it from `execute` (all requests fail with it) or put it in an
+    `InferenceResponse(error=...)` (that request alone fails).
+    """
+
+    UNKNOWN = _t.ErrorCode.UNKNOWN
+    INTERNAL = _t.ErrorCode.INTERNAL
+    NOT_FOUND = _t.ErrorCode.NOT_FOUND
+    INVALID_ARG = _t.ErrorCode.INVALID_ARG
+    UNAVAILABLE = _t.ErrorCode.UNAVAILABLE
+    UNSUPPORTED = _t.ErrorCode.UNSUPPORTED
+    ALREADY_EXISTS = _t.ErrorCode.ALREADY_EXISTS
+    CANCELLED = _t.ErrorCode.CANCELLED
+
+    def __init__(self, message, code=_t.ErrorCode.INTERNAL):
+        super().__init__(message)
+        self._message = str(message)
+        self._code = code
+
+    def message(self):
+        """The message."""
+        return self._message
+
+    def code(self):
+        """The code (a `TritonError.*` constant)."""
+        return self._code
+
+    def _wit(self):
+        return _t.Error(code=self._code, message=self._message)
+
+
+def _encode_strings(items):
+    parts = []
+    for s in items:
+        b = s.encode("utf-8") if isinstance(s, str) else bytes(s)
+        parts.append(struct.pack("<I", len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def _decode_strings(name, data):
+    out, i, n = [], 0, len(data)
+    while i < n:
+        if i + 4 > n:
+            raise TritonError(f"tensor '{name}': truncated BYTES element length", TritonError.INVALID_ARG)
+        (size,) = struct.unpack_from("<I", data, i)
+        i += 4
+        if i + size > n:
+            raise TritonError(f"tensor '{name}': BYTES element overruns the data", TritonError.INVALID_ARG)
+        out.append(bytes(data[i : i + size]))
+        i += size
+    return out
+
+
+class Tensor:
+    """A tensor: name, datatype (`"FP32"`, ... `"BYTES"`), shape and data.
+
+    `Tensor(name, values, datatype=None, shape=None)`: `values` is a list or
+    tuple of numbers, an `array.array`, or for BYTES a list of `str`/`bytes`.
+    Without `datatype` it follows the values (array typecode; `str`/`bytes`
+    -> BYTES; `bool` -> BOOL, `int` -> INT64, `float` -> FP64 like numpy).
+    Without `shape` the tensor is one-dimensional.
+    """
+
+    __slots__ = ("_name", "_dtype", "_shape", "_data")
+
+    def __init__(self, name, values, datatype=None, shape=None):
+        if isinstance(values, array.array):
+            datatype = datatype or _TYPECODES.get(values.typecode)
+        elif datatype is None:
+            first = values[0] if len(values) else 0.0
+            if isinstance(first, (str, bytes, bytearray)):
+                datatype = "BYTES"
+            elif isinstance(first, bool):
+                datatype = "BOOL"
+            elif isinstance(first, int):
+                datatype = "INT64"
+            else:
+                datatype = "FP64"
+        if datatype is None:
+            raise TritonError(f"tensor '{name}': give a datatype", TritonError.INVALID_ARG)
+        self._name = name
+        self._dtype = _dtype(datatype)
+        self._shape = [len(values)] if shape is None else [int(d) for d in shape]
+        if _count(self._shape) != len(values):
+            raise TritonError(
+                f"tensor '{name}': shape {self._shape} holds {_count(self._shape)} element(s), got {len(values)}",
+                TritonError.INVALID_ARG,
+            )
+        self._data = _pack(name, self._dtype, values)
+
+    @classmethod
+    def from_bytes(cls, name, datatype, shape, data):
+        """A tensor from raw little-endian bytes (Triton's wire layout)."""
+        t = cls.__new__(cls)
+        t._name, t._dtype, t._shape, t._data = name, _dtype(datatype), [int(d) for d in shape], bytes(data)
+        return t
+
+    @classmethod
+    def _from_wit(cls, w):
+        return cls.from_bytes(w.name, _NAMES[w.datatype], w.shape, w.data)
+
+    def _wit(self, name=None):
+        return _t.Tensor(name=name or self._name, datatype=_DTYPES[self._dtype][0], shape=self._shape, data=self._data)
+
+    def name(self):
+        """The tensor's name."""
+        return self._name
+
+    def datatype(self):
+        """The wire datatype name, e.g. `"FP32"`."""
+        return self._dtype
+
+    def type(self):
+        """Alias of `datatype()`."""
+        return self._dtype
+
+    def shape(self):
+        """The shape (a list of ints)."""
+        return list(self._shape)
+
+    def as_bytes(self):
+        """The raw data (BYTES: Triton's length-prefixed encoding)."""
+        return self._data
+
+    def as_array(self):
+        """The values as an `array.array` (numeric types other than FP16/BF16/BOOL)."""
+        code = _DTYPES[self._dtype][3]
+        if code is None:
+            raise TritonError(f"tensor '{self._name}': {self._dtype} has no array form; use as_list()", TritonError.INVALID_ARG)
+        a = array.array(code)
+        a.frombytes(self._data)
+        if _BIG_ENDIAN:
+            a.byteswap()
+        return a
+
+    def as_list(self):
+        """The values as a flat list (BYTES: a list of `bytes`)."""
+        d = self._dtype
+        if d == "BYTES":
+            return _decode_strings(self._name, self._data)
+        if d == "BF16":
+            return [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in _unpack("H", 2, self._data)]
+        code, size = _DTYPES[d][1], _DTYPES[d][2]
+        if _DTYPES[d][3]:
+            return self.as_array().tolist()
+        return _unpack(code, size, self._data)
+
+    def as_strings(self):
+        """A BYTES tensor's elements decoded as UTF-8 strings."""
+        if self._dtype != "BYTES":
+            raise TritonError(f"tensor '{self._name}' is {self._dtype}, not BYTES", TritonError.INVALID_ARG)
+        try:
+            return [b.decode("utf-8") for b in self.as_list()]
+        except UnicodeDecodeError:
+            raise TritonError(f"tensor '{self._name}' holds a string that is not UTF-8", TritonError.INVALID_ARG) from None
+
+    def as_numpy(self):
+        """Unavailable: numpy does not run inside the WASM sandbox."""
+        raise TritonError(
+            "numpy is not available inside a Tern plugin; use as_list(), as_array() or as_strings()",
+            TritonError.UNSUPPORTED,
+        )
+
+    def __repr__(self):
+        return f"Tensor({self._name!r}, {self._dtype}, {self._shape})"
+
+
+def _unpack(code, size, data):
+    n = len(data) // size
+    return list(struct.unpack(f"<{n}{code}", data[: n * size]))
+
+
+def _pack(name, dtype, values):
+    if dtype == "BYTES":
+        return _encode_strings(values)
+    if dtype == "BF16":
+        return b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", v))[0] >> 16) for v in values)
+    code, size, tc = _DTYPES[dtype][1], _DTYPES[dtype][2], _DTYPES[dtype][3]
+    try:
+        if tc:
+            a = values if isinstance(values, array.array) and values.typecode == tc else array.array(tc, values)
+            if _BIG_ENDIAN:
+                a = array.array(tc, a)
+                a.byteswap()
+            return a.tobytes()
+        return struct.pack(f"<{len(values)}{code}", *values)
+    except (OverflowError, TypeError, struct.error) as e:
+        raise TritonError(f"tensor '{name}': values do not fit {dtype}: {e}", TritonError.INVALID_ARG) from None
+
+
+def _param_value(v):
+    return v.value
+
+
+class Request:
+    """One inference request (what `execute` receives), Triton-style accessors."""
+
+    __slots__ = ("_w", "_inputs")
+
+    def __init__(self, w):
+        self._w = w
+        self._inputs = None
+
+    def inputs(self):
+        """All input tensors."""
+        if self._inputs is None:
+            self._inputs = [Tensor._from_wit(t) for t in self._w.inputs]
+        return self._inputs
+
+    def request_id(self):
+        """The client's request id ('' when none)."""
+        return self._w.id
+
+    def requested_output_names(self):
+        """Outputs the client asked for (empty: all)."""
+        return list(self._w.requested_outputs)
+
+    def parameters(self):
+        """Request parameters as a JSON string (as Triton's `parameters()`)."""
+        return json.dumps({p.key: _param_value(p.value) for p in self._w.parameters})
+
+    def parameter(self, key, default=None):
+        """One request parameter's value."""
+        for p in self._w.parameters:
+            if p.key == key:
+                return _param_value(p.value)
+        return default
+
+    def correlation_id(self):
+        """The sequence correlation id (0 when none, as Triton)."""
+        c = self._w.correlation_id
+        return 0 if isinstance(c, _t.CorrelationId_None_) else c.value
+
+    def flags(self):
+        """Sequence flags: START = 1, END = 2."""
+        return self._w.flags
+
+
+def get_input_tensor_by_name(request, name):
+    """The request's input `name`, or None."""
+    for t in request.inputs():
+        if t.name() == name:
+            return t
+    return None
+
+
+def get_output_tensor_by_name(response, name):
+    """A (BLS) response's output `name`, or None."""
+    for t in response.output_tensors():
+        if t.name() == name:
+            return t
+    return None
+
+
+class InferenceResponse:
+    """A response: output tensors, or an error for this request alone."""
+
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        self._outputs = list(output_tensors or [])
+        self._error = error
+        self._parameters = dict(parameters or {})
+
+    def output_tensors(self):
+        """The outputs."""
+        return self._outputs
+
+    def has_error(self):
+        """Whether this response is an error."""
+        return self._error is not None
+
+    def error(self):
+        """The `TritonError`, or None."""
+        return self._error
+
+    def parameters(self):
+        """Response parameters as a JSON string."""
+        return json.dumps(self._parameters)
+
+    def _wit(self):
+        if self._error is not None:
+            e = self._error if isinstance(self._error, TritonError) else TritonError(str(self._error))
+            return Err(e._wit())
+        return Ok(
+            _t.Response(
+                outputs=[t._wit() for t in self._outputs],
+                parameters=[_t.Parameter(key=k, value=_wit_param(v)) for k, v in self._parameters.items()],
+            )
+        )
+
+
+def _wit_param(v):
+    if isinstance(v, bool):
+        return _t.ParameterValue_Bool(v)
+    if isinstance(v, int):
+        return _t.ParameterValue_Int(v)
+    if isinstance(v, float):
+        return _t.ParameterValue_Double(v)
+    return _t.ParameterValue_String(str(v))
+
+
+class InferenceRequest:
+    """A BLS request to another model of the server, run in-process.
+
+    `InferenceRequest(model_name, inputs, requested_output_names=None,
+    model_version=-1, request_id="", parameters=None).exec()` returns an
+    `InferenceResponse`; check `has_error()` as with Triton.
+    """
+
+    def __init__(self, model_name, inputs, requested_output_names=None, model_version=-1, request_id="", parameters=None):
+        self.model_name = model_name
+        self.inputs = list(inputs)
+        self.requested_output_names = list(requested_output_names or [])
+        self.model_version = int(model_version)
+        self.request_id = request_id
+        self.parameters = dict(parameters or {})
+
+    def exec(self):
+        """Runs the request and waits for its response (errors come back in it)."""
+        req = _t.InferRequest(
+            model_name=self.model_name,
+            model_version=self.model_version,
+            id=self.request_id,
+            inputs=[t._wit() for t in self.inputs],
+            requested_outputs=self.requested_output_names,
+            parameters=[_t.Parameter(key=k, value=_wit_param(v)) for k, v in self.parameters.items()],
+        )
+        try:
+            resp = _host.infer(req)
+        except Err as e:
+            return InferenceResponse(error=TritonError(e.value.message, e.value.code))
+        params = {p.key: _param_value(p.value) for p in resp.parameters}
+        return InferenceResponse(output_tensors=[Tensor._from_wit(t) for t in resp.outputs], parameters=params)
+
+
+def log(level, message):
+    """Writes to the server's log: level is "error", "warn", "info" or "verbose"."""
+    _host.log(getattr(_host.LogLevel, level.upper()), str(message))
+
+
+class Logger:
+    """Triton's `pb_utils.Logger`."""
+
+    @staticmethod
+    def log_info(message):
+        log("info", message)
+
+    @staticmethod
+    def log_warn(message):
+        log("warn", message)
+
+    @staticmethod
+    def log_error(message):
+        log("error", message)
+
+    @staticmethod
+    def log_verbose(message):
+        log("verbose", message)
+
+
+class MetricFamily:
+    """A custom metric family exposed on the server's metrics endpoint
+    (Triton's `pb_utils.MetricFamily`): `MetricFamily(name, description,
+    kind=MetricFamily.COUNTER, buckets=None).Metric(labels={...})`.
+    """
+
+    COUNTER = _host.MetricKind.COUNTER
+    GAUGE = _host.MetricKind.GAUGE
+    HISTOGRAM = _host.MetricKind.HISTOGRAM
+
+    def __init__(self, name, description, kind, buckets=None):
+        try:
+            self._id = _host.metric_family(name, description, kind, [float(b) for b in buckets or []])
+        except Err as e:
+            raise TritonError(e.value.message, e.value.code) from None
+
+    def Metric(self, labels=None):  # noqa: N802 (Triton's name)
+        """A metric of this family with fixed labels."""
+        return _Metric(self._id, sorted((str(k), str(v)) for k, v in (labels or {}).items()))
+
+
+class _Metric:
+    def __init__(self, family, labels):
+        self._family, self._labels = family, labels
+
+    def _call(self, f, value):
+        try:
+            f(self._family, self._labels, float(value))
+        except Err as e:
+            raise TritonError(e.value.message, e.value.code) from None
+
+    def increment(self, value=1.0):
+        """Counter or gauge: adds `value`."""
+        self._call(_host.metric_record, value)
+
+    def observe(self, value):
+        """Histogram: records one observation."""
+        self._call(_host.metric_record, value)
+
+    def set(self, value):
+        """Gauge: sets the value."""
+        self._call(_host.metric_set, value)
+
+
+class Batch:
+    """One input gathered across a request list (see `gather`)."""
+
+    def __init__(self, name, datatype, values, sizes, inner_shape):
+        self.name = name
+        self.datatype = datatype
+        #: All values, request after request (array.array or list).
+        self.values = values
+        #: Each request's batch size (its first dimension).
+        self.sizes = sizes
+        #: The dimensions after the batch dimension.
+        self.inner_shape = inner_shape
+
+    def total(self):
+        """Total rows."""
+        return sum(self.sizes)
+
+    def split(self, name, values, datatype=None, inner_shape=None):
+        """Splits batch-wide output values back into one tensor per request."""
+        inner = self.inner_shape if inner_shape is None else list(inner_shape)
+        row = _count(inner)
+        if len(values) != row * self.total():
+            raise TritonError(f"output '{name}': {len(values)} values for a batch of {self.total()} rows of {row}")
+        dt = datatype or (None if isinstance(values, array.array) else self.datatype)
+        out, at = [], 0
+        for n in self.sizes:
+            out.append(Tensor(name, values[at : at + n * row], dt, [n] + inner))
+            at += n * row
+        return out
+
+
+def gather(requests, name):
+    """Concatenates input `name` of every request along the batch dimension
+    (models with `max_batch_size > 0`). Numeric values come as an
+    `array.array` when the type has one, else a list."""
+    parts, sizes, inner, dtype = [], [], None, None
+    for r in requests:
+        t = get_input_tensor_by_name(r, name)
+        if t is None:
+            raise TritonError(f"request has no input '{name}'", TritonError.INVALID_ARG)
+        shape = t.shape()
+        if not shape:
+            raise TritonError(f"input '{name}' has no batch dimension", TritonError.INVALID_ARG)
+        if inner is None:
+            inner, dtype = shape[1:], t.datatype()
+        elif shape[1:] != inner:
+            raise TritonError(
+                f"input '{name}': requests in one batch have different shapes ({shape[1:]} vs {inner})",
+                TritonError.INVALID_ARG,
+            )
+        sizes.append(shape[0])
+        parts.append(t)
+    if dtype is None:
+        return Batch(name, None, [], [], [])
+    if _DTYPES[dtype][3]:
+        values = array.array(_DTYPES[dtype][3])
+        for t in parts:
+            values.frombytes(t.as_bytes())
+        if _BIG_ENDIAN:
+            values.byteswap()
+    else:
+        values = [v for t in parts for v in t.as_list()]
+    return Batch(name, dtype, values, sizes, inner)
+
+
+def _context_args(ctx):
+    kind = {_t.InstanceKind.CPU: "CPU", _t.InstanceKind.GPU: "GPU", _t.InstanceKind.MODEL: "MODEL"}[ctx.instance_kind]
+    return {
+        "model_config": ctx.config_json,
+        "model_instance_kind": kind,
+        "model_instance_name": ctx.instance_name,
+        "model_instance_device_id": str(ctx.device_id),
+        "model_repository": ctx.repository_path,
+        "model_version": str(ctx.model_version),
+        "model_name": ctx.model_name,
+    }
+
+
+def _as_error(exc):
+    if isinstance(exc, TritonError):
+        return exc._wit()
+    return _t.Error(code=_t.ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+
+
+def export(model_class):
+    """Wraps a `TritonPythonModel`-style class (`initialize(args)`,
+    `execute(requests)`, `finalize()`, all optional but `execute`) as the
+    `model` interface the component exports: assign the result to `Model`
+    in the app module. One object lives per model instance; an exception
+    from `execute` fails every request of the batch with its message
+    (`TritonError` keeps its code)."""
+
+    state = {}
+
+    class Model:
+        def initialize(self, ctx):
+            try:
+                m = model_class()
+                if hasattr(m, "initialize"):
+                    m.initialize(_context_args(ctx))
+            except Exception as e:  # noqa: BLE001 (every failure fails the load)
+                raise Err(_as_error(e)) from None
+            state["model"] = m
+
+        def execute(self, requests):
+            m = state.get("model")
+            if m is None:
+                return [Err(_t.Error(code=_t.ErrorCode.INTERNAL, message="execute called before initialize"))] * len(requests)
+            try:
+                responses = m.execute([Request(r) for r in requests])
+                if responses is None or len(responses) != len(requests):
+                    n = "None" if responses is None else len(responses)
+                    raise TritonError(f"execute returned {n} response(s) for {len(requests)} request(s)")
+                return [_response(r) for r in responses]
+            except Exception as e:  # noqa: BLE001 (reported to every request)
+                err = _as_error(e)
+                return [Err(err) for _ in requests]
+
+        def finalize(self):
+            m = state.pop("model", None)
+            if m is not None and hasattr(m, "finalize"):
+                m.finalize()
+
+    return Model
+
+
+def _response(r):
+    if isinstance(r, InferenceResponse):
+        return r._wit()
+    if isinstance(r, TritonError):
+        return Err(r._wit())
+    raise TritonError(f"execute must return InferenceResponse objects, got {type(r).__name__}")

@@ -1,0 +1,132 @@
+//! `tern plugin new|build`: scaffolding and building WebAssembly plugins in
+//! Rust, Python, JavaScript and C. `new` writes a ready-to-build folder (a
+//! `config.pbtxt`, the source skeleton, the WIT contract and the language's
+//! guest SDK, all embedded in this binary); `build` finds the language's
+//! toolchain, runs it and writes `<dir>/1/model.wasm`.
+
+mod build;
+mod scaffold;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+pub use build::{build, BuildOptions};
+pub use scaffold::create;
+
+/// A plugin language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Lang {
+    /// Rust (cargo, wasm32-wasip2).
+    Rust,
+    /// Python (componentize-py).
+    Python,
+    /// JavaScript (jco componentize, QuickJS).
+    Js,
+    /// C (clang for wasm32-wasi + wasm-component-ld).
+    C,
+}
+
+impl Lang {
+    /// The language's display name.
+    pub fn label(self) -> &'static str {
+        match self {
+            Lang::Rust => "Rust",
+            Lang::Python => "Python",
+            Lang::Js => "JavaScript",
+            Lang::C => "C",
+        }
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tern plugin",
+    about = "Create and build Tern WebAssembly plugins"
+)]
+struct PluginCli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Creates a plugin folder: config.pbtxt, source skeleton, wit/ and the guest SDK.
+    New {
+        /// Folder to create; its last component is the model name.
+        dir: PathBuf,
+        /// Plugin language.
+        #[arg(long, value_enum)]
+        lang: Lang,
+    },
+    /// Builds <dir> into <dir>/1/model.wasm with the language's toolchain.
+    Build {
+        /// The plugin folder.
+        dir: PathBuf,
+        /// Output file (default <dir>/1/model.wasm).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Folder with the WIT contract (default <dir>/wit).
+        #[arg(long)]
+        wit: Option<PathBuf>,
+        /// Folder with the guest SDK (default <dir>/sdk; unused for Rust).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+}
+
+/// Runs `tern plugin ...` (`args` starts after `plugin`); messages go to
+/// stderr because this is an interactive tool, not the server.
+pub fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let cli = match PluginCli::try_parse_from(
+        std::iter::once(std::ffi::OsString::from("tern plugin")).chain(args),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let result = match cli.command {
+        Command::New { dir, lang } => create(&dir, lang).map(|files| {
+            eprintln!(
+                "created {} plugin '{}' ({} files); build it with: tern plugin build {}",
+                lang.label(),
+                dir.display(),
+                files,
+                dir.display()
+            );
+        }),
+        Command::Build {
+            dir,
+            output,
+            wit,
+            sdk,
+        } => build(&BuildOptions {
+            dir,
+            output,
+            wit,
+            sdk,
+        })
+        .map(|(lang, out, size)| {
+            eprintln!(
+                "built {} plugin: {} ({} bytes)",
+                lang.label(),
+                out.display(),
+                size
+            );
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
