@@ -323,6 +323,30 @@ impl Instance for WasmInstance {
             .call_execute(&mut *store, &requests);
         timing.infer_done = Some(Instant::now());
         match result {
+            // The plugin survived a refused memory.grow (Python's MemoryError,
+            // a NULL from malloc): its answers stand, failures say why, and the
+            // instance restarts because its memory is now at the cap for good.
+            Ok(results) if results.len() == batch.len() && store.data().limits.hit => {
+                let why = format!(
+                    "model '{}' instance '{}' hit its memory cap of {} bytes (max_memory_bytes); the instance was restarted",
+                    m.name, self.spec.name, m.sandbox.max_memory
+                );
+                let out = results
+                    .into_iter()
+                    .zip(batch)
+                    .map(|(r, req)| {
+                        let r = r.map_err(|mut e| {
+                            e.message = format!("{why}: {}", e.message);
+                            e
+                        });
+                        response(&m, req, r)
+                    })
+                    .collect();
+                m.counters.record(true, false);
+                tracing::error!(model = %m.name, instance = %self.spec.name, "plugin hit its memory cap; restarting the instance");
+                self.restart();
+                out
+            }
             Ok(results) if results.len() == batch.len() => results
                 .into_iter()
                 .zip(batch)

@@ -125,7 +125,7 @@ fn find_tool(env: &str, name: &str, extra: &[PathBuf], hint: &str) -> Result<Pat
         })
 }
 
-/// Runs `cmd`, turning a failure into an error with its output's tail
+/// Runs `cmd`, turning a failure into an error with its output
 /// (and `fail_hint` when a failure may mean a missing piece of toolchain).
 fn run(mut cmd: Command, what: &str, hint: &str, fail_hint: Option<&str>) -> Result<()> {
     tracing::debug!("running {cmd:?}");
@@ -137,9 +137,13 @@ fn run(mut cmd: Command, what: &str, hint: &str, fail_hint: Option<&str>) -> Res
     }
     let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stdout));
-    let tail: Vec<&str> = text.lines().rev().take(25).collect();
-    let tail: Vec<&str> = tail.into_iter().rev().collect();
-    let mut msg = format!("{what} failed ({}):\n{}", out.status, tail.join("\n"));
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let shown = if lines.len() > 40 {
+        [&lines[..30], &["..."], &lines[lines.len() - 8..]].concat()
+    } else {
+        lines
+    };
+    let mut msg = format!("{what} failed ({}):\n{}", out.status, shown.join("\n"));
     if let Some(h) = fail_hint {
         msg.push_str(&format!("\n({h})"));
     }
@@ -197,7 +201,9 @@ fn python(dir: &Path, wit: &Path, sdk: &Path, out: &Path) -> Result<()> {
     let hint = "install it with: pip install componentize-py==0.25.1";
     let tool = find_tool("TERN_COMPONENTIZE_PY", "componentize-py", &[], hint)?;
     let mut cmd = Command::new(tool);
+    // componentize-py is Rust inside: a backtrace would bury the Python error.
     cmd.current_dir(dir)
+        .env("RUST_BACKTRACE", "0")
         .arg("-d")
         .arg(wit)
         .args(["-w", "plugin", "componentize", "-p"])

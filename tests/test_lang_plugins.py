@@ -1,0 +1,261 @@
+"""Plugins in Python, JavaScript and C end to end.
+
+* The `prep_*` example (add_sub + text normalisation + hashed word ids) in
+  Rust, Python, JavaScript and C gives identical answers, checked against an
+  independent numpy/Python reference over HTTP and gRPC, batched and from
+  many threads (dynamic batching).
+* A Python plugin that loops forever, hoards memory, raises or answers
+  wrongly is contained like a Rust one while other models keep serving.
+* `tern plugin new` + `tern plugin build` for every language give a plugin
+  that serves; a missing toolchain or an unknown folder is a clear error.
+"""
+
+import os
+import shutil
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import ROOT, Tern, tern_bin
+
+LANGS = ["rust", "python", "js", "c"]
+MAX_TOKENS = 8
+
+
+def plugins_dir():
+    d = os.environ.get("TERN_PLUGINS_DIR", os.path.join(ROOT, "target", "wasm32-wasip2", "release"))
+    for p in [f"prep_{l}" for l in LANGS] + ["misbehave_python"]:
+        if not os.path.exists(os.path.join(d, p + ".wasm")):
+            pytest.fail(f"{p}.wasm not found in {d}; run `make plugins lang-plugins`")
+    return d
+
+
+def tool_env():
+    """PATH and tool variables so `tern plugin build` finds the toolchains make installed."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.join(ROOT, ".venv", "bin") + os.pathsep + env.get("PATH", "")
+    jco = os.path.join(ROOT, ".cache", "jco", "node_modules", ".bin", "jco")
+    if os.path.exists(jco):
+        env.setdefault("TERN_JCO", jco)
+    return env
+
+
+def reference(text):
+    """The job in plain Python: what every language must answer."""
+    words = text.lower().split()  # bytes: ASCII lower-case, ASCII whitespace
+    ids = []
+    for w in words[:MAX_TOKENS]:
+        h = 0x811C9DC5
+        for b in w:
+            h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+        ids.append(h % 30000 + 1)
+    return b" ".join(words), ids + [0] * (MAX_TOKENS - len(ids))
+
+
+@pytest.fixture(scope="module")
+def lang_repo(tmp_path_factory):
+    src = plugins_dir()
+    root = tmp_path_factory.mktemp("lang") / "models"
+    for name in [f"prep_{l}" for l in LANGS]:
+        os.makedirs(root / name / "1")
+        shutil.copy(os.path.join(ROOT, "model_repository", name, "config.pbtxt"), root / name)
+        shutil.copy(os.path.join(src, name + ".wasm"), root / name / "1" / "model.wasm")
+    os.makedirs(root / "misbehave_python" / "1")
+    shutil.copy(os.path.join(src, "misbehave_python.wasm"), root / "misbehave_python" / "1" / "model.wasm")
+    (root / "misbehave_python" / "config.pbtxt").write_text(
+        """name: "misbehave_python"
+backend: "wasm"
+max_batch_size: 0
+input [ { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]
+parameters { key: "execution_timeout_ms" value: { string_value: "1500" } }
+parameters { key: "max_memory_bytes" value: { string_value: "134217728" } }
+"""
+    )
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def lsrv(lang_repo, tmp_path_factory):
+    cache = str(tmp_path_factory.mktemp("wasm-cache"))
+    t = Tern([f"--model-repository={lang_repo}", f"--wasm-cache-dir={cache}"])
+    yield t
+    t.stop()
+
+
+TEXTS = [
+    b"  Hello\tWORLD \n",
+    b"",
+    b"One two three four five six seven eight NINE ten",
+    "Ünïcode ÄB stays\x0bput".encode(),
+    b"a",
+]
+
+
+def prep_inputs(client, a, b, texts):
+    ins = [
+        client.InferInput("INPUT0", list(a.shape), "FP32"),
+        client.InferInput("INPUT1", list(b.shape), "FP32"),
+        client.InferInput("TEXT", [len(texts), 1], "BYTES"),
+    ]
+    ins[0].set_data_from_numpy(a)
+    ins[1].set_data_from_numpy(b)
+    ins[2].set_data_from_numpy(np.array([[t] for t in texts], dtype=np.object_))
+    return ins
+
+
+def check_prep(r, a, b, texts):
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    refs = [reference(t) for t in texts]
+    assert [x[0] for x in r.as_numpy("NORMALIZED")] == [x[0] for x in refs]
+    assert r.as_numpy("TOKEN_IDS").tolist() == [x[1] for x in refs]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_prep_example_matches_the_reference(lsrv, lang):
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(len(TEXTS), 4)).astype(np.float32)
+    b = rng.normal(size=(len(TEXTS), 4)).astype(np.float32)
+    h = httpclient.InferenceServerClient(lsrv.url)
+    check_prep(h.infer(f"prep_{lang}", prep_inputs(httpclient, a, b, TEXTS)), a, b, TEXTS)
+    g = grpcclient.InferenceServerClient(lsrv.grpc_url)
+    check_prep(g.infer(f"prep_{lang}", prep_inputs(grpcclient, a, b, TEXTS)), a, b, TEXTS)
+    meta = h.get_model_metadata(f"prep_{lang}")
+    assert meta["platform"] == "wasm"
+
+
+def test_prep_examples_agree_under_concurrent_batching(lsrv):
+    """Many single-row requests at once: the dynamic batcher hands each plugin
+    lists of requests, which the SDK gather/split helpers must keep apart."""
+    errors = []
+
+    def worker(lang, seed):
+        c = httpclient.InferenceServerClient(lsrv.url)
+        rng = np.random.default_rng(seed)
+        try:
+            for i in range(6):
+                a = rng.normal(size=(1, 4)).astype(np.float32)
+                b = rng.normal(size=(1, 4)).astype(np.float32)
+                text = [TEXTS[(seed + i) % len(TEXTS)] + b" Extra%d" % seed]
+                check_prep(c.infer(f"prep_{lang}", prep_inputs(httpclient, a, b, text)), a, b, text)
+        except Exception as e:  # noqa: BLE001 (collected for the assert)
+            errors.append((lang, repr(e)))
+
+    threads = [threading.Thread(target=worker, args=(l, s)) for l in LANGS for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def mode(client, m):
+    inp = httpclient.InferInput("MODE", [1], "BYTES")
+    inp.set_data_from_numpy(np.array([m.encode()], dtype=np.object_))
+    return client.infer("misbehave_python", [inp]).as_numpy("OUTPUT0")[0].decode()
+
+
+@pytest.mark.parametrize(
+    "m,expect",
+    [
+        ("loop", "exceeded its execution deadline of 1500 ms"),
+        ("memory", "hit its memory cap of 134217728 bytes"),
+    ],
+)
+def test_python_plugin_abuse_is_contained(lsrv, m, expect):
+    """A Python plugin that never returns or allocates without bound gets its
+    batch failed with a clear error and its instance restarted, while other
+    models keep answering; afterwards it serves again."""
+    h = httpclient.InferenceServerClient(lsrv.url)
+    assert mode(h, "ok") == "ok"
+    stop = threading.Event()
+    served = []
+
+    def bystander():
+        c = httpclient.InferenceServerClient(lsrv.url)
+        a = np.ones((1, 4), dtype=np.float32)
+        while not stop.is_set():
+            r = c.infer("prep_c", prep_inputs(httpclient, a, a, [b"x"]))
+            served.append(r.as_numpy("OUTPUT0")[0][0])
+
+    t = threading.Thread(target=bystander)
+    t.start()
+    try:
+        with pytest.raises(InferenceServerException) as e:
+            mode(h, m)
+        assert "misbehave_python" in str(e.value) and expect in str(e.value), str(e.value)
+    finally:
+        stop.set()
+        t.join()
+    assert served and all(v == 2.0 for v in served)
+    assert mode(h, "ok") == "ok"
+
+
+@pytest.mark.parametrize(
+    "m,status,expect",
+    [
+        ("raise", "500", "ValueError: asked to raise"),
+        ("triton_error", "400", "asked for an INVALID_ARG error"),
+        ("wrong_count", "500", "execute returned 0 response(s) for 1 request(s)"),
+        ("bad_response", "500", "execute must return InferenceResponse objects, got str"),
+    ],
+)
+def test_python_plugin_errors_reach_the_client(lsrv, m, status, expect):
+    h = httpclient.InferenceServerClient(lsrv.url)
+    with pytest.raises(InferenceServerException) as e:
+        mode(h, m)
+    assert expect in str(e.value), str(e.value)
+    assert e.value.status() == status, (e.value.status(), str(e.value))
+    assert mode(h, "ok") == "ok"
+
+
+def plugin_cmd(*args, env=None):
+    return subprocess.run([tern_bin(), "plugin", *args], capture_output=True, text=True, env=env or tool_env(), timeout=600)
+
+
+def test_scaffold_builds_and_serves_in_every_language(tmp_path):
+    repo = tmp_path / "repo"
+    for lang in LANGS:
+        r = plugin_cmd("new", str(repo / f"hello_{lang}"), "--lang", lang)
+        assert r.returncode == 0, r.stderr
+        r = plugin_cmd("build", str(repo / f"hello_{lang}"))
+        assert r.returncode == 0, r.stderr
+        assert "built" in r.stderr and (repo / f"hello_{lang}" / "1" / "model.wasm").is_file()
+    t = Tern([f"--model-repository={repo}", f"--wasm-cache-dir={tmp_path / 'cache'}"])
+    try:
+        h = httpclient.InferenceServerClient(t.url)
+        g = grpcclient.InferenceServerClient(t.grpc_url)
+        x = np.array([[1.5, -2.0, 3.25]], dtype=np.float32)
+        for lang in LANGS:
+            for client, c in ((httpclient, h), (grpcclient, g)):
+                i = client.InferInput("INPUT0", [1, 3], "FP32")
+                i.set_data_from_numpy(x)
+                np.testing.assert_array_equal(c.infer(f"hello_{lang}", [i]).as_numpy("OUTPUT0"), x * 2)
+    finally:
+        t.stop()
+
+
+def test_plugin_tool_errors_are_clear(tmp_path):
+    r = plugin_cmd("build", str(tmp_path))
+    assert r.returncode == 1 and "cannot tell the language" in r.stderr, r.stderr
+    assert plugin_cmd("new", str(tmp_path / "p"), "--lang", "python").returncode == 0
+    env = tool_env()
+    env["TERN_COMPONENTIZE_PY"] = str(tmp_path / "no-such-componentize-py")
+    r = plugin_cmd("build", str(tmp_path / "p"), env=env)
+    assert r.returncode == 1 and "does not exist" in r.stderr and "pip install componentize-py" in r.stderr, r.stderr
+    assert not (tmp_path / "p" / "1" / "model.wasm").exists()
+    # A syntax error is reported with the toolchain's own message; nothing is written.
+    (tmp_path / "p" / "app.py").write_text("def broken(:\n")
+    r = plugin_cmd("build", str(tmp_path / "p"))
+    assert r.returncode == 1 and "componentize-py failed" in r.stderr and "SyntaxError" in r.stderr, r.stderr
+    assert not (tmp_path / "p" / "1" / "model.wasm").exists()
+    r = plugin_cmd("new", str(tmp_path / "p"), "--lang", "c")
+    assert r.returncode == 1 and "not empty" in r.stderr, r.stderr
+    r = plugin_cmd("new", str(tmp_path / "q"), "--lang", "cobol")
+    assert r.returncode == 2 and "cobol" in r.stderr, r.stderr
