@@ -11,7 +11,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test setup build release unit e2e lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-batching bench-grpc bench-plugins bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test setup build release unit e2e lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins
 
@@ -117,6 +117,18 @@ bench-plugins: setup
 	$(CARGO) build --release -p tern --example plugin_bench
 	rm -rf .cache/bench-plugins && $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import gen_models; gen_models.plugin_repo(".cache/bench-plugins", "$(WASM_OUT)")'
 	$(CARGO_TARGET_DIR)/release/examples/plugin_bench .cache/bench-plugins
+
+# Per-language plugin costs (size, compile, cache, instantiate, call): docs/PERFORMANCE.md.
+BENCH_LANG := .cache/bench-lang
+bench-lang: release
+	$(MAKE) lang-plugins $(foreach l,python js c,$(WASM_OUT)/empty_$(l).wasm) TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
+	$(CARGO) build --release -p tern --example lang_bench
+	rm -rf $(BENCH_LANG) && for l in rust python js c; do \
+		for k in empty prep; do mkdir -p $(BENCH_LANG)/$${k}_$$l/1 && cp $(WASM_OUT)/$${k}_$$l.wasm $(BENCH_LANG)/$${k}_$$l/1/model.wasm; done; \
+		cp model_repository/prep_$$l/config.pbtxt $(BENCH_LANG)/prep_$$l/; \
+		sed "s/prep_$$l/empty_$$l/" model_repository/prep_$$l/config.pbtxt > $(BENCH_LANG)/empty_$$l/config.pbtxt; \
+	done
+	$(CARGO_TARGET_DIR)/release/examples/lang_bench $(BENCH_LANG)
 
 bench-tokenizer: setup
 	$(CARGO) build --release -p tern --example tokenizer_bench

@@ -50,7 +50,9 @@ __all__ = [
     "TritonError",
     "export",
     "gather",
+    "get_input_config_by_name",
     "get_input_tensor_by_name",
+    "get_output_config_by_name",
     "get_output_tensor_by_name",
     "log",
 ]
@@ -337,6 +339,16 @@ def get_input_tensor_by_name(request, name):
         if t.name() == name:
             return t
     return None
+
+
+def get_input_config_by_name(model_config, name):
+    """The `input` entry called `name` of a parsed model config (dict), or None."""
+    return next((i for i in model_config.get("input", []) if i.get("name") == name), None)
+
+
+def get_output_config_by_name(model_config, name):
+    """The `output` entry called `name` of a parsed model config (dict), or None."""
+    return next((o for o in model_config.get("output", []) if o.get("name") == name), None)
 
 
 def get_output_tensor_by_name(response, name):
