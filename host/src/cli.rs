@@ -11,7 +11,12 @@ use crate::error::{Error, Result};
 
 /// Tern: a Triton-compatible inference server.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "tern", version, about)]
+#[command(
+    name = "tern",
+    version,
+    about,
+    after_help = "Plugins: `tern plugin new <dir> --lang rust|python|js|c`, `tern plugin build <dir>` (see `tern plugin --help`)."
+)]
 pub struct Args {
     /// Model repository path (repeatable).
     #[arg(
