@@ -494,19 +494,23 @@ mod tests {
         .unwrap()
     }
 
+    /// `decode_request` for model `m` (config `cfg()`), shared memory off.
+    fn decode(body: Bytes, header_len: Option<usize>) -> Result<(InferRequest, HttpOptions)> {
+        decode_request(
+            "m",
+            None,
+            body,
+            header_len,
+            &cfg(),
+            &SharedMemory::new(false),
+        )
+    }
+
     #[test]
     fn json_nested_and_flat() {
         let body = br#"{"id":"7","inputs":[{"name":"X","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4.5]]}],
                        "outputs":[{"name":"Y","parameters":{"binary_data":true,"classification":2}}]}"#;
-        let (req, _) = decode_request(
-            "m",
-            None,
-            Bytes::from_static(body),
-            None,
-            &cfg(),
-            &SharedMemory::new(false),
-        )
-        .unwrap();
+        let (req, _) = decode(Bytes::from_static(body), None).unwrap();
         assert_eq!(req.id, "7");
         let vals: Vec<f32> = req.inputs[0]
             .data
@@ -524,102 +528,43 @@ mod tests {
         let mut body = header.to_vec();
         body.extend_from_slice(&1f32.to_le_bytes());
         body.extend_from_slice(&2f32.to_le_bytes());
-        let (req, _) = decode_request(
-            "m",
-            None,
-            Bytes::from(body.clone()),
-            Some(header.len()),
-            &cfg(),
-            &SharedMemory::new(false),
-        )
-        .unwrap();
+        let (req, _) = decode(Bytes::from(body.clone()), Some(header.len())).unwrap();
         assert_eq!(req.inputs[0].data.len(), 8);
-        let e = decode_request(
-            "m",
-            None,
+        let e = decode(
             Bytes::from(body[..body.len() - 1].to_vec()),
             Some(header.len()),
-            &cfg(),
-            &SharedMemory::new(false),
         )
         .unwrap_err();
         assert!(e.message.contains("exceeds the 7 byte(s)"), "{e}");
-        let e = decode_request(
-            "m",
-            None,
-            Bytes::from(body.clone()),
-            Some(body.len() + 1),
-            &cfg(),
-            &SharedMemory::new(false),
-        )
-        .unwrap_err();
+        let e = decode(Bytes::from(body.clone()), Some(body.len() + 1)).unwrap_err();
         assert!(e.message.contains("larger than the request body"), "{e}");
-        let e = decode_request(
-            "m",
-            None,
-            Bytes::from(body.clone()),
-            Some(header.len() - 3),
-            &cfg(),
-            &SharedMemory::new(false),
-        )
-        .unwrap_err();
+        let e = decode(Bytes::from(body.clone()), Some(header.len() - 3)).unwrap_err();
         assert!(
             e.message.contains("failed to parse the request JSON"),
             "{e}"
         );
         let mut extra = body.clone();
         extra.push(0);
-        let e = decode_request(
-            "m",
-            None,
-            Bytes::from(extra),
-            Some(header.len()),
-            &cfg(),
-            &SharedMemory::new(false),
-        )
-        .unwrap_err();
+        let e = decode(Bytes::from(extra), Some(header.len())).unwrap_err();
         assert!(e.message.contains("no input claims"), "{e}");
     }
 
     #[test]
     fn json_type_errors() {
         let body = br#"{"inputs":[{"name":"X","shape":[1,2],"datatype":"INT8","data":[1,300]}]}"#;
-        let e = decode_request(
-            "m",
-            None,
-            Bytes::from_static(body),
-            None,
-            &cfg(),
-            &SharedMemory::new(false),
-        )
-        .unwrap_err();
+        let e = decode(Bytes::from_static(body), None).unwrap_err();
         assert!(e.message.contains("300 is not a valid INT8"), "{e}");
         let body = br#"{"inputs":[{"name":"X","shape":[1,3],"datatype":"FP32","data":[1,2]}]}"#;
-        let e = decode_request(
-            "m",
-            None,
-            Bytes::from_static(body),
-            None,
-            &cfg(),
-            &SharedMemory::new(false),
-        )
-        .unwrap_err();
+        let e = decode(Bytes::from_static(body), None).unwrap_err();
         assert!(
             e.message.contains("has 3 element(s) but 'data' has 2"),
             "{e}"
         );
         let body = br#"{"inputs":[{"name":"X","shape":[1],"datatype":"FP16","data":[1]}]}"#;
-        assert!(decode_request(
-            "m",
-            None,
-            Bytes::from_static(body),
-            None,
-            &cfg(),
-            &SharedMemory::new(false)
-        )
-        .unwrap_err()
-        .message
-        .contains("binary form"));
+        assert!(decode(Bytes::from_static(body), None)
+            .unwrap_err()
+            .message
+            .contains("binary form"));
     }
 
     #[test]
@@ -628,15 +573,7 @@ mod tests {
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
-        let (req, opts) = decode_request(
-            "m",
-            None,
-            Bytes::from(data),
-            Some(0),
-            &cfg(),
-            &SharedMemory::new(false),
-        )
-        .unwrap();
+        let (req, opts) = decode(Bytes::from(data), Some(0)).unwrap();
         assert_eq!(req.inputs[0].shape, vec![1, 3]);
         assert!(opts.binary_default);
     }
