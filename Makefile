@@ -15,10 +15,11 @@ export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins
 
-$(VENV)/.stamp: tests/requirements.txt
+$(VENV)/.stamp: tests/requirements.txt tests/requirements-nodeps.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r tests/requirements.txt
+	$(VENV)/bin/pip install -q --no-deps -r tests/requirements-nodeps.txt
 	touch $@
 
 # The ONNX Runtime shared library comes from the onnxruntime PyPI wheel.
@@ -29,10 +30,11 @@ $(ORT_LIB): $(VENV)/.stamp
 models: $(VENV)/.stamp
 	@test -f model_repository/tiny_lm/1/model.onnx || $(PY) scripts/gen_models.py example model_repository
 	@test -f model_repository/minilm/1/model.onnx -a -f model_repository/bert_tokenizer/1/vocab.txt || $(PY) scripts/gen_minilm.py model_repository
+	@test -f model_repository/magika_model/1/model.onnx -a -f model_repository/magika_post/1/content_types_kb.min.json -a -f model_repository/magika_prep/1/config.min.json || $(PY) scripts/get_magika.py model_repository
 
 # WebAssembly plugins (plugins/, own cargo workspace) and the examples served from model_repository/.
 WASM_OUT := $(CARGO_TARGET_DIR)/wasm32-wasip2/release
-EXAMPLE_PLUGINS := add_sub simple_identity bert_tokenizer embed_pool greedy_decoder prep_rust
+EXAMPLE_PLUGINS := add_sub simple_identity bert_tokenizer embed_pool greedy_decoder prep_rust magika_prep magika_post
 plugins:
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 	cd plugins && $(CARGO) build --release --target wasm32-wasip2

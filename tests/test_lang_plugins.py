@@ -259,3 +259,41 @@ def test_plugin_tool_errors_are_clear(tmp_path):
     assert r.returncode == 1 and "not empty" in r.stderr, r.stderr
     r = plugin_cmd("new", str(tmp_path / "q"), "--lang", "cobol")
     assert r.returncode == 2 and "cobol" in r.stderr, r.stderr
+
+
+def test_reloaded_plugin_serves_its_new_version(tmp_path):
+    """A new version folder, then a rebuilt model.wasm in the same version:
+    each load serves the new code, and the replaced version stops serving."""
+    repo = tmp_path / "repo"
+    calc = repo / "calc"
+    app = calc / "app.py"
+
+    def build(factor, version):
+        app.write_text(app.read_text().replace("v * 2", f"v * {factor}").replace("v * 3", f"v * {factor}"))
+        (calc / str(version)).mkdir(exist_ok=True)
+        r = plugin_cmd("build", str(calc), "-o", str(calc / str(version) / "model.wasm"))
+        assert r.returncode == 0, r.stderr
+
+    assert plugin_cmd("new", str(calc), "--lang", "python").returncode == 0
+    build(2, 1)
+    t = Tern([f"--model-repository={repo}", f"--wasm-cache-dir={tmp_path / 'cache'}",
+              "--model-control-mode=explicit", "--load-model=calc"])
+    try:
+        h = httpclient.InferenceServerClient(t.url)
+        x = np.array([[1.5, -2.0, 3.25]], dtype=np.float32)
+
+        def times():
+            i = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+            i.set_data_from_numpy(x)
+            return h.infer("calc", [i]).as_numpy("OUTPUT0") / x
+
+        np.testing.assert_array_equal(times(), 2)
+        build(3, 2)
+        h.load_model("calc")
+        np.testing.assert_array_equal(times(), 3)
+        assert h.is_model_ready("calc", "2") and not h.is_model_ready("calc", "1")
+        build(5, 2)  # the same version, rebuilt
+        h.load_model("calc")
+        np.testing.assert_array_equal(times(), 5)
+    finally:
+        t.stop()
