@@ -84,7 +84,7 @@ lint:
 # Unit + Rust integration tests (debug profile); the same build's binary drives the e2e tests.
 unit: setup
 	$(CARGO) test --workspace
-	cd plugins && $(CARGO) test -p wordpiece -p prep_rust
+	cd plugins && $(CARGO) test -p wordpiece -p prep_rust -p magika_prep -p magika_post
 
 e2e: setup
 	$(CARGO) build --workspace
