@@ -93,12 +93,20 @@ impl Labels {
 
     /// The reported label for the model's top label and its score.
     fn output_label<'a>(&'a self, dl_label: &'a str, score: f32) -> &'a str {
-        let label = self.overwrite.get(dl_label).map_or(dl_label, String::as_str);
+        let label = self
+            .overwrite
+            .get(dl_label)
+            .map_or(dl_label, String::as_str);
         let score = f64::from(score);
         let trusted = match self.mode {
             Mode::BestGuess => true,
             Mode::HighConfidence => {
-                score >= self.thresholds.get(dl_label).copied().unwrap_or(self.medium)
+                score
+                    >= self
+                        .thresholds
+                        .get(dl_label)
+                        .copied()
+                        .unwrap_or(self.medium)
             }
             Mode::MediumConfidence => score >= self.medium,
         };
@@ -130,10 +138,13 @@ impl Labels {
                 continue;
             }
             // The first maximum, as Python's max() picks it.
-            let (top, score) = row
-                .iter()
-                .enumerate()
-                .fold((0, f32::NEG_INFINITY), |acc, (i, &s)| if s > acc.1 { (i, s) } else { acc });
+            let (top, score) =
+                row.iter()
+                    .enumerate()
+                    .fold(
+                        (0, f32::NEG_INFINITY),
+                        |acc, (i, &s)| if s > acc.1 { (i, s) } else { acc },
+                    );
             let dl_label = self.space[top].as_str();
             labels.push(self.output_label(dl_label, score).to_string());
             best.push(score);

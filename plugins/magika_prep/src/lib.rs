@@ -101,7 +101,10 @@ impl Features {
         let mut features = Vec::with_capacity(self.beg_size + self.end_size);
         features.extend(beg.iter().map(|&b| i32::from(b)));
         features.resize(self.beg_size, self.padding_token);
-        features.resize(self.beg_size + self.end_size - end.len(), self.padding_token);
+        features.resize(
+            self.beg_size + self.end_size - end.len(),
+            self.padding_token,
+        );
         features.extend(end.iter().map(|&b| i32::from(b)));
         let decided = if n == 0 {
             Some("empty")
