@@ -11,7 +11,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test setup build release unit e2e lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test setup build release unit e2e lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins
 
@@ -109,6 +109,13 @@ bench-shm: release
 bench-batching: release
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(PY) tests/bench/batching.py --tern $(CARGO_TARGET_DIR)/release/tern
+
+# Heap allocations per request on the CPU path (baseline numbers in docs/PERFORMANCE.md).
+bench-alloc: setup
+	$(CARGO) build --release -p tern --example alloc_bench
+	rm -rf .cache/bench-alloc && $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import gen_models; gen_models.test(".cache/bench-alloc")'
+	$(CARGO_TARGET_DIR)/release/examples/alloc_bench .cache/bench-alloc 2000
+	$(CARGO_TARGET_DIR)/release/examples/alloc_bench .cache/bench-alloc 2000 --host-memory-pool-byte-size=0
 
 bench-grpc: release
 	@command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)

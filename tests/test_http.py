@@ -288,3 +288,38 @@ def test_async_infer_many_in_flight(client):
         r = p.get_result()
         assert r.get_response()["id"] == str(i)
         np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a * 2)
+
+
+@pytest.mark.parametrize("pool", [32 << 20, 0])
+def test_large_tensors_through_the_host_pool(start_tern, test_repo, pool):
+    """Bodies that arrive in many frames (joined into the host pool), ONNX inputs handed over in
+    place or gathered (gRPC messages have arbitrary alignment), batched rows and outputs shared
+    with the response: same answers with the pool on and off, and the pool is empty afterwards."""
+    import tritonclient.grpc as grpcclient
+    from test_metrics import scrape, value
+
+    t = start_tern([
+        f"--model-repository={test_repo}", "--exit-on-error=false",
+        "--http-max-input-size=67108864", f"--host-memory-pool-byte-size={pool}",
+    ])
+    h = httpclient.InferenceServerClient(t.url)
+    g = grpcclient.InferenceServerClient(t.grpc_url)
+    rng = np.random.default_rng(7)
+    try:
+        for rows, n in [(1, 1 << 20), (3, 100_003), (2, 5)]:
+            x = rng.standard_normal((rows, n)).astype(np.float32)
+            for binary in [True, False] if n < 1000 else [True]:
+                i = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+                i.set_data_from_numpy(x, binary_data=binary)
+                out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)
+                r = h.infer("onnx_identity_fp32", [i], outputs=[out])
+                assert np.array_equal(r.as_numpy("OUTPUT0"), x), (rows, n, binary)
+            i = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+            i.set_data_from_numpy(x)
+            assert np.array_equal(g.infer("onnx_identity_fp32", [i]).as_numpy("OUTPUT0"), x), (rows, n)
+    finally:
+        h.close()
+        g.close()
+    m = scrape(t)
+    assert value(m, "tern_host_memory_pool_total_bytes") == pool
+    assert value(m, "tern_host_memory_pool_used_bytes") == 0

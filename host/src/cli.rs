@@ -217,6 +217,11 @@ pub struct Args {
     #[arg(long, default_value_t = crate::memory::pool::DEFAULT_PINNED_POOL)]
     pub pinned_memory_pool_byte_size: usize,
 
+    /// Recycled host memory for request bodies and CPU input batches, in bytes
+    /// (Tern-specific; 0 = allocate per request).
+    #[arg(long, default_value_t = crate::memory::pool::DEFAULT_HOST_POOL)]
+    pub host_memory_pool_byte_size: usize,
+
     /// Device memory pool per GPU, `<gpu>:<bytes>` (repeatable; default 64 MiB per GPU).
     #[arg(long, value_parser = parse_cuda_pool)]
     pub cuda_memory_pool_byte_size: Vec<(usize, usize)>,

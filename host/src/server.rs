@@ -53,6 +53,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     }
     crate::memory::pool::configure(
         args.pinned_memory_pool_byte_size,
+        args.host_memory_pool_byte_size,
         &args.cuda_memory_pool_byte_size,
     );
     let metrics_settings = args.metrics_settings()?;

@@ -4,6 +4,7 @@
 
 pub mod identity;
 pub mod onnx_device;
+pub mod onnx_io;
 pub mod onnxruntime;
 pub mod wasm;
 

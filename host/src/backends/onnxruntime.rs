@@ -10,22 +10,19 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use ort::memory::Allocator;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
-use ort::value::{
-    DynTensor, DynTensorValueType, Tensor as OrtTensor, TensorElementType, ValueType,
-};
+use ort::value::ValueType;
 
 use super::onnx_device;
+use super::onnx_io::{self, from_ort_type};
 use super::{
     model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, ExecTiming, Instance,
     InstanceSpec, LoadContext, Model, ModelFiles,
 };
 use crate::config::pb;
 use crate::config::ModelConfig;
-use crate::core::tensor::element_count;
-use crate::core::{bytes_tensor, DataType, InferRequest, InferResponse, Tensor};
+use crate::core::{DataType, InferRequest, InferResponse, Tensor};
 use crate::error::{Error, Result};
 
 /// The ONNX Runtime backend.
@@ -78,29 +75,6 @@ fn environment(settings: &BackendSettings) -> Result<&'static ort::environment::
         ))
     });
     env.as_ref().map_err(|e| Error::unavailable(e.clone()))
-}
-
-fn to_ort_type(dt: DataType) -> TensorElementType {
-    match dt {
-        DataType::Bool => TensorElementType::Bool,
-        DataType::Uint8 => TensorElementType::Uint8,
-        DataType::Uint16 => TensorElementType::Uint16,
-        DataType::Uint32 => TensorElementType::Uint32,
-        DataType::Uint64 => TensorElementType::Uint64,
-        DataType::Int8 => TensorElementType::Int8,
-        DataType::Int16 => TensorElementType::Int16,
-        DataType::Int32 => TensorElementType::Int32,
-        DataType::Int64 => TensorElementType::Int64,
-        DataType::Fp16 => TensorElementType::Float16,
-        DataType::Fp32 => TensorElementType::Float32,
-        DataType::Fp64 => TensorElementType::Float64,
-        DataType::Bf16 => TensorElementType::Bfloat16,
-        DataType::Bytes => TensorElementType::String,
-    }
-}
-
-fn from_ort_type(t: TensorElementType) -> Option<DataType> {
-    DataType::all().find(|&d| to_ort_type(d) == t)
 }
 
 /// (name, data type, shape with -1 for dynamic dims) of a session input or output.
@@ -389,68 +363,6 @@ struct OnnxInstance {
     device: DeviceKind,
 }
 
-/// Converts a core tensor to an ORT value with the given shape.
-fn to_ort(t: &Tensor, shape: &[i64]) -> Result<DynTensor> {
-    let fail = |e: ort::Error| Error::internal(format!("input '{}': {e}", t.name));
-    if t.dtype == DataType::Bytes {
-        let elements = bytes_tensor::decode(&t.data)?;
-        let strings = elements
-            .into_iter()
-            .map(|e| {
-                String::from_utf8(e.to_vec()).map_err(|_| {
-                    Error::invalid_arg(format!(
-                        "input '{}': ONNX string tensors must be valid UTF-8",
-                        t.name
-                    ))
-                })
-            })
-            .collect::<Result<Vec<String>>>()?;
-        let dims: Vec<i64> = shape.to_vec();
-        return OrtTensor::from_string_array((dims, &*strings))
-            .map(|v| v.upcast())
-            .map_err(fail);
-    }
-    let mut value = DynTensor::new(&Allocator::default(), to_ort_type(t.dtype), shape.to_vec())
-        .map_err(fail)?;
-    if !t.data.is_empty() {
-        let ptr = value.data_ptr_mut() as *mut u8;
-        // SAFETY: the tensor was allocated on the CPU for `shape` elements of this type, which
-        // validation guarantees is exactly `t.data.len()` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(t.data.as_ptr(), ptr, t.data.len()) };
-    }
-    Ok(value)
-}
-
-/// Converts an ORT output back to a core tensor.
-fn from_ort(name: &str, value: ort::value::DynValue) -> Result<Tensor> {
-    let fail = |e: ort::Error| Error::internal(format!("output '{name}': {e}"));
-    let value = value.downcast::<DynTensorValueType>().map_err(fail)?;
-    let shape: Vec<i64> = value.shape().to_vec();
-    let ty = *value.data_type();
-    let dtype = from_ort_type(ty).ok_or_else(|| {
-        Error::unsupported(format!(
-            "output '{name}': ONNX type {ty:?} is not supported"
-        ))
-    })?;
-    if dtype == DataType::Bytes {
-        let (_, strings) = value.try_extract_strings().map_err(fail)?;
-        return Ok(Tensor::new(
-            name,
-            dtype,
-            shape,
-            bytes_tensor::encode(&strings),
-        ));
-    }
-    let len = element_count(&shape) * dtype.size().unwrap_or(0);
-    let mut data = vec![0u8; len];
-    if len > 0 {
-        let ptr = value.data_ptr() as *const u8;
-        // SAFETY: a CPU tensor of `shape` elements of `dtype` holds exactly `len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(ptr, data.as_mut_ptr(), len) };
-    }
-    Ok(Tensor::new(name, dtype, shape, data))
-}
-
 /// The ORT shape of a batched input: `rows` in front when the model batches,
 /// and the config's `reshape` applied.
 fn batched_shape(cfg: &ModelConfig, first: &Tensor, batched: bool, rows: i64) -> Vec<i64> {
@@ -468,66 +380,6 @@ fn batched_shape(cfg: &ModelConfig, first: &Tensor, batched: bool, rows: i64) ->
             .chain(first.shape.iter().skip(1).copied())
             .collect(),
         None => first.shape.clone(),
-    }
-}
-
-/// Concatenates the same input of every request along the batch dimension.
-fn gather(batch: &[InferRequest], name: &str) -> Result<Tensor> {
-    let first = batch[0]
-        .input(name)
-        .ok_or_else(|| Error::internal(format!("input '{name}' missing from the batch")))?;
-    if batch.len() == 1 {
-        return Ok(first.clone());
-    }
-    let mut rows = 0;
-    let mut data = Vec::new();
-    for req in batch {
-        let t = req.input(name).ok_or_else(|| {
-            Error::internal(format!("input '{name}' missing from a batched request"))
-        })?;
-        rows += t.shape.first().copied().unwrap_or(1);
-        data.extend_from_slice(&t.data);
-    }
-    let mut shape = first.shape.clone();
-    shape[0] = rows;
-    Ok(Tensor::new(name, first.dtype, shape, data))
-}
-
-/// Splits a batched output back into one tensor per request (`rows` = each request's batch size).
-fn scatter(t: Tensor, rows: &[usize]) -> Result<Vec<Tensor>> {
-    if rows.len() == 1 {
-        return Ok(vec![t]);
-    }
-    let total: usize = rows.iter().sum();
-    if t.shape.first().map(|&d| d as usize) != Some(total) {
-        return Err(Error::internal(format!(
-            "output '{}' has shape {:?}, whose first dimension is not the batch size {total}",
-            t.name, t.shape
-        )));
-    }
-    let elements = bytes_tensor_elements(&t)?;
-    let per_row = elements.len().checked_div(total).unwrap_or(0);
-    let mut out = Vec::with_capacity(rows.len());
-    let mut at = 0;
-    for &r in rows {
-        let mut shape = t.shape.clone();
-        shape[0] = r as i64;
-        let part = &elements[at..at + r * per_row];
-        let data = match t.dtype.size() {
-            Some(_) => part.concat(),
-            None => bytes_tensor::encode(part),
-        };
-        out.push(Tensor::new(t.name.clone(), t.dtype, shape, data));
-        at += r * per_row;
-    }
-    Ok(out)
-}
-
-/// The elements of a tensor as byte slices (fixed-size or BYTES).
-fn bytes_tensor_elements(t: &Tensor) -> Result<Vec<&[u8]>> {
-    match t.dtype.size() {
-        Some(size) => Ok(t.data.chunks(size).collect()),
-        None => bytes_tensor::decode(&t.data),
     }
 }
 
@@ -555,25 +407,25 @@ impl OnnxInstance {
                 }
             })
             .collect();
-        // Pinned staging blocks of GPU inputs: declared first so they outlive `inputs`.
+        // GPU inputs are always staged in page-locked memory when there is a pinned pool (the
+        // CUDA provider copies them by DMA); CPU inputs go in place when they can.
+        let pools = crate::memory::pool::pools();
+        let (pool, in_place) = match (self.device, pools.pinned.as_ref()) {
+            (DeviceKind::Gpu(_), Some(pinned)) => (pinned, false),
+            _ => (&pools.host, true),
+        };
+        let rows_total: i64 = rows.iter().map(|&r| r as i64).sum();
+        // Blocks the inputs were gathered in: declared first so they outlive `inputs`.
         let mut staging = Vec::new();
-        let mut inputs: Vec<(String, SessionInputValue<'static>)> =
+        let mut inputs: Vec<(&str, SessionInputValue<'static>)> =
             Vec::with_capacity(batch[0].inputs.len());
-        for name in batch[0].inputs.iter().map(|t| t.name.as_str()) {
-            if matches!(self.device, DeviceKind::Gpu(_)) {
-                let first = batch[0].input(name).expect("present");
-                let rows_total: i64 = rows.iter().map(|&r| r as i64).sum();
-                let shape = batched_shape(cfg, first, batched, rows_total);
-                if let Some((value, block)) = onnx_device::stage(batch, name, first.dtype, &shape)?
-                {
-                    inputs.push((name.to_string(), value));
-                    staging.push(block);
-                    continue;
-                }
-            }
-            let t = gather(batch, name)?;
-            let shape = batched_shape(cfg, &t, batched, t.shape.first().copied().unwrap_or(1));
-            inputs.push((t.name.clone(), to_ort(&t, &shape)?.into()));
+        for first in &batch[0].inputs {
+            let shape = batched_shape(cfg, first, batched, rows_total);
+            // SAFETY: `batch` outlives the run, and `staging` is dropped after `inputs`.
+            let value = unsafe {
+                onnx_io::input(batch, &first.name, &shape, pool, in_place, &mut staging)
+            }?;
+            inputs.push((first.name.as_str(), value));
         }
         timing.input_done = Some(std::time::Instant::now());
         let mut outputs = self.session.run(inputs).map_err(|e| {
@@ -592,7 +444,7 @@ impl OnnxInstance {
                     cfg.name, output.name
                 ))
             })?;
-            let mut t = from_ort(&output.name, value)?;
+            let mut t = onnx_io::output(&output.name, value)?;
             if output.data_type != t.dtype.to_config() as i32 {
                 return Err(Error::internal(format!(
                     "model '{}': output '{}' has type {} but the config declares {}",
@@ -609,8 +461,8 @@ impl OnnxInstance {
                     t.element_count(),
                 );
             }
-            let parts =
-                scatter(t, &rows).map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+            let parts = onnx_io::scatter(t, &rows)
+                .map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
             for (list, part) in per_request.iter_mut().zip(parts) {
                 list.push(part);
             }
@@ -661,13 +513,6 @@ impl Instance for OnnxInstance {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn type_table_is_complete() {
-        for dt in DataType::all() {
-            assert_eq!(from_ort_type(to_ort_type(dt)), Some(dt));
-        }
-    }
 
     #[test]
     fn unreshape_resolves_variable_dims() {

@@ -3,22 +3,25 @@
 //! (variable dims, the batch dimension, `max_batch_size`), data sizes,
 //! optional inputs, requested outputs and duplicates.
 
-use std::collections::HashSet;
-
 use super::tensor::shape_str;
 use super::{DataType, InferRequest};
 use crate::config::ModelConfig;
 use crate::core::dtype::config_name;
 use crate::error::{Error, Result};
 
+/// Whether `name` appears among `before` (a scan, not a set: tensor lists are
+/// short, and this runs on every request without allocating).
+fn repeated<T>(before: &[T], name: &str, name_of: impl Fn(&T) -> &String) -> bool {
+    before.iter().any(|p| name_of(p) == name)
+}
+
 /// Validates a request for `cfg`; returns the request's batch size (1 when the model does not batch).
 pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> {
     let m = &cfg.name;
     let batched = cfg.max_batch_size > 0;
-    let mut seen = HashSet::new();
     let mut batch_size: Option<i64> = None;
-    for t in &req.inputs {
-        if !seen.insert(t.name.as_str()) {
+    for (i, t) in req.inputs.iter().enumerate() {
+        if repeated(&req.inputs[..i], &t.name, |p| &p.name) {
             return Err(Error::invalid_arg(format!(
                 "input '{}' is specified more than once in the request for model '{m}'",
                 t.name
@@ -89,7 +92,7 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
     let missing: Vec<String> = cfg
         .input
         .iter()
-        .filter(|i| !i.optional && !seen.contains(i.name.as_str()))
+        .filter(|i| !i.optional && req.input(&i.name).is_none())
         .map(|i| format!("'{}'", i.name))
         .collect();
     if !missing.is_empty() {
@@ -102,9 +105,8 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
             missing.join(", ")
         )));
     }
-    let mut seen = HashSet::new();
-    for o in &req.outputs {
-        if !seen.insert(o.name.as_str()) {
+    for (i, o) in req.outputs.iter().enumerate() {
+        if repeated(&req.outputs[..i], &o.name, |p| &p.name) {
             return Err(Error::invalid_arg(format!(
                 "output '{}' is requested more than once for model '{m}'",
                 o.name
@@ -147,9 +149,8 @@ pub fn validate_outputs(
     outputs: &[super::Tensor],
 ) -> Result<()> {
     let m = &cfg.name;
-    let mut seen = HashSet::new();
-    for t in outputs {
-        if !seen.insert(t.name.as_str()) {
+    for (i, t) in outputs.iter().enumerate() {
+        if repeated(&outputs[..i], &t.name, |p| &p.name) {
             return Err(Error::internal(format!(
                 "model '{m}' returned output '{}' more than once",
                 t.name

@@ -1,6 +1,7 @@
-//! Buffer pools for GPU staging: page-locked host memory
-//! (`--pinned-memory-pool-byte-size`) and device memory per GPU
-//! (`--cuda-memory-pool-byte-size`).
+//! Buffer pools: page-locked host memory for GPU staging
+//! (`--pinned-memory-pool-byte-size`), device memory per GPU
+//! (`--cuda-memory-pool-byte-size`), and ordinary host memory for request
+//! bodies and CPU input batches (`--host-memory-pool-byte-size`).
 //!
 //! A pool hands out blocks rounded up to a power of two and keeps returned
 //! blocks for reuse, so steady traffic allocates nothing. Blocks are created
@@ -23,6 +24,8 @@ pub enum PoolKind {
     Pinned,
     /// Device memory on this GPU.
     Device(usize),
+    /// Ordinary host memory (64-byte aligned).
+    Host,
 }
 
 /// One pool.
@@ -50,7 +53,8 @@ pub struct Block {
 enum Origin {
     Pooled,
     Direct,
-    Heap(#[allow(dead_code)] Vec<u8>),
+    /// 8-byte aligned, so any element type can be read in place.
+    Heap(#[allow(dead_code)] Vec<u64>),
 }
 
 // SAFETY: a block exclusively owns its memory until dropped.
@@ -79,13 +83,31 @@ impl Block {
 
     /// Host blocks only: the bytes.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        assert_eq!(
-            self.pool.kind,
-            PoolKind::Pinned,
-            "device memory is not addressable"
-        );
+        self.assert_host();
         // SAFETY: a host block of at least `len` bytes, owned by `self`.
         unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, self.len) }
+    }
+
+    /// Host blocks only: a shared, immutable view that returns the block to
+    /// its pool when the last clone is dropped (no copy).
+    pub fn freeze(self) -> bytes::Bytes {
+        self.assert_host();
+        bytes::Bytes::from_owner(self)
+    }
+
+    fn assert_host(&self) {
+        assert!(
+            !matches!(self.pool.kind, PoolKind::Device(_)),
+            "device memory is not addressable"
+        );
+    }
+}
+
+impl AsRef<[u8]> for Block {
+    fn as_ref(&self) -> &[u8] {
+        self.assert_host();
+        // SAFETY: a host block of at least `len` bytes, owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
     }
 }
 
@@ -106,6 +128,7 @@ impl Drop for Block {
                 // SAFETY: a direct allocation owned by this block.
                 PoolKind::Pinned => unsafe { cuda::free_pinned(self.ptr as *mut u8) },
                 PoolKind::Device(d) => unsafe { cuda::free_device(d, self.ptr as u64) },
+                PoolKind::Host => unreachable!("host fallbacks are heap vectors"),
             },
             Origin::Heap(_) => {}
         }
@@ -184,8 +207,8 @@ impl Pool {
         }
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
         match self.kind {
-            PoolKind::Pinned => {
-                let mut v = vec![0u8; len];
+            PoolKind::Pinned | PoolKind::Host => {
+                let mut v = vec![0u64; len.div_ceil(8)];
                 let ptr = v.as_mut_ptr() as usize;
                 Ok(block(ptr, Origin::Heap(v)))
             }
@@ -200,6 +223,21 @@ impl Pool {
         match self.kind {
             PoolKind::Pinned => cuda::alloc_pinned(len).map(|p| p as usize),
             PoolKind::Device(d) => cuda::alloc_device(d, len).map(|p| p as usize),
+            PoolKind::Host => {
+                let layout = std::alloc::Layout::from_size_align(len, HOST_ALIGN)
+                    .map_err(|e| crate::error::Error::internal(format!("host pool: {e}")))?;
+                // SAFETY: `layout` has a non-zero size (classes are at least MIN_BLOCK). Zeroed
+                // once so the bytes are always initialised; pool blocks are never freed but
+                // recycled for the life of the process.
+                let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+                if ptr.is_null() {
+                    Err(crate::error::Error::internal(
+                        "host pool: out of memory".to_string(),
+                    ))
+                } else {
+                    Ok(ptr as usize)
+                }
+            }
         }
     }
 }
@@ -210,13 +248,20 @@ pub struct Pools {
     pub pinned: Option<Arc<Pool>>,
     /// One device pool per GPU, by ordinal.
     pub device: Vec<Arc<Pool>>,
+    /// Ordinary memory for request bodies and CPU input batches (capacity 0:
+    /// every take is a plain allocation).
+    pub host: Arc<Pool>,
 }
 
 static POOLS: OnceLock<Pools> = OnceLock::new();
 
 /// Sets the pool sizes (once, at startup). `cuda_sizes` lists `(gpu, bytes)`
 /// overrides of the 64 MiB default; GPUs not listed get the default.
-pub fn configure(pinned_bytes: usize, cuda_sizes: &[(usize, usize)]) -> &'static Pools {
+pub fn configure(
+    pinned_bytes: usize,
+    host_bytes: usize,
+    cuda_sizes: &[(usize, usize)],
+) -> &'static Pools {
     POOLS.get_or_init(|| {
         let gpus = cuda::devices();
         let pinned = if gpus.is_empty() || pinned_bytes == 0 {
@@ -240,19 +285,27 @@ pub fn configure(pinned_bytes: usize, cuda_sizes: &[(usize, usize)]) -> &'static
                 Pool::new(PoolKind::Device(g.index), size)
             })
             .collect();
-        Pools { pinned, device }
+        Pools {
+            pinned,
+            device,
+            host: Pool::new(PoolKind::Host, host_bytes),
+        }
     })
 }
 
 /// The pools (defaults when [`configure`] was never called).
 pub fn pools() -> &'static Pools {
-    configure(DEFAULT_PINNED_POOL, &[])
+    configure(DEFAULT_PINNED_POOL, DEFAULT_HOST_POOL, &[])
 }
 
 /// Triton's default `--pinned-memory-pool-byte-size`.
 pub const DEFAULT_PINNED_POOL: usize = 256 << 20;
 /// Triton's default `--cuda-memory-pool-byte-size` per GPU.
 pub const DEFAULT_CUDA_POOL: usize = 64 << 20;
+/// Default `--host-memory-pool-byte-size`.
+pub const DEFAULT_HOST_POOL: usize = 64 << 20;
+/// Alignment of host pool blocks (a cache line; enough for any element type and SIMD loads).
+const HOST_ALIGN: usize = 64;
 
 #[cfg(test)]
 mod tests {
@@ -271,5 +324,30 @@ mod tests {
         assert_eq!(pool.fallbacks(), 1);
         assert_eq!(pool.used(), 0);
         assert_eq!(pool.reserved(), 0);
+    }
+
+    #[test]
+    fn host_blocks_are_aligned_and_recycled_through_bytes() {
+        let pool = Pool::new(PoolKind::Host, 16 << 10);
+        let mut b = pool.take(5000).unwrap();
+        assert!(b.pooled());
+        assert_eq!(b.ptr() % HOST_ALIGN, 0);
+        let first = b.ptr();
+        b.as_mut_slice()[4999] = 9;
+        let bytes = b.freeze();
+        let view = bytes.slice(4990..);
+        drop(bytes);
+        assert_eq!(view[9], 9);
+        assert_eq!(pool.used(), 8192, "still held by the slice");
+        drop(view);
+        assert_eq!(pool.used(), 0);
+        let again = pool.take(6000).unwrap();
+        assert_eq!(again.ptr(), first, "the freed block is reused");
+        // Past the capacity: a heap fallback, 8-byte aligned, never an error.
+        let big = pool.take(64 << 10).unwrap();
+        assert!(!big.pooled());
+        assert_eq!(big.ptr() % 8, 0);
+        assert_eq!(pool.fallbacks(), 1);
+        assert_eq!(pool.reserved(), 8192);
     }
 }

@@ -283,6 +283,16 @@ impl Metrics {
                 "Pinned memory pool used memory size, in bytes",
                 pinned.map_or(0, |p| p.used()),
             ),
+            (
+                "tern_host_memory_pool_total_bytes",
+                "Recycled host memory pool size (--host-memory-pool-byte-size), in bytes",
+                pools.host.capacity(),
+            ),
+            (
+                "tern_host_memory_pool_used_bytes",
+                "Host memory pool bytes in use by requests",
+                pools.host.used(),
+            ),
         ] {
             header(&mut out, name, "gauge", help);
             sample(&mut out, name, "", value as f64);

@@ -1,7 +1,7 @@
 //! KServe v2 JSON + binary tensor data extension: decoding inference
 //! requests into core tensors and encoding responses, for the HTTP frontend.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -393,10 +393,53 @@ fn parameter_json(p: &Parameter) -> Value {
 
 /// An encoded HTTP response body: `json_len` is `Some` when binary data follows the JSON header.
 pub struct EncodedResponse {
-    /// Full body.
-    pub body: Bytes,
+    /// The body in order: the JSON header, then each binary output's data as
+    /// the tensor holds it (shared, not copied).
+    pub parts: Vec<Bytes>,
     /// Length of the JSON header when the body carries binary outputs.
     pub json_len: Option<usize>,
+}
+
+impl EncodedResponse {
+    /// The body, sent part by part with an exact `Content-Length`.
+    pub fn into_body(self) -> PartsBody {
+        let remaining = self.parts.iter().map(|p| p.len() as u64).sum();
+        let mut parts = self.parts;
+        parts.reverse();
+        PartsBody { parts, remaining }
+    }
+}
+
+/// A response body made of several buffers (written with vectored I/O, never
+/// concatenated).
+pub struct PartsBody {
+    /// Remaining parts, last first.
+    parts: Vec<Bytes>,
+    remaining: u64,
+}
+
+impl http_body::Body for PartsBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<std::result::Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.parts.pop();
+        if let Some(p) = &next {
+            self.remaining -= p.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|p| Ok(http_body::Frame::data(p))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.remaining)
+    }
 }
 
 /// Encodes a response as JSON, with outputs in binary where requested (or where JSON cannot carry them).
@@ -425,8 +468,7 @@ pub fn encode_response(
         serde_json::to_writer(&mut json, &map).expect("map");
     }
     json.extend_from_slice(b",\"outputs\":[");
-    let mut binary = BytesMut::new();
-    let mut any_binary = false;
+    let mut parts = vec![Bytes::new()];
     for (i, t) in resp.outputs.iter().enumerate() {
         if i > 0 {
             json.push(b',');
@@ -460,26 +502,14 @@ pub fn encode_response(
             json.extend_from_slice(b",\"parameters\":{\"binary_data_size\":");
             json.extend_from_slice(t.data.len().to_string().as_bytes());
             json.push(b'}');
-            binary.put_slice(&t.data);
-            any_binary = true;
+            parts.push(t.data.clone());
         }
         json.push(b'}');
     }
     json.extend_from_slice(b"]}");
-    if !any_binary {
-        return EncodedResponse {
-            body: json.into(),
-            json_len: None,
-        };
-    }
-    let json_len = json.len();
-    let mut body = BytesMut::with_capacity(json_len + binary.len());
-    body.put_slice(&json);
-    body.put_slice(&binary);
-    EncodedResponse {
-        body: body.freeze(),
-        json_len: Some(json_len),
-    }
+    let json_len = (parts.len() > 1).then_some(json.len());
+    parts[0] = json.into();
+    EncodedResponse { parts, json_len }
 }
 
 #[cfg(test)]
@@ -600,10 +630,12 @@ mod tests {
         };
         let enc = encode_response(&resp, &[], &HttpOptions::default());
         let n = enc.json_len.unwrap();
-        let v: Value = serde_json::from_slice(&enc.body[..n]).unwrap();
+        let body = enc.parts.concat();
+        let v: Value = serde_json::from_slice(&body[..n]).unwrap();
         assert_eq!(v["model_version"], "1");
         assert_eq!(v["outputs"][0]["data"], serde_json::json!([1, -2]));
         assert_eq!(v["outputs"][1]["parameters"]["binary_data_size"], 2);
-        assert_eq!(&enc.body[n..], &[0u8, 60]);
+        assert_eq!(&body[n..], &[0u8, 60]);
+        assert_eq!(enc.parts.len(), 2, "the binary output is its own part");
     }
 }

@@ -71,20 +71,24 @@ pub fn decompress(coding: Coding, data: &[u8], limit: usize) -> Result<Vec<u8>> 
     Ok(out)
 }
 
-/// Compresses a response body.
-pub fn compress(coding: Coding, data: &[u8]) -> Vec<u8> {
+/// Compresses a response body given as consecutive parts.
+pub fn compress<T: AsRef<[u8]>>(coding: Coding, parts: &[T]) -> Vec<u8> {
+    fn all<W: Write>(mut w: W, parts: &[impl AsRef<[u8]>]) -> W {
+        for p in parts {
+            w.write_all(p.as_ref())
+                .expect("writing to a Vec cannot fail");
+        }
+        w
+    }
     let level = Compression::fast();
+    let done = "writing to a Vec cannot fail";
     match coding {
-        Coding::Gzip => {
-            let mut e = GzEncoder::new(Vec::new(), level);
-            e.write_all(data).expect("writing to a Vec cannot fail");
-            e.finish().expect("writing to a Vec cannot fail")
-        }
-        Coding::Deflate => {
-            let mut e = ZlibEncoder::new(Vec::new(), level);
-            e.write_all(data).expect("writing to a Vec cannot fail");
-            e.finish().expect("writing to a Vec cannot fail")
-        }
+        Coding::Gzip => all(GzEncoder::new(Vec::new(), level), parts)
+            .finish()
+            .expect(done),
+        Coding::Deflate => all(ZlibEncoder::new(Vec::new(), level), parts)
+            .finish()
+            .expect(done),
     }
 }
 
@@ -105,7 +109,7 @@ mod tests {
     #[test]
     fn round_trips_and_limits() {
         for c in [Coding::Gzip, Coding::Deflate] {
-            let z = compress(c, b"hello hello hello");
+            let z = compress(c, &[&b"hello hello"[..], b" hello"]);
             assert_eq!(decompress(c, &z, 100).unwrap(), b"hello hello hello");
             assert!(decompress(c, &z, 5)
                 .unwrap_err()

@@ -2,6 +2,7 @@
 //! data, classification, model configuration, repository index), request and
 //! response compression, and Triton's error body `{"error": "..."}`.
 
+mod body;
 pub mod codec;
 pub mod compression;
 mod shm;
@@ -14,14 +15,13 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use bytes::Bytes;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
 use super::common::{self, parse_version, ServerInfo, EXTENSIONS};
 use super::restrict::{http_category, Restrictions};
 use crate::error::{Error, Result};
 use crate::memory::shm as shm_io;
+use body::read_body;
 
 /// Shared state of the HTTP frontend.
 pub struct HttpState {
@@ -384,66 +384,6 @@ async fn set_logging(State(s): AppState, headers: HeaderMap, body: Body) -> Resp
     )
 }
 
-/// Reads a request body up to `--http-max-input-size`, decompressing it when
-/// `Content-Encoding` says so (the limit applies after decompression too).
-async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Bytes> {
-    let limit = s.max_input_size;
-    let too_big = || {
-        Error::invalid_arg(format!(
-            "request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"
-        ))
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|len| len > limit) {
-        drain(body).await;
-        return Err(too_big());
-    }
-    // Frames are kept as they come; a body that arrives in one frame is not copied.
-    let mut body = body;
-    let mut chunks: Vec<Bytes> = Vec::new();
-    let mut total = 0;
-    while let Some(frame) = body.frame().await {
-        let frame = frame
-            .map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
-        if let Ok(data) = frame.into_data() {
-            total += data.len();
-            if total > limit {
-                drain(body).await;
-                return Err(too_big());
-            }
-            chunks.push(data);
-        }
-    }
-    let raw = match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.pop().expect("one chunk"),
-        _ => Bytes::from(chunks.concat()),
-    };
-    let encoding = headers
-        .get(header::CONTENT_ENCODING)
-        .map(|v| v.to_str().unwrap_or("<invalid>"));
-    match compression::content_coding(encoding)? {
-        None => Ok(raw),
-        Some(c) => compression::decompress(c, &raw, limit).map(Bytes::from),
-    }
-}
-
-/// Reads and discards what is left of an oversized body (up to a cap) so the
-/// client can read the error response instead of seeing a reset connection.
-async fn drain(mut body: Body) {
-    const CAP: usize = 1 << 30;
-    let mut seen = 0usize;
-    while let Some(Ok(frame)) = body.frame().await {
-        seen += frame.data_ref().map(|d| d.len()).unwrap_or(0);
-        if seen > CAP {
-            break;
-        }
-    }
-}
-
 const HEADER_LEN: &str = "inference-header-content-length";
 
 // The request is taken whole (not as a `HeaderMap` extractor, which clones
@@ -454,7 +394,7 @@ async fn infer(
     req: axum::extract::Request,
 ) -> Response {
     let (parts, body) = req.into_parts();
-    respond(run_infer(&s, &model, None, &parts.headers, body).await)
+    respond(run_infer(&s, &model, None, parts, body).await)
 }
 
 async fn infer_v(
@@ -464,7 +404,7 @@ async fn infer_v(
 ) -> Response {
     let (parts, body) = req.into_parts();
     let r = match parse_version(&version) {
-        Ok(v) => run_infer(&s, &model, v, &parts.headers, body).await,
+        Ok(v) => run_infer(&s, &model, v, parts, body).await,
         Err(e) => Err(e),
     };
     respond(r)
@@ -474,9 +414,10 @@ async fn run_infer(
     s: &HttpState,
     model: &str,
     version: Option<i64>,
-    headers: &HeaderMap,
+    parts: axum::http::request::Parts,
     body: Body,
 ) -> Result<Response> {
+    let headers = &parts.headers;
     let header_len = match headers.get(HEADER_LEN) {
         None => None,
         Some(v) => Some(
@@ -490,7 +431,16 @@ async fn run_infer(
                 })?,
         ),
     };
-    let body = read_body(s, headers, body).await?;
+    let body_headers = body::BodyHeaders::of(headers);
+    let coding = compression::accepted_coding(
+        headers
+            .get(header::ACCEPT_ENCODING)
+            .and_then(|v| v.to_str().ok()),
+    );
+    // The headers and the URI share hyper's read buffer: dropped before the body is read, so
+    // that hyper can read the body into the same buffer instead of a new one.
+    drop(parts);
+    let body = body::read(s, body_headers, body, header_len.unwrap_or(0)).await?;
     let handle = s.info.repository.get(model, version)?;
     let (request, opts) = codec::decode_request(
         model,
@@ -504,21 +454,17 @@ async fn run_infer(
     let response = handle.infer(request).await?;
     shm_io::write_outputs(&response, &requested)?;
     let encoded = codec::encode_response(&response, &requested, &opts);
-    let coding = compression::accepted_coding(
-        headers
-            .get(header::ACCEPT_ENCODING)
-            .and_then(|v| v.to_str().ok()),
-    );
+    let json_len = encoded.json_len;
     let (body, encoding) = match coding {
         Some(c) => (
-            Bytes::from(compression::compress(c, &encoded.body)),
+            Body::from(compression::compress(c, &encoded.parts)),
             Some(c),
         ),
-        None => (encoded.body, None),
+        None => (Body::new(encoded.into_body()), None),
     };
-    let mut resp = Response::new(Body::from(body));
+    let mut resp = Response::new(body);
     let h = resp.headers_mut();
-    match encoded.json_len {
+    match json_len {
         Some(n) => {
             h.insert(
                 header::CONTENT_TYPE,

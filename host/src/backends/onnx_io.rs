@@ -1,0 +1,324 @@
+//! Where ONNX Runtime's inputs and outputs live, and how they move between
+//! core tensors and ORT values with as few copies as possible:
+//!
+//! * a single request's input whose bytes are suitably aligned is handed to
+//!   ORT in place (a view of the request buffer: HTTP body, gRPC message or
+//!   shared-memory region);
+//! * otherwise (a batch of several requests, a misaligned buffer) the input
+//!   is gathered once into a recycled pool block: ordinary host memory for CPU
+//!   instances, page-locked memory for GPU ones (ORT's CUDA provider then
+//!   copies it to the device by DMA);
+//! * outputs stay in the memory ORT produced them in (its arena) and are
+//!   shared with the responses as `Bytes`, sliced per request of a batch.
+//!
+//! BYTES tensors are converted to and from ORT string tensors (a copy each
+//! way: ORT stores them as C++ strings).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
+use ort::session::SessionInputValue;
+use ort::value::{
+    DynTensor, DynTensorValueType, Tensor as OrtTensor, TensorElementType, TensorRefMut,
+};
+
+use crate::core::tensor::element_count;
+use crate::core::{bytes_tensor, DataType, InferRequest, Tensor};
+use crate::error::{Error, Result};
+use crate::memory::pool::{Block, Pool};
+
+/// ORT's element type for a Triton data type.
+pub fn to_ort_type(dt: DataType) -> TensorElementType {
+    match dt {
+        DataType::Bool => TensorElementType::Bool,
+        DataType::Uint8 => TensorElementType::Uint8,
+        DataType::Uint16 => TensorElementType::Uint16,
+        DataType::Uint32 => TensorElementType::Uint32,
+        DataType::Uint64 => TensorElementType::Uint64,
+        DataType::Int8 => TensorElementType::Int8,
+        DataType::Int16 => TensorElementType::Int16,
+        DataType::Int32 => TensorElementType::Int32,
+        DataType::Int64 => TensorElementType::Int64,
+        DataType::Fp16 => TensorElementType::Float16,
+        DataType::Fp32 => TensorElementType::Float32,
+        DataType::Fp64 => TensorElementType::Float64,
+        DataType::Bf16 => TensorElementType::Bfloat16,
+        DataType::Bytes => TensorElementType::String,
+    }
+}
+
+/// The Triton data type of an ORT element type, if it has one.
+pub fn from_ort_type(t: TensorElementType) -> Option<DataType> {
+    DataType::all().find(|&d| to_ort_type(d) == t)
+}
+
+/// Input `name` of the whole batch as one ORT value of `shape`: in place when
+/// `in_place` allows it (one request, aligned data), else gathered into a
+/// block from `pool`, which is pushed to `staging`.
+///
+/// # Safety
+/// The value may borrow the requests' buffers and the staged blocks: `batch`
+/// and `staging` must outlive it (the caller drops the value first).
+pub unsafe fn input(
+    batch: &[InferRequest],
+    name: &str,
+    shape: &[i64],
+    pool: &Arc<Pool>,
+    in_place: bool,
+    staging: &mut Vec<Block>,
+) -> Result<SessionInputValue<'static>> {
+    let first = batch[0]
+        .input(name)
+        .ok_or_else(|| Error::internal(format!("input '{name}' missing from the batch")))?;
+    let dtype = first.dtype;
+    let Some(size) = dtype.size() else {
+        return strings_input(&gather_strings(batch, name)?, name, shape);
+    };
+    let ptr = first.data.as_ptr();
+    if in_place && batch.len() == 1 && (ptr as usize).is_multiple_of(size) {
+        // SAFETY: validation guarantees the buffer holds exactly `shape` elements; the caller
+        // keeps the request alive for as long as the value. ORT does not write to inputs.
+        return unsafe { view(ptr as *mut u8, dtype, shape, name) };
+    }
+    let total: usize = batch
+        .iter()
+        .map(|r| r.input(name).map_or(0, |t| t.data.len()))
+        .sum();
+    let mut block = pool.take(total)?;
+    let buf = block.as_mut_slice();
+    let mut at = 0;
+    for r in batch {
+        let t = r.input(name).ok_or_else(|| {
+            Error::internal(format!("input '{name}' missing from a batched request"))
+        })?;
+        buf[at..at + t.data.len()].copy_from_slice(&t.data);
+        at += t.data.len();
+    }
+    // SAFETY: the block holds exactly the gathered bytes for `shape` (validated sizes) and is
+    // kept alive in `staging`; its address is aligned for every element type.
+    let value = unsafe { view(block.ptr() as *mut u8, dtype, shape, name) }?;
+    staging.push(block);
+    Ok(value)
+}
+
+/// A CPU tensor view of host memory at `ptr`.
+///
+/// # Safety
+/// `ptr` must hold `shape`'s elements of `dtype`, aligned for it, and outlive the view.
+unsafe fn view(
+    ptr: *mut u8,
+    dtype: DataType,
+    shape: &[i64],
+    name: &str,
+) -> Result<SessionInputValue<'static>> {
+    let fail = |e: ort::Error| Error::internal(format!("input '{name}': {e}"));
+    let info = MemoryInfo::new(
+        AllocationDevice::CPU,
+        0,
+        AllocatorType::Device,
+        MemoryType::Default,
+    )
+    .map_err(fail)?;
+    let ptr = ptr as *mut ort::sys::c_void;
+    let shape = ort::value::Shape::new(shape.iter().copied());
+    macro_rules! raw {
+        ($t:ty) => {
+            // SAFETY: forwarded from the caller.
+            SessionInputValue::from(
+                unsafe { TensorRefMut::<'static, $t>::from_raw(info, ptr, shape) }.map_err(fail)?,
+            )
+        };
+    }
+    Ok(match dtype {
+        DataType::Bool => raw!(bool),
+        DataType::Uint8 => raw!(u8),
+        DataType::Uint16 => raw!(u16),
+        DataType::Uint32 => raw!(u32),
+        DataType::Uint64 => raw!(u64),
+        DataType::Int8 => raw!(i8),
+        DataType::Int16 => raw!(i16),
+        DataType::Int32 => raw!(i32),
+        DataType::Int64 => raw!(i64),
+        DataType::Fp16 => raw!(half::f16),
+        DataType::Bf16 => raw!(half::bf16),
+        DataType::Fp32 => raw!(f32),
+        DataType::Fp64 => raw!(f64),
+        DataType::Bytes => {
+            return Err(Error::internal(format!(
+                "input '{name}': BYTES cannot be viewed in place"
+            )))
+        }
+    })
+}
+
+/// The elements of input `name` across the batch, as UTF-8 strings.
+fn gather_strings(batch: &[InferRequest], name: &str) -> Result<Vec<String>> {
+    let mut strings = Vec::new();
+    for r in batch {
+        let t = r.input(name).ok_or_else(|| {
+            Error::internal(format!("input '{name}' missing from a batched request"))
+        })?;
+        for e in bytes_tensor::decode(&t.data)? {
+            strings.push(String::from_utf8(e.to_vec()).map_err(|_| {
+                Error::invalid_arg(format!(
+                    "input '{name}': ONNX string tensors must be valid UTF-8"
+                ))
+            })?);
+        }
+    }
+    Ok(strings)
+}
+
+/// An ORT string tensor.
+fn strings_input(
+    strings: &[String],
+    name: &str,
+    shape: &[i64],
+) -> Result<SessionInputValue<'static>> {
+    OrtTensor::from_string_array((shape.to_vec(), strings))
+        .map(|v| SessionInputValue::from(v.upcast()))
+        .map_err(|e| Error::internal(format!("input '{name}': {e}")))
+}
+
+/// An ORT output tensor seen as bytes: responses share ORT's buffer instead
+/// of copying it, and it goes back to ORT's arena when the last one is sent.
+struct OutputBytes {
+    value: DynTensor,
+    len: usize,
+}
+
+impl AsRef<[u8]> for OutputBytes {
+    fn as_ref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: a CPU tensor of `len` bytes (checked against its shape and type when built),
+        // kept alive by `self.value`.
+        unsafe { std::slice::from_raw_parts(self.value.data_ptr() as *const u8, self.len) }
+    }
+}
+
+/// Converts an ORT output to a core tensor (fixed-size types without a copy).
+pub fn output(name: &str, value: ort::value::DynValue) -> Result<Tensor> {
+    let fail = |e: ort::Error| Error::internal(format!("output '{name}': {e}"));
+    let value = value.downcast::<DynTensorValueType>().map_err(fail)?;
+    let shape: Vec<i64> = value.shape().to_vec();
+    let ty = *value.data_type();
+    let dtype = from_ort_type(ty).ok_or_else(|| {
+        Error::unsupported(format!(
+            "output '{name}': ONNX type {ty:?} is not supported"
+        ))
+    })?;
+    let Some(size) = dtype.size() else {
+        let (_, strings) = value.try_extract_strings().map_err(fail)?;
+        return Ok(Tensor::new(
+            name,
+            dtype,
+            shape,
+            bytes_tensor::encode(&strings),
+        ));
+    };
+    if !value.memory_info().is_cpu_accessible() {
+        return Err(Error::internal(format!(
+            "output '{name}' is not in CPU-accessible memory"
+        )));
+    }
+    let len = element_count(&shape) * size;
+    Ok(Tensor::new(
+        name,
+        dtype,
+        shape,
+        Bytes::from_owner(OutputBytes { value, len }),
+    ))
+}
+
+/// Splits a batched output back into one tensor per request (`rows` = each
+/// request's batch size); fixed-size types as views of the same buffer.
+pub fn scatter(t: Tensor, rows: &[usize]) -> Result<Vec<Tensor>> {
+    if rows.len() == 1 {
+        return Ok(vec![t]);
+    }
+    let total: usize = rows.iter().sum();
+    if t.shape.first().map(|&d| d as usize) != Some(total) {
+        return Err(Error::internal(format!(
+            "output '{}' has shape {:?}, whose first dimension is not the batch size {total}",
+            t.name, t.shape
+        )));
+    }
+    let mut out = Vec::with_capacity(rows.len());
+    let part_shape = |r: usize| {
+        let mut shape = t.shape.clone();
+        shape[0] = r as i64;
+        shape
+    };
+    match t.dtype.size() {
+        Some(_) => {
+            let row_bytes = t.data.len().checked_div(total).unwrap_or(0);
+            let mut at = 0;
+            for &r in rows {
+                let data = t.data.slice(at..at + r * row_bytes);
+                out.push(Tensor::new(t.name.clone(), t.dtype, part_shape(r), data));
+                at += r * row_bytes;
+            }
+        }
+        None => {
+            let elements = bytes_tensor::decode(&t.data)?;
+            let per_row = elements.len().checked_div(total).unwrap_or(0);
+            let mut at = 0;
+            for &r in rows {
+                let data = bytes_tensor::encode(&elements[at..at + r * per_row]);
+                out.push(Tensor::new(t.name.clone(), t.dtype, part_shape(r), data));
+                at += r * per_row;
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_table_is_complete() {
+        for dt in DataType::all() {
+            assert_eq!(from_ort_type(to_ort_type(dt)), Some(dt));
+        }
+    }
+
+    #[test]
+    fn scatter_slices_fixed_size_and_reencodes_bytes() {
+        let data: Vec<u8> = (0..24).collect();
+        let t = Tensor::new("y", DataType::Int32, vec![3, 2], data);
+        let parts = scatter(t.clone(), &[1, 2]).unwrap();
+        assert_eq!(parts[0].shape, vec![1, 2]);
+        assert_eq!(&parts[0].data[..], &(0..8).collect::<Vec<u8>>()[..]);
+        assert_eq!(parts[1].shape, vec![2, 2]);
+        assert_eq!(
+            parts[1].data.as_ptr(),
+            t.data[8..].as_ptr(),
+            "a view, not a copy"
+        );
+        let s = Tensor::new(
+            "s",
+            DataType::Bytes,
+            vec![3],
+            bytes_tensor::encode(["a", "bb", "c"]),
+        );
+        let parts = scatter(s, &[2, 1]).unwrap();
+        assert_eq!(
+            bytes_tensor::decode(&parts[0].data).unwrap(),
+            vec![b"a" as &[u8], b"bb"]
+        );
+        assert_eq!(
+            bytes_tensor::decode(&parts[1].data).unwrap(),
+            vec![b"c" as &[u8]]
+        );
+        let bad = Tensor::new("y", DataType::Int32, vec![2, 2], vec![0u8; 16]);
+        assert!(scatter(bad, &[1, 2])
+            .unwrap_err()
+            .message
+            .contains("batch size 3"));
+    }
+}

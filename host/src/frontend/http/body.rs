@@ -1,0 +1,225 @@
+//! Request bodies: size limit, decompression, and collecting hyper's frames
+//! into one buffer with as few copies and allocations as possible.
+//!
+//! A body that arrives in one frame is used as it is. A longer one is copied
+//! frame by frame, as the frames arrive, into a recycled host-pool block (so
+//! hyper can reuse its read buffer and nothing is allocated per request in
+//! steady state), placed so that the binary tensor section starts 64-byte
+//! aligned and its tensors can go to the backend in place.
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+
+use super::{compression, HttpState};
+use crate::error::{Error, Result};
+use crate::memory::pool::{pools, Block};
+
+/// Alignment of the binary section in a joined body.
+const ALIGN: usize = 64;
+
+/// What reading a body needs from the request headers, so the handler can
+/// drop the headers first (they pin hyper's read buffer, which could then not
+/// be reused for the body).
+pub struct BodyHeaders {
+    declared: Option<usize>,
+    coding: Result<Option<compression::Coding>>,
+}
+
+impl BodyHeaders {
+    /// `Content-Length` and `Content-Encoding` (an unsupported coding is
+    /// reported once the body has been read).
+    pub fn of(headers: &HeaderMap) -> BodyHeaders {
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        let encoding = headers
+            .get(header::CONTENT_ENCODING)
+            .map(|v| v.to_str().unwrap_or("<invalid>"));
+        BodyHeaders {
+            declared,
+            coding: compression::content_coding(encoding),
+        }
+    }
+}
+
+/// Reads a request body up to `--http-max-input-size`, decompressing it when
+/// `Content-Encoding` says so (the limit applies after decompression too).
+pub async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Bytes> {
+    read(s, BodyHeaders::of(headers), body, 0).await
+}
+
+/// [`read_body`] with the headers already taken apart; `binary_at` is where
+/// the binary tensor section starts (0 when none).
+pub async fn read(
+    s: &HttpState,
+    headers: BodyHeaders,
+    body: Body,
+    binary_at: usize,
+) -> Result<Bytes> {
+    let limit = s.max_input_size;
+    let too_big = || {
+        Error::invalid_arg(format!(
+            "request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"
+        ))
+    };
+    let declared = headers.declared;
+    if declared.is_some_and(|len| len > limit) {
+        drain(body).await;
+        return Err(too_big());
+    }
+    let mut body = body;
+    let mut frames = Frames::Empty;
+    let mut total = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            total += data.len();
+            if total > limit {
+                drain(body).await;
+                return Err(too_big());
+            }
+            frames.push(data, declared, binary_at)?;
+        }
+    }
+    let raw = frames.finish(total, binary_at)?;
+    match headers.coding? {
+        None => Ok(raw),
+        Some(c) => compression::decompress(c, &raw, limit).map(Bytes::from),
+    }
+}
+
+/// The frames read so far.
+enum Frames {
+    Empty,
+    /// One frame: kept without a copy.
+    One(Bytes),
+    /// Copied into a block sized by `Content-Length`; `pad` bytes in, `at` bytes filled.
+    Joined {
+        block: Block,
+        pad: usize,
+        at: usize,
+    },
+    /// No `Content-Length` (chunked): kept, joined at the end.
+    Kept(Vec<Bytes>),
+}
+
+impl Frames {
+    fn push(&mut self, data: Bytes, declared: Option<usize>, binary_at: usize) -> Result<()> {
+        *self = match std::mem::replace(self, Frames::Empty) {
+            // More to come: copy from the first frame on, so that no frame is held while hyper
+            // reads the next one (a held frame keeps hyper from reusing its read buffer).
+            Frames::Empty => match declared {
+                Some(len) if len > data.len() => {
+                    let (block, pad) = aligned_block(len, binary_at)?;
+                    let mut joined = Frames::Joined { block, pad, at: 0 };
+                    joined.push(data, declared, binary_at)?;
+                    joined
+                }
+                Some(len) if data.len() > len => return Err(longer_than_declared()),
+                _ => Frames::One(data),
+            },
+            Frames::One(first) => {
+                if declared.is_some() {
+                    return Err(longer_than_declared());
+                }
+                Frames::Kept(vec![first, data])
+            }
+            Frames::Joined { mut block, pad, at } => {
+                let buf = &mut block.as_mut_slice()[pad..];
+                let end = at + data.len();
+                if end > buf.len() - (ALIGN - pad) {
+                    return Err(longer_than_declared());
+                }
+                buf[at..end].copy_from_slice(&data);
+                Frames::Joined {
+                    block,
+                    pad,
+                    at: end,
+                }
+            }
+            Frames::Kept(mut v) => {
+                v.push(data);
+                Frames::Kept(v)
+            }
+        };
+        Ok(())
+    }
+
+    fn finish(self, total: usize, binary_at: usize) -> Result<Bytes> {
+        Ok(match self {
+            Frames::Empty => Bytes::new(),
+            Frames::One(b) => b,
+            Frames::Joined { block, pad, at } => block.freeze().slice(pad..pad + at),
+            Frames::Kept(v) => {
+                let (mut block, pad) = aligned_block(total, binary_at)?;
+                let buf = &mut block.as_mut_slice()[pad..];
+                let mut at = 0;
+                for c in &v {
+                    buf[at..at + c.len()].copy_from_slice(c);
+                    at += c.len();
+                }
+                block.freeze().slice(pad..pad + total)
+            }
+        })
+    }
+}
+
+fn longer_than_declared() -> Error {
+    Error::invalid_arg("request body is longer than its Content-Length".to_string())
+}
+
+/// A host-pool block for `len` bytes and the padding that puts offset
+/// `binary_at` of the data on an [`ALIGN`] boundary.
+fn aligned_block(len: usize, binary_at: usize) -> Result<(Block, usize)> {
+    let block = pools().host.take(len + ALIGN)?;
+    let pad = (ALIGN - (block.ptr() + binary_at) % ALIGN) % ALIGN;
+    Ok((block, pad))
+}
+
+/// Reads and discards what is left of an oversized body (up to a cap) so the
+/// client can read the error response instead of seeing a reset connection.
+async fn drain(mut body: Body) {
+    const CAP: usize = 1 << 30;
+    let mut seen = 0usize;
+    while let Some(Ok(frame)) = body.frame().await {
+        seen += frame.data_ref().map(|d| d.len()).unwrap_or(0);
+        if seen > CAP {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(frames: &[&[u8]], declared: Option<usize>, binary_at: usize) -> Result<Bytes> {
+        let mut f = Frames::Empty;
+        let mut total = 0;
+        for d in frames {
+            total += d.len();
+            f.push(Bytes::copy_from_slice(d), declared, binary_at)?;
+        }
+        f.finish(total, binary_at)
+    }
+
+    #[test]
+    fn frames_join_aligned_with_or_without_a_length() {
+        let one = collect(&[b"abc"], Some(3), 0).unwrap();
+        assert_eq!(&one[..], b"abc");
+        for declared in [Some(10), None] {
+            let joined = collect(&[b"{h}", b"0123", b"456"], declared, 3).unwrap();
+            assert_eq!(&joined[..], b"{h}0123456");
+            assert_eq!(joined[3..].as_ptr() as usize % ALIGN, 0, "{declared:?}");
+        }
+        assert!(collect(&[], None, 0).unwrap().is_empty());
+        for frames in [&[&b"0123"[..], b"45"][..], &[b"012345"]] {
+            let e = collect(frames, Some(5), 0).unwrap_err();
+            assert!(e.message.contains("longer than its Content-Length"));
+        }
+    }
+}
