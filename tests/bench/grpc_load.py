@@ -5,7 +5,10 @@
 
 1. Unary ModelInfer on `simple` (2 x INT32[1,16], raw contents) driven by h2load
    (Debian nghttp2-client) with a pre-serialised gRPC message, at concurrency 1, 16, 64
-   (one HTTP/2 connection per concurrent client). Mean latency is what h2load reports.
+   (one HTTP/2 connection per concurrent client). Mean latency is what h2load reports,
+   and each server's CPU time per request (utime + stime from /proc) is reported beside
+   throughput: on a machine whose cores are shared by client and servers it is the
+   steadier figure. `--rounds N` repeats the whole sweep and reports the median ratio.
 2. Streaming vs unary through the same Python client (tritonclient.grpc.aio), so the
    ratio compares the two RPC styles on Tern, not the client.
 """
@@ -51,7 +54,14 @@ def wait_grpc(url, timeout=30):
     raise RuntimeError(f"no gRPC server at {url}")
 
 
-def h2load(port, conc, duration, body):
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def h2load(port, conc, duration, body, pid=None):
+    cpu0 = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run(
         [
             "h2load",
@@ -81,7 +91,8 @@ def h2load(port, conc, duration, body):
     ok = re.search(r"status codes: (\d+) 2xx", out)
     if not ok or int(ok.group(1)) == 0:
         raise RuntimeError(out)
-    return rps, ms(m.group(3))
+    cpu_us = (cpu_seconds(pid) - cpu0) * 1e6 / int(ok.group(1)) if pid else 0.0
+    return rps, ms(m.group(3)), cpu_us
 
 
 async def unary_vs_stream(url, n=2000, conc=16):
@@ -127,6 +138,7 @@ def main():
     ap.add_argument("--tern", required=True)
     ap.add_argument("--baseline", required=True)
     ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
         f.write(message())
@@ -140,12 +152,13 @@ def main():
         wait_grpc(f"127.0.0.1:{tport}")
         wait_grpc(f"127.0.0.1:{bport}")
         rows = []
-        for conc in (1, 16, 64):
-            h2load(bport, conc, 2, body)
-            h2load(tport, conc, 2, body)
-            b = h2load(bport, conc, args.duration, body)
-            t = h2load(tport, conc, args.duration, body)
-            rows.append((conc, t, b))
+        for _ in range(args.rounds):
+            for conc in (1, 16, 64):
+                h2load(bport, conc, 2, body)
+                h2load(tport, conc, 2, body)
+                b = h2load(bport, conc, args.duration, body, base.pid)
+                t = h2load(tport, conc, args.duration, body, tern.pid)
+                rows.append((conc, t, b))
         unary, stream = asyncio.run(unary_vs_stream(f"127.0.0.1:{tport}"))
     finally:
         tern.terminate()
@@ -154,10 +167,14 @@ def main():
         base.wait()
         os.unlink(body)
     print(f"\nh2load, {args.duration}s per point, unary ModelInfer on `simple` (raw contents), {os.cpu_count()} cores shared by client and servers\n")
-    print("| concurrency | Tern req/s | tonic baseline req/s | Tern/baseline | Tern mean ms | baseline mean ms |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| concurrency | Tern req/s | tonic baseline req/s | Tern/baseline | Tern mean ms | baseline mean ms | Tern CPU µs/req | baseline CPU µs/req |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for conc, t, b in rows:
-        print(f"| {conc} | {t[0]:.0f} | {b[0]:.0f} | {t[0] / b[0]:.2f} | {t[1]:.3f} | {b[1]:.3f} |")
+        print(f"| {conc} | {t[0]:.0f} | {b[0]:.0f} | {t[0] / b[0]:.2f} | {t[1]:.3f} | {b[1]:.3f} | {t[2]:.1f} | {b[2]:.1f} |")
+    if args.rounds > 1:
+        for conc in (1, 16, 64):
+            ratios = sorted(t[0] / b[0] for c, t, b in rows if c == conc)
+            print(f"concurrency {conc}: median Tern/baseline over {args.rounds} rounds {ratios[len(ratios) // 2]:.2f} (all: {', '.join(f'{r:.2f}' for r in ratios)})")
     print(f"\ntritonclient.grpc.aio, 2000 requests, 16 in flight: unary {unary:.0f} req/s, streaming {stream:.0f} req/s (stream/unary {stream / unary:.2f})")
 
 

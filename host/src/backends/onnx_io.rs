@@ -8,8 +8,10 @@
 //!   is gathered once into a recycled pool block: ordinary host memory for CPU
 //!   instances, page-locked memory for GPU ones (ORT's CUDA provider then
 //!   copies it to the device by DMA);
-//! * outputs stay in the memory ORT produced them in (its arena) and are
-//!   shared with the responses as `Bytes`, sliced per request of a batch.
+//! * outputs over 16 KiB stay in the memory ORT produced them in (its arena)
+//!   and are shared with the responses as `Bytes`, sliced per request of a
+//!   batch; smaller ones are copied, which is cheaper than releasing the ORT
+//!   value from another thread.
 //!
 //! BYTES tensors are converted to and from ORT string tensors (a copy each
 //! way: ORT stores them as C++ strings).
@@ -225,13 +227,20 @@ pub fn output(name: &str, value: ort::value::DynValue) -> Result<Tensor> {
         )));
     }
     let len = element_count(&shape) * size;
-    Ok(Tensor::new(
-        name,
-        dtype,
-        shape,
-        Bytes::from_owner(OutputBytes { value, len }),
-    ))
+    let out = OutputBytes { value, len };
+    // Small outputs are copied so that the ORT value is released here, on the
+    // instance thread: releasing it later from a frontend thread costs more
+    // (ORT's allocator lock, shared with the running session) than the copy.
+    let data = if len <= COPY_OUTPUT_BELOW {
+        Bytes::copy_from_slice(out.as_ref())
+    } else {
+        Bytes::from_owner(out)
+    };
+    Ok(Tensor::new(name, dtype, shape, data))
 }
+
+/// Outputs up to this size are copied out of ORT instead of shared.
+const COPY_OUTPUT_BELOW: usize = 16 * 1024;
 
 /// Splits a batched output back into one tensor per request (`rows` = each
 /// request's batch size); fixed-size types as views of the same buffer.

@@ -62,6 +62,8 @@ impl Shared {
             queue: Mutex::new(QueueState {
                 queue: Queue::new(&policy),
                 next_seq: 0,
+                waiting: 0,
+                woken: 0,
             }),
             ready: Condvar::new(),
             reorder: Mutex::new(Reorder::default()),
@@ -78,6 +80,24 @@ impl Shared {
 struct QueueState {
     queue: Queue,
     next_seq: u64,
+    /// Instance threads blocked on `ready`: a new request wakes one only when
+    /// there is one to wake (std's futex condvar makes a system call per
+    /// notify even without waiters, once per request on the hot path).
+    waiting: usize,
+    /// Notifications sent to waiting threads that have not woken up yet: one
+    /// wake-up per idle thread is enough, however many requests arrive
+    /// before it runs.
+    woken: usize,
+}
+
+impl QueueState {
+    /// Bookkeeping for an instance thread returning from a wait (notified,
+    /// timed out or spurious: a surplus notification is harmless, a missing
+    /// one is not, so `woken` only ever errs low).
+    fn woke(&mut self) {
+        self.waiting -= 1;
+        self.woken = self.woken.saturating_sub(1);
+    }
 }
 
 /// One loaded, servable version of a model.
@@ -394,7 +414,7 @@ impl ModelHandle {
     ) -> Result<InferResponse> {
         let s = &self.shared;
         let (reply, rx) = oneshot::channel();
-        {
+        let wake = {
             let mut q = s.queue.lock().expect("queue lock");
             if q.queue.closed {
                 drop(q);
@@ -421,8 +441,15 @@ impl ModelHandle {
                 )));
             }
             q.next_seq += 1;
+            let wake = q.waiting > q.woken;
+            if wake {
+                q.woken += 1;
+            }
+            wake
+        };
+        if wake {
+            s.ready.notify_one();
         }
-        s.ready.notify_one();
         rx.await.map_err(|_| self.gone())?
     }
 
@@ -562,10 +589,16 @@ fn next_batch(s: &Shared, retire: &AtomicBool) -> Option<Vec<Pending>> {
         }
         match q.queue.decide(&s.policy, now) {
             Decision::Send(n) => return Some(q.queue.take(n)),
-            Decision::Wait(None) => q = s.ready.wait(q).expect("queue lock"),
+            Decision::Wait(None) => {
+                q.waiting += 1;
+                q = s.ready.wait(q).expect("queue lock");
+                q.woke();
+            }
             Decision::Wait(Some(until)) => {
                 let wait = until.saturating_duration_since(Instant::now());
+                q.waiting += 1;
                 q = s.ready.wait_timeout(q, wait).expect("queue lock").0;
+                q.woke();
             }
         }
     }
