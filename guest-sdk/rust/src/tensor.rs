@@ -14,6 +14,16 @@ pub trait Element: Copy + Default + 'static {
     fn read(b: &[u8]) -> Self;
     /// Appends one element as little-endian bytes.
     fn write(self, out: &mut Vec<u8>);
+    /// Appends many elements as little-endian bytes (one copy for numbers).
+    fn write_all(data: &[Self], out: &mut Vec<u8>) {
+        for &v in data {
+            v.write(out);
+        }
+    }
+    /// Reads little-endian bytes (a whole number of elements) into a vector.
+    fn read_all(bytes: &[u8]) -> Vec<Self> {
+        bytes.chunks_exact(Self::SIZE).map(Self::read).collect()
+    }
 }
 
 macro_rules! element {
@@ -25,6 +35,41 @@ macro_rules! element {
             }
             fn write(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn write_all(data: &[Self], out: &mut Vec<u8>) {
+                if cfg!(target_endian = "little") {
+                    // SAFETY: a number type has no padding, and on a little-endian
+                    // target its memory is its little-endian encoding.
+                    let bytes = unsafe {
+                        std::slice::from_raw_parts(
+                            data.as_ptr().cast::<u8>(),
+                            std::mem::size_of_val(data),
+                        )
+                    };
+                    out.extend_from_slice(bytes);
+                } else {
+                    for &v in data {
+                        v.write(out);
+                    }
+                }
+            }
+            fn read_all(bytes: &[u8]) -> Vec<Self> {
+                let n = bytes.len() / Self::SIZE;
+                if !cfg!(target_endian = "little") {
+                    return bytes.chunks_exact(Self::SIZE).map(Self::read).collect();
+                }
+                let mut out = Vec::<$t>::with_capacity(n);
+                // SAFETY: the vector has room for `n` elements, every bit pattern is a
+                // valid number, and the source may be unaligned (byte copy).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        out.as_mut_ptr().cast::<u8>(),
+                        n * Self::SIZE,
+                    );
+                    out.set_len(n);
+                }
+                out
             }
         }
     };
@@ -58,9 +103,7 @@ impl Tensor {
     /// A tensor from typed values; `shape` must describe `data.len()` elements.
     pub fn from_vec<T: Element>(name: impl Into<String>, shape: Vec<i64>, data: Vec<T>) -> Tensor {
         let mut bytes = Vec::with_capacity(data.len() * T::SIZE);
-        for v in data {
-            v.write(&mut bytes);
-        }
+        T::write_all(&data, &mut bytes);
         Tensor {
             name: name.into(),
             datatype: T::DTYPE,
@@ -97,7 +140,7 @@ impl Tensor {
     /// The values, copied out; errors when the data type differs.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, Error> {
         self.expect_dtype(T::DTYPE)?;
-        Ok(self.data.chunks_exact(T::SIZE).map(T::read).collect())
+        Ok(T::read_all(&self.data))
     }
 
     /// The values without copying (little-endian hosts, which wasm is);

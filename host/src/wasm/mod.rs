@@ -37,6 +37,11 @@ fn base_config() -> Config {
     let mut c = Config::new();
     c.wasm_component_model(true);
     c.epoch_interruption(true);
+    if std::env::var_os("TERN_WASM_PERFMAP").is_some() {
+        // Plugin authors profiling with `perf`: names for the compiled plugin
+        // code in /tmp/perf-<pid>.map (docs/plugins.md).
+        c.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     c
 }
 

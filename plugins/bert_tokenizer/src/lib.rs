@@ -47,9 +47,11 @@ impl Model for BertTokenizer {
                 let texts = r.input("TEXT")?.strings()?;
                 Ok(texts
                     .iter()
-                    .map(|t| {
-                        self.tokenizer
-                            .encode(&String::from_utf8_lossy(t), self.max_length)
+                    .map(|t| match std::str::from_utf8(t) {
+                        Ok(t) => self.tokenizer.encode(t, self.max_length),
+                        Err(_) => self
+                            .tokenizer
+                            .encode(&String::from_utf8_lossy(t), self.max_length),
                     })
                     .collect())
             })

@@ -31,9 +31,13 @@ impl Hasher for FxHasher {
         for c in &mut chunks {
             self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
         }
-        let mut tail = [0u8; 8];
-        tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-        self.add(u64::from_le_bytes(tail) ^ bytes.len() as u64);
+        // Byte by byte rather than `copy_from_slice`: a variable-length copy
+        // is a call out of the sandbox in WebAssembly (`memory.copy`).
+        let mut tail = 0u64;
+        for (i, &b) in chunks.remainder().iter().enumerate() {
+            tail |= (b as u64) << (8 * i);
+        }
+        self.add(tail ^ bytes.len() as u64);
     }
     fn write_u8(&mut self, i: u8) {
         self.add(i as u64);
@@ -48,7 +52,11 @@ type Vocab = HashMap<String, i64, BuildHasherDefault<FxHasher>>;
 /// A WordPiece vocabulary with BERT's special tokens.
 #[derive(Debug)]
 pub struct Tokenizer {
+    /// Word-initial pieces.
     vocab: Vocab,
+    /// Continuation pieces (`##xyz` in vocab.txt), stored without the `##`
+    /// so that lookups borrow the word instead of building each candidate.
+    continuations: Vocab,
     unk: i64,
     cls: i64,
     sep: i64,
@@ -58,11 +66,15 @@ pub struct Tokenizer {
 impl Tokenizer {
     /// Builds a tokenizer from `vocab.txt` (one token per line, id = line number).
     pub fn from_vocab(text: &str, lowercase: bool) -> Result<Tokenizer, String> {
-        let vocab: Vocab = text
-            .lines()
-            .enumerate()
-            .map(|(i, t)| (t.trim_end_matches('\r').to_string(), i as i64))
-            .collect();
+        let mut vocab = Vocab::default();
+        let mut continuations = Vocab::default();
+        for (i, t) in text.lines().enumerate() {
+            let t = t.trim_end_matches('\r');
+            match t.strip_prefix("##") {
+                Some(rest) if !rest.is_empty() => continuations.insert(rest.to_string(), i as i64),
+                _ => vocab.insert(t.to_string(), i as i64),
+            };
+        }
         let special = |t: &str| {
             vocab
                 .get(t)
@@ -75,6 +87,7 @@ impl Tokenizer {
             sep: special("[SEP]")?,
             lowercase,
             vocab,
+            continuations,
         })
     }
 
@@ -89,48 +102,71 @@ impl Tokenizer {
         let mut ids = Vec::with_capacity(limit.min(text.len() + 2) + 1);
         ids.push(self.cls);
         let mut word = String::new();
-        let mut piece = String::new();
-        for c in text.chars() {
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
             if ids.len() >= limit {
                 break;
             }
-            if c.is_ascii() {
-                // Fast path with the same result as the Unicode rules below.
-                match c {
-                    ' ' | '\t' | '\n' | '\r' => self.flush(&mut word, &mut ids, &mut piece, limit),
-                    '\0'..='\x1f' | '\x7f' => {}
-                    c if c.is_ascii_punctuation() => {
-                        self.flush(&mut word, &mut ids, &mut piece, limit);
-                        word.push(c);
-                        self.flush(&mut word, &mut ids, &mut piece, limit);
+            let b = bytes[i];
+            if b.is_ascii() {
+                // Fast path with the same result as the Unicode rules below,
+                // a run of word characters at a time.
+                match b {
+                    b' ' | b'\t' | b'\n' | b'\r' => self.flush(&mut word, &mut ids, limit),
+                    b'\0'..=b'\x1f' | b'\x7f' => {}
+                    b if b.is_ascii_punctuation() => {
+                        self.flush(&mut word, &mut ids, limit);
+                        self.piece_ids(&text[i..i + 1], &mut ids, limit);
                     }
-                    c => word.push(if self.lowercase {
-                        c.to_ascii_lowercase()
-                    } else {
-                        c
-                    }),
+                    _ => {
+                        let start = i;
+                        while i < bytes.len() && is_ascii_word_byte(bytes[i]) {
+                            i += 1;
+                        }
+                        let run = &text[start..i];
+                        let lower = self.lowercase && run.bytes().any(|b| b.is_ascii_uppercase());
+                        // The word ends here unless a control character (dropped) or
+                        // a non-ASCII character follows.
+                        let ends = bytes.get(i).is_none_or(|&n| {
+                            matches!(n, b' ' | b'\t' | b'\n' | b'\r') || n.is_ascii_punctuation()
+                        });
+                        if word.is_empty() && ends && !lower {
+                            self.piece_ids(run, &mut ids, limit);
+                        } else {
+                            let from = word.len();
+                            word.push_str(run);
+                            if lower {
+                                word[from..].make_ascii_lowercase();
+                            }
+                        }
+                        continue;
+                    }
                 }
+                i += 1;
                 continue;
             }
+            let c = text[i..].chars().next().expect("a character starts here");
+            i += c.len_utf8();
             let cp = c as u32;
             if cp == 0xFFFD || is_control(c) {
                 continue;
             }
             if is_whitespace(c) {
-                self.flush(&mut word, &mut ids, &mut piece, limit);
+                self.flush(&mut word, &mut ids, limit);
                 continue;
             }
             if is_cjk(cp) {
-                self.flush(&mut word, &mut ids, &mut piece, limit);
+                self.flush(&mut word, &mut ids, limit);
                 word.push(c);
-                self.flush(&mut word, &mut ids, &mut piece, limit);
+                self.flush(&mut word, &mut ids, limit);
                 continue;
             }
-            let mut push = |d: char, word: &mut String, ids: &mut Vec<i64>| {
+            let push = |d: char, word: &mut String, ids: &mut Vec<i64>| {
                 if is_punctuation(d) {
-                    self.flush(word, ids, &mut piece, limit);
+                    self.flush(word, ids, limit);
                     word.push(d);
-                    self.flush(word, ids, &mut piece, limit);
+                    self.flush(word, ids, limit);
                 } else {
                     word.push(d);
                 }
@@ -147,37 +183,44 @@ impl Tokenizer {
                 push(c, &mut word, &mut ids);
             }
         }
-        self.flush(&mut word, &mut ids, &mut piece, limit);
+        self.flush(&mut word, &mut ids, limit);
         ids.truncate(limit);
         ids.push(self.sep);
         ids
     }
 
     /// Ends the current word: its WordPiece ids go to `ids` (while under `limit`).
-    fn flush(&self, word: &mut String, ids: &mut Vec<i64>, piece: &mut String, limit: usize) {
-        if !word.is_empty() && ids.len() < limit {
-            self.wordpiece(word, ids, piece);
+    fn flush(&self, word: &mut String, ids: &mut Vec<i64>, limit: usize) {
+        if !word.is_empty() {
+            self.piece_ids(word, ids, limit);
         }
         word.clear();
     }
 
+    /// WordPiece ids of a complete word, while `ids` is under `limit`.
+    fn piece_ids(&self, word: &str, ids: &mut Vec<i64>, limit: usize) {
+        if ids.len() < limit {
+            self.wordpiece(word, ids);
+        }
+    }
+
     /// Greedy longest-match-first WordPiece of one word, appended to `out`.
-    fn wordpiece(&self, word: &str, out: &mut Vec<i64>, piece: &mut String) {
-        if word.chars().count() > MAX_WORD_CHARS {
+    fn wordpiece(&self, word: &str, out: &mut Vec<i64>) {
+        if word.len() > MAX_WORD_CHARS && word.chars().count() > MAX_WORD_CHARS {
             out.push(self.unk);
             return;
         }
         let mark = out.len();
         let mut start = 0;
         while start < word.len() {
+            let table = if start == 0 {
+                &self.vocab
+            } else {
+                &self.continuations
+            };
             let mut end = word.len();
             let found = loop {
-                piece.clear();
-                if start > 0 {
-                    piece.push_str("##");
-                }
-                piece.push_str(&word[start..end]);
-                if let Some(&id) = self.vocab.get(piece.as_str()) {
+                if let Some(&id) = table.get(&word[start..end]) {
                     break Some(id);
                 }
                 match word[start..end].char_indices().next_back() {
@@ -196,6 +239,11 @@ impl Tokenizer {
             start = end;
         }
     }
+}
+
+/// ASCII bytes that continue a word: not whitespace, control or punctuation.
+fn is_ascii_word_byte(b: u8) -> bool {
+    b > b' ' && b != b'\x7f' && b.is_ascii() && !b.is_ascii_punctuation()
 }
 
 fn is_whitespace(c: char) -> bool {
@@ -252,6 +300,12 @@ mod tests {
         assert_eq!(t.encode("Café xyz 中", 16), vec![2, 11, 1, 12, 3]);
         // Control characters dropped, odd whitespace splits.
         assert_eq!(t.encode("hello\u{0007}\u{00A0}world", 16), vec![2, 4, 6, 3]);
+        // ASCII runs: upper case folded, a dropped control character joins
+        // the halves, a non-ASCII letter continues the word.
+        assert_eq!(t.encode("HeLLo,WORLD!", 16), vec![2, 4, 5, 6, 7, 3]);
+        assert_eq!(t.encode("un\u{0001}affable", 16), vec![2, 8, 9, 10, 3]);
+        assert_eq!(t.encode("CAFÉ caf\u{00E9}", 16), vec![2, 11, 11, 3]);
+        assert_eq!(t.encode("xyzé hello", 16), vec![2, 1, 4, 3]);
     }
 
     #[test]
