@@ -63,6 +63,47 @@ def test_tokenizer_matches_hugging_face(tsrv):
     assert mask[0].tolist() == [1, 1, 1, 0, 0, 0, 0, 0] and ids[0, 3:].tolist() == [0] * 5
 
 
+def random_texts(n, seed=7):
+    """Texts mixing what BERT's basic tokenizer treats specially: ASCII words
+    and punctuation, Latin/Greek/Cyrillic/Arabic letters in both cases,
+    accents precomposed and combining, CJK, controls, odd whitespace, long
+    words, final sigma, dotted capital I."""
+    rng = np.random.default_rng(seed)
+    words = ["hello", "WORLD", "unaffable", "Café", "naïve", "ΣΟΦΙΑ", "ΟΔΟΣ", "Москва", "İstanbul",
+             "straße", "ﬁne", "e\u0301", "\u0301", "中文字", "日本語", "한국어", "مرحبا،", "¿Qué?", "«quote»",
+             "x" * 120, "hyperparameterization", "don't", "3.14", "@user", "#tag", "\u00ad", "\u200b", "\ufffd"]
+    pieces = ["a", "Z", "9", ".", "-", "'", " ", "\t", "\n", "\u00a0", "\u3000", "\x07", "\x7f",
+              "é", "Å", "ß", "ø", "Ω", "ж", "ё", "ª", "·", "—", "…", "€", "™", "ǅ", "ﬀ", "\u0345"]
+    pieces += [chr(c) for c in rng.integers(0x80, 0x800, 40)]
+    out = []
+    for _ in range(n):
+        parts = []
+        for _ in range(int(rng.integers(1, 12))):
+            if rng.random() < 0.5:
+                parts.append(words[int(rng.integers(len(words)))])
+            else:
+                parts.append("".join(pieces[int(k)] for k in rng.integers(len(pieces), size=int(rng.integers(1, 6)))))
+            parts.append(" " if rng.random() < 0.8 else "")
+        out.append("".join(parts))
+    return out
+
+
+def test_tokenizer_matches_hugging_face_on_random_text(tsrv):
+    from tokenizers import BertWordPieceTokenizer
+
+    hf = BertWordPieceTokenizer(os.path.join(REPO, "bert_tokenizer", "1", "vocab.txt"), lowercase=True)
+    c = httpclient.InferenceServerClient(tsrv.url)
+    texts = random_texts(320)
+    for k in range(0, len(texts), 64):  # the model's max_batch_size
+        r = c.infer("bert_tokenizer", [text_input(httpclient, texts[k : k + 64])])
+        ids, mask = r.as_numpy("input_ids"), r.as_numpy("attention_mask")
+        for row, m, text in zip(ids, mask, texts[k : k + 64]):
+            want = hf.encode(text).ids
+            if len(want) > 256:  # the plugin's max_length keeps [CLS] ... [SEP]
+                want = want[:255] + want[-1:]
+            assert row[m == 1].tolist() == want, repr(text)
+
+
 @pytest.mark.parametrize("proto", ["http", "grpc"])
 def test_embeddings_match_sentence_transformers(tsrv, proto):
     client = httpclient if proto == "http" else grpcclient

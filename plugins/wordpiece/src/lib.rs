@@ -5,86 +5,102 @@
 //! and truncated to a maximum length. Pure Rust: the same crate runs in the
 //! `bert_tokenizer` plugin (wasm32-wasip2) and natively (benchmarks).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+mod table;
 
 use unicode_normalization::UnicodeNormalization;
 use unicode_properties::{GeneralCategory, GeneralCategoryGroup, UnicodeGeneralCategory};
 
+use table::Table;
+
 /// Words longer than this (in characters) become `[UNK]`, as in BERT.
 const MAX_WORD_CHARS: usize = 100;
 
-/// Fx-style multiplicative hash: the vocabulary is fixed at load, so
-/// collision resistance buys nothing and SipHash costs a lot per lookup.
-#[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
+/// Classes of ASCII bytes ([`CLASS`]); 0 for bytes >= 0x80.
+const WORD: u8 = 1;
+const SPACE: u8 = 2;
+const PUNCT: u8 = 4;
+const DROPPED: u8 = 8;
+const UPPER: u8 = 16;
 
-impl FxHasher {
-    fn add(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+/// What BERT's basic tokenizer does with each ASCII byte, one load per byte.
+const CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        t[b] = match c {
+            b' ' | b'\t' | b'\n' | b'\r' => SPACE,
+            b'\0'..=b'\x1f' | b'\x7f' => DROPPED,
+            _ if c.is_ascii_punctuation() => PUNCT,
+            _ if c.is_ascii_uppercase() => WORD | UPPER,
+            _ => WORD,
+        };
+        b += 1;
     }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-        }
-        // Byte by byte rather than `copy_from_slice`: a variable-length copy
-        // is a call out of the sandbox in WebAssembly (`memory.copy`).
-        let mut tail = 0u64;
-        for (i, &b) in chunks.remainder().iter().enumerate() {
-            tail |= (b as u64) << (8 * i);
-        }
-        self.add(tail ^ bytes.len() as u64);
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type Vocab = HashMap<String, i64, BuildHasherDefault<FxHasher>>;
+    t
+};
 
 /// A WordPiece vocabulary with BERT's special tokens.
 #[derive(Debug)]
 pub struct Tokenizer {
     /// Word-initial pieces.
-    vocab: Vocab,
+    vocab: Table,
     /// Continuation pieces (`##xyz` in vocab.txt), stored without the `##`
     /// so that lookups borrow the word instead of building each candidate.
-    continuations: Vocab,
+    continuations: Table,
+    /// The id of each ASCII punctuation character as a word of its own.
+    punct: [i64; 128],
+    /// [`Action`] of U+0080..U+07FF (Latin, Greek, Cyrillic, Hebrew,
+    /// Arabic...), computed once instead of per character.
+    common: Vec<Action>,
     unk: i64,
     cls: i64,
     sep: i64,
+    pad: i64,
     lowercase: bool,
 }
 
 impl Tokenizer {
     /// Builds a tokenizer from `vocab.txt` (one token per line, id = line number).
     pub fn from_vocab(text: &str, lowercase: bool) -> Result<Tokenizer, String> {
-        let mut vocab = Vocab::default();
-        let mut continuations = Vocab::default();
-        for (i, t) in text.lines().enumerate() {
-            let t = t.trim_end_matches('\r');
-            match t.strip_prefix("##") {
-                Some(rest) if !rest.is_empty() => continuations.insert(rest.to_string(), i as i64),
-                _ => vocab.insert(t.to_string(), i as i64),
-            };
+        let lines: Vec<&str> = text.lines().map(|t| t.trim_end_matches('\r')).collect();
+        if lines.len() > u32::MAX as usize {
+            return Err("vocab.txt has too many lines".into());
         }
+        let mut vocab = Vec::new();
+        let mut continuations = Vec::new();
+        for (i, t) in lines.iter().enumerate() {
+            match t.strip_prefix("##") {
+                Some(rest) if !rest.is_empty() => continuations.push((rest, i as u32)),
+                _ => vocab.push((*t, i as u32)),
+            }
+        }
+        let vocab = Table::build(&vocab)?;
+        let continuations = Table::build(&continuations)?;
         let special = |t: &str| {
             vocab
-                .get(t)
-                .copied()
+                .get(t.as_bytes())
+                .map(i64::from)
                 .ok_or_else(|| format!("vocab.txt has no '{t}' token"))
         };
+        let unk = special("[UNK]")?;
+        let mut punct = [unk; 128];
+        for (b, id) in punct.iter_mut().enumerate() {
+            if CLASS[b] & PUNCT != 0 {
+                if let Some(v) = vocab.get(&[b as u8]) {
+                    *id = v.into();
+                }
+            }
+        }
         Ok(Tokenizer {
-            unk: special("[UNK]")?,
+            unk,
             cls: special("[CLS]")?,
             sep: special("[SEP]")?,
+            pad: special("[PAD]").unwrap_or(0),
+            punct,
+            common: (0x80..0x800u32)
+                .map(|cp| char::from_u32(cp).map_or(Action::Drop, |c| Action::of(c, lowercase)))
+                .collect(),
             lowercase,
             vocab,
             continuations,
@@ -93,7 +109,7 @@ impl Tokenizer {
 
     /// Id of the padding token (`[PAD]`, 0 when absent).
     pub fn pad_id(&self) -> i64 {
-        self.vocab.get("[PAD]").copied().unwrap_or(0)
+        self.pad
     }
 
     /// Token ids of one text: `[CLS] pieces... [SEP]`, at most `max_len` ids (>= 2).
@@ -108,79 +124,80 @@ impl Tokenizer {
             if ids.len() >= limit {
                 break;
             }
-            let b = bytes[i];
-            if b.is_ascii() {
-                // Fast path with the same result as the Unicode rules below,
-                // a run of word characters at a time.
-                match b {
-                    b' ' | b'\t' | b'\n' | b'\r' => self.flush(&mut word, &mut ids, limit),
-                    b'\0'..=b'\x1f' | b'\x7f' => {}
-                    b if b.is_ascii_punctuation() => {
+            let class = CLASS[bytes[i] as usize];
+            if class != 0 {
+                // ASCII: the same result as the Unicode rules below, a run of
+                // word characters at a time.
+                if class & WORD == 0 {
+                    if class & (SPACE | PUNCT) != 0 {
                         self.flush(&mut word, &mut ids, limit);
-                        self.piece_ids(&text[i..i + 1], &mut ids, limit);
                     }
-                    _ => {
-                        let start = i;
-                        while i < bytes.len() && is_ascii_word_byte(bytes[i]) {
-                            i += 1;
-                        }
-                        let run = &text[start..i];
-                        let lower = self.lowercase && run.bytes().any(|b| b.is_ascii_uppercase());
-                        // The word ends here unless a control character (dropped) or
-                        // a non-ASCII character follows.
-                        let ends = bytes.get(i).is_none_or(|&n| {
-                            matches!(n, b' ' | b'\t' | b'\n' | b'\r') || n.is_ascii_punctuation()
-                        });
-                        if word.is_empty() && ends && !lower {
-                            self.piece_ids(run, &mut ids, limit);
-                        } else {
-                            let from = word.len();
-                            word.push_str(run);
-                            if lower {
-                                word[from..].make_ascii_lowercase();
-                            }
-                        }
-                        continue;
+                    if class & PUNCT != 0 && ids.len() < limit {
+                        ids.push(self.punct[bytes[i] as usize]);
+                    }
+                    i += 1;
+                    continue;
+                }
+                let start = i;
+                let mut seen = 0;
+                while i < bytes.len() && CLASS[bytes[i] as usize] & WORD != 0 {
+                    seen |= CLASS[bytes[i] as usize];
+                    i += 1;
+                }
+                let run = &text[start..i];
+                let lower = self.lowercase && seen & UPPER != 0;
+                // The word ends here unless a control character (dropped) or
+                // a non-ASCII character follows.
+                let ends = bytes
+                    .get(i)
+                    .is_none_or(|&n| CLASS[n as usize] & (SPACE | PUNCT) != 0);
+                if word.is_empty() && ends && !lower {
+                    self.piece_ids(run, &mut ids, limit);
+                } else {
+                    let from = word.len();
+                    word.push_str(run);
+                    if lower {
+                        word[from..].make_ascii_lowercase();
                     }
                 }
-                i += 1;
                 continue;
             }
             let c = text[i..].chars().next().expect("a character starts here");
             i += c.len_utf8();
-            let cp = c as u32;
-            if cp == 0xFFFD || is_control(c) {
-                continue;
-            }
-            if is_whitespace(c) {
-                self.flush(&mut word, &mut ids, limit);
-                continue;
-            }
-            if is_cjk(cp) {
-                self.flush(&mut word, &mut ids, limit);
-                word.push(c);
-                self.flush(&mut word, &mut ids, limit);
-                continue;
-            }
-            let push = |d: char, word: &mut String, ids: &mut Vec<i64>| {
-                if is_punctuation(d) {
-                    self.flush(word, ids, limit);
-                    word.push(d);
-                    self.flush(word, ids, limit);
-                } else {
-                    word.push(d);
-                }
+            let action = match self.common.get(c as usize - 0x80) {
+                Some(&a) => a,
+                None => Action::of(c, self.lowercase),
             };
-            if self.lowercase {
-                for l in c.to_lowercase() {
-                    for d in std::iter::once(l).nfd() {
-                        if d.general_category() != GeneralCategory::NonspacingMark {
-                            push(d, &mut word, &mut ids);
+            match action {
+                Action::Drop => {}
+                Action::Space => self.flush(&mut word, &mut ids, limit),
+                Action::Alone => {
+                    self.flush(&mut word, &mut ids, limit);
+                    word.push(c);
+                    self.flush(&mut word, &mut ids, limit);
+                }
+                Action::Chars { n, punct, chars } => {
+                    for (k, &d) in chars[..n as usize].iter().enumerate() {
+                        if punct & (1 << k) != 0 {
+                            self.flush(&mut word, &mut ids, limit);
+                            word.push(d);
+                            self.flush(&mut word, &mut ids, limit);
+                        } else {
+                            word.push(d);
                         }
                     }
                 }
-            } else {
-                push(c, &mut word, &mut ids);
+                Action::Many => {
+                    for d in normalised(c, self.lowercase) {
+                        if is_punctuation(d) {
+                            self.flush(&mut word, &mut ids, limit);
+                            word.push(d);
+                            self.flush(&mut word, &mut ids, limit);
+                        } else {
+                            word.push(d);
+                        }
+                    }
+                }
             }
         }
         self.flush(&mut word, &mut ids, limit);
@@ -210,26 +227,34 @@ impl Tokenizer {
             out.push(self.unk);
             return;
         }
+        let bytes = word.as_bytes();
         let mark = out.len();
         let mut start = 0;
-        while start < word.len() {
+        while start < bytes.len() {
             let table = if start == 0 {
                 &self.vocab
             } else {
                 &self.continuations
             };
-            let mut end = word.len();
+            // No piece is longer than the table's longest key: start there.
+            let mut end = bytes.len().min(start + table.max_key());
+            while !word.is_char_boundary(end) {
+                end -= 1;
+            }
             let found = loop {
-                if let Some(&id) = table.get(&word[start..end]) {
+                if end == start {
+                    break None;
+                }
+                if let Some(id) = table.get(&bytes[start..end]) {
                     break Some(id);
                 }
-                match word[start..end].char_indices().next_back() {
-                    Some((last, _)) if last > 0 => end = start + last,
-                    _ => break None,
+                end -= 1;
+                while !word.is_char_boundary(end) {
+                    end -= 1;
                 }
             };
             match found {
-                Some(id) => out.push(id),
+                Some(id) => out.push(id.into()),
                 None => {
                     out.truncate(mark);
                     out.push(self.unk);
@@ -241,9 +266,64 @@ impl Tokenizer {
     }
 }
 
-/// ASCII bytes that continue a word: not whitespace, control or punctuation.
-fn is_ascii_word_byte(b: u8) -> bool {
-    b > b' ' && b != b'\x7f' && b.is_ascii() && !b.is_ascii_punctuation()
+/// What the basic tokenizer does with one non-ASCII character.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    /// Control characters and U+FFFD are dropped.
+    Drop,
+    /// Whitespace ends the word.
+    Space,
+    /// CJK ideographs are words of their own.
+    Alone,
+    /// The character after lower-casing and accent stripping (when
+    /// lower-casing): up to three characters, bit k of `punct` set when
+    /// `chars[k]` is punctuation (a word of its own).
+    Chars { n: u8, punct: u8, chars: [char; 3] },
+    /// More than three characters: [`normalised`] each time.
+    Many,
+}
+
+impl Action {
+    fn of(c: char, lowercase: bool) -> Action {
+        let cp = c as u32;
+        if cp == 0xFFFD || is_control(c) {
+            return Action::Drop;
+        }
+        if is_whitespace(c) {
+            return Action::Space;
+        }
+        if is_cjk(cp) {
+            return Action::Alone;
+        }
+        let (mut n, mut punct, mut chars) = (0u8, 0u8, [c; 3]);
+        for d in normalised(c, lowercase) {
+            if n == 3 {
+                return Action::Many;
+            }
+            chars[n as usize] = d;
+            if is_punctuation(d) {
+                punct |= 1 << n;
+            }
+            n += 1;
+        }
+        Action::Chars { n, punct, chars }
+    }
+}
+
+/// `c` lower-cased and without accents (non-spacing marks after NFD) when
+/// `lowercase`, else `c` itself.
+fn normalised(c: char, lowercase: bool) -> impl Iterator<Item = char> {
+    let (lower, keep) = if lowercase {
+        (Some(c.to_lowercase()), None)
+    } else {
+        (None, Some(c))
+    };
+    lower
+        .into_iter()
+        .flatten()
+        .flat_map(|l| std::iter::once(l).nfd())
+        .filter(|d| d.general_category() != GeneralCategory::NonspacingMark)
+        .chain(keep)
 }
 
 fn is_whitespace(c: char) -> bool {
