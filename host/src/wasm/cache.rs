@@ -1,5 +1,5 @@
 //! The `.cwasm` cache: components compiled once and stored as
-//! `<sha256 of the component>-<engine compatibility hash>.cwasm` under
+//! `<BLAKE3 of the component>-<engine compatibility hash>.cwasm` under
 //! `--wasm-cache-dir`, so a restart with a warm cache deserialises instead
 //! of recompiling. A different wasmtime build or engine configuration gives
 //! a different file name; an unreadable or corrupt entry is recompiled and
@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
@@ -35,11 +34,13 @@ pub fn counts() -> (u64, u64) {
 
 /// The cache file name for `bytes` on `engine`.
 pub fn key(engine: &Engine, bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
+    // BLAKE3 rather than SHA-256: as collision resistant, and ~10x faster
+    // without SHA instructions (a 19 MB componentize-py plugin hashed with
+    // SHA-256 was a quarter of the warm start's CPU time).
+    let digest = blake3::hash(bytes);
     let mut h = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{hex}-{:016x}.cwasm", h.finish())
+    format!("{}-{:016x}.cwasm", digest.to_hex(), h.finish())
 }
 
 /// Loads the component at `path`, from the cache when possible.
