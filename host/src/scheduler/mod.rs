@@ -720,6 +720,93 @@ mod tests {
         assert_eq!(r2.try_recv().unwrap().unwrap().id, "c");
     }
 
+    /// Many concurrent callers against two instances: every request is
+    /// answered (a lost wake-up would leave one waiting until the timeout),
+    /// with its own data, and once idle both threads wait with no
+    /// notification outstanding.
+    #[test]
+    fn wake_ups_are_never_lost_under_concurrency() {
+        use crate::backends::{BackendSettings, LoadContext, Registry};
+        use crate::core::{DataType, Tensor};
+        let cfg = Arc::new(
+            parse_pbtxt(
+                "name: \"id\" backend: \"identity\" max_batch_size: 8 \
+                 input [{name: \"X\" data_type: TYPE_INT32 dims: [1]}] \
+                 output [{name: \"Y\" data_type: TYPE_INT32 dims: [1]}] \
+                 dynamic_batching { max_queue_delay_microseconds: 100 } \
+                 instance_group [{kind: KIND_CPU count: 2}]",
+            )
+            .unwrap(),
+        );
+        let dir = std::env::temp_dir();
+        let model = Registry::default()
+            .get("identity")
+            .unwrap()
+            .load(&LoadContext {
+                config: &cfg,
+                version: 1,
+                version_dir: &dir,
+                settings: &BackendSettings::default(),
+                models: std::sync::Weak::new(),
+            })
+            .unwrap();
+        let handle = Arc::new(ModelHandle::start(cfg, 1, model, HashMap::new(), 0, &dir).unwrap());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..16i32)
+                .map(|t| {
+                    let h = handle.clone();
+                    tokio::spawn(async move {
+                        for i in 0..300i32 {
+                            let v = t * 1000 + i;
+                            let request = InferRequest {
+                                model_name: "id".into(),
+                                inputs: vec![Tensor::new(
+                                    "X",
+                                    DataType::Int32,
+                                    vec![1, 1],
+                                    v.to_le_bytes().to_vec(),
+                                )],
+                                ..Default::default()
+                            };
+                            let r = h.infer(request).await.unwrap();
+                            assert_eq!(&r.outputs[0].data[..], &v.to_le_bytes()[..]);
+                            if i % 50 == 0 {
+                                // Let the instance threads go idle now and then.
+                                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let all = async {
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            };
+            tokio::time::timeout(std::time::Duration::from_secs(60), all)
+                .await
+                .expect("a request was never answered");
+        });
+        let idle = std::time::Instant::now();
+        loop {
+            let q = handle.shared.queue.lock().unwrap();
+            if q.waiting == 2 && q.woken == 0 {
+                break;
+            }
+            drop(q);
+            assert!(
+                idle.elapsed().as_secs() < 10,
+                "instance threads never went idle"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     #[test]
     fn without_preserve_ordering_responses_go_at_once() {
         let s = shared(false);
