@@ -171,31 +171,15 @@ impl Tokenizer {
             match action {
                 Action::Drop => {}
                 Action::Space => self.flush(&mut word, &mut ids, limit),
-                Action::Alone => {
-                    self.flush(&mut word, &mut ids, limit);
-                    word.push(c);
-                    self.flush(&mut word, &mut ids, limit);
-                }
+                Action::Alone => self.push(c, true, &mut word, &mut ids, limit),
                 Action::Chars { n, punct, chars } => {
                     for (k, &d) in chars[..n as usize].iter().enumerate() {
-                        if punct & (1 << k) != 0 {
-                            self.flush(&mut word, &mut ids, limit);
-                            word.push(d);
-                            self.flush(&mut word, &mut ids, limit);
-                        } else {
-                            word.push(d);
-                        }
+                        self.push(d, punct & (1 << k) != 0, &mut word, &mut ids, limit);
                     }
                 }
                 Action::Many => {
                     for d in normalised(c, self.lowercase) {
-                        if is_punctuation(d) {
-                            self.flush(&mut word, &mut ids, limit);
-                            word.push(d);
-                            self.flush(&mut word, &mut ids, limit);
-                        } else {
-                            word.push(d);
-                        }
+                        self.push(d, is_punctuation(d), &mut word, &mut ids, limit);
                     }
                 }
             }
@@ -204,6 +188,18 @@ impl Tokenizer {
         ids.truncate(limit);
         ids.push(self.sep);
         ids
+    }
+
+    /// Adds `c` to the current word, or as a word of its own when `alone`
+    /// (punctuation, CJK).
+    fn push(&self, c: char, alone: bool, word: &mut String, ids: &mut Vec<i64>, limit: usize) {
+        if alone {
+            self.flush(word, ids, limit);
+            word.push(c);
+            self.flush(word, ids, limit);
+        } else {
+            word.push(c);
+        }
     }
 
     /// Ends the current word: its WordPiece ids go to `ids` (while under `limit`).
