@@ -86,6 +86,14 @@ class Tern:
     def log(self):
         return "".join(self.lines)
 
+    def wait_log(self, text, timeout=10):
+        """True once `text` is in the log: lines reach it through a reader
+        thread, so a line the server just wrote may not be there yet."""
+        deadline = time.time() + timeout
+        while text not in self.log() and time.time() < deadline:
+            time.sleep(0.05)
+        return text in self.log()
+
     def wait(self, timeout=30):
         rc = self.proc.wait(timeout)
         self.thread.join(5)
