@@ -58,11 +58,14 @@ impl Table {
     }
 
     fn insert(&mut self, key: &[u8], id: u32) -> Result<(), String> {
-        if key.len() > MAX_KEY || self.arena.len() >= 1 << 24 {
+        if key.len() > MAX_KEY {
             return Err(format!(
                 "vocabulary piece of {} bytes is too long (at most {MAX_KEY})",
                 key.len()
             ));
+        }
+        if self.arena.len() + key.len() >= 1 << 24 {
+            return Err("vocabulary is too large (its pieces exceed 16 MiB)".into());
         }
         let (mut i, tag) = self.start(key);
         loop {
