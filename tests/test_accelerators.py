@@ -24,6 +24,9 @@ def test_unavailable_accelerators_fail_the_load_clearly(test_repo, tmp_path, sta
         "plain": "",
         "openvino": 'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "openvino" } ] } }',
         "bogus": 'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "bogus" } ] } }',
+        # ORT session options from model parameters.
+        "spinning": 'parameters { key: "allow_spinning" value { string_value: "true" } }',
+        "badspin": 'parameters { key: "allow_spinning" value { string_value: "maybe" } }',
     }
     for name, extra in models.items():
         shutil.copytree(src, tmp_path / name / "1")
@@ -35,6 +38,9 @@ def test_unavailable_accelerators_fail_the_load_clearly(test_repo, tmp_path, sta
     assert index["openvino"]["state"] == "UNAVAILABLE"
     assert "OpenVINO" in index["openvino"]["reason"] or "openvino" in index["openvino"]["reason"].lower()
     assert "cpu_execution_accelerator 'bogus' is not supported" in index["bogus"]["reason"]
+    assert index["spinning"]["state"] == "READY"
+    assert index["badspin"]["state"] == "UNAVAILABLE"
+    assert "parameter 'allow_spinning' must be true or false, got 'maybe'" in index["badspin"]["reason"]
     # The pinned pool needs CUDA: without it the gauges say 0, and GPU discovery is logged.
     import urllib.request
 

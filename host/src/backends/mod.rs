@@ -239,6 +239,20 @@ pub fn numeric_parameter<T: std::str::FromStr>(cfg: &ModelConfig, key: &str) -> 
     }
 }
 
+/// Reads a boolean model parameter (`true`/`false`, `1`/`0`, any case),
+/// with a clear error for anything else.
+pub fn bool_parameter(cfg: &ModelConfig, key: &str) -> Result<Option<bool>> {
+    match model_parameter(cfg, key).map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(None),
+        Some(v) if v == "true" || v == "1" => Ok(Some(true)),
+        Some(v) if v == "false" || v == "0" => Ok(Some(false)),
+        Some(v) => Err(Error::invalid_arg(format!(
+            "model '{}': parameter '{key}' must be true or false, got '{v}'",
+            cfg.name
+        ))),
+    }
+}
+
 /// The model file for a version: `default_model_filename` or the backend's default.
 pub fn model_file(cfg: &ModelConfig, version_dir: &Path, default: &str) -> Result<PathBuf> {
     let name = if cfg.default_model_filename.is_empty() {
@@ -255,4 +269,29 @@ pub fn model_file(cfg: &ModelConfig, version_dir: &Path, default: &str) -> Resul
         )));
     }
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bool_parameters_parse_or_name_the_problem() {
+        let cfg = crate::config::parse_pbtxt(
+            r#"name: "m" parameters [
+                 { key: "a" value { string_value: "TRUE" } },
+                 { key: "b" value { string_value: " 0 " } },
+                 { key: "c" value { string_value: "yes" } }
+               ]"#,
+        )
+        .unwrap();
+        assert_eq!(bool_parameter(&cfg, "a").unwrap(), Some(true));
+        assert_eq!(bool_parameter(&cfg, "b").unwrap(), Some(false));
+        assert_eq!(bool_parameter(&cfg, "missing").unwrap(), None);
+        let e = bool_parameter(&cfg, "c").unwrap_err();
+        assert_eq!(
+            e.message,
+            "model 'm': parameter 'c' must be true or false, got 'yes'"
+        );
+    }
 }

@@ -17,8 +17,8 @@ use ort::value::ValueType;
 use super::onnx_device;
 use super::onnx_io::{self, from_ort_type};
 use super::{
-    model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, ExecTiming, Instance,
-    InstanceSpec, LoadContext, Model, ModelFiles,
+    bool_parameter, model_file, numeric_parameter, Backend, BackendSettings, DeviceKind,
+    ExecTiming, Instance, InstanceSpec, LoadContext, Model, ModelFiles,
 };
 use crate::config::pb;
 use crate::config::ModelConfig;
@@ -117,6 +117,14 @@ fn open_session(
             .with_inter_threads(n)
             .map_err(|e| fail("inter_op_thread_count", e.into()))?;
     }
+    // ORT's pool threads spin after each parallel section by default; on a
+    // small edge CPU shared with the frontends and plugins that spinning
+    // takes cores from them, so Tern turns it off unless asked.
+    let spin = bool_parameter(cfg, "allow_spinning")?.unwrap_or(false);
+    builder = builder
+        .with_intra_op_spinning(spin)
+        .and_then(|b| b.with_inter_op_spinning(spin))
+        .map_err(|e| fail("allow_spinning", e.into()))?;
     let level = cfg
         .optimization
         .as_ref()
