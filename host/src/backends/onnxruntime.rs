@@ -123,7 +123,8 @@ fn open_session(
     let spin = bool_parameter(cfg, "allow_spinning")?.unwrap_or(false);
     builder = builder
         .with_intra_op_spinning(spin)
-        .and_then(|b| b.with_inter_op_spinning(spin))
+        .map_err(|e| fail("allow_spinning", e.into()))?
+        .with_inter_op_spinning(spin)
         .map_err(|e| fail("allow_spinning", e.into()))?;
     let level = cfg
         .optimization
