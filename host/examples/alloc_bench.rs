@@ -9,12 +9,17 @@
 //!
 //! Usage: alloc_bench <repository made by `gen_models.test`> [requests] [tern flags...]
 //! (e.g. `--host-memory-pool-byte-size=0` to see the figures without buffer recycling).
+//! With `ALLOC_SITES=1` it also lists where the small binary request's
+//! allocations come from (the first frame outside the standard library, by
+//! count over 50 requests; slow, for finding them, not for timing).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
 struct Counting;
 
@@ -26,10 +31,62 @@ const LARGE_BYTES: usize = 16 * 1024;
 
 thread_local! {
     static IGNORED: Cell<bool> = const { Cell::new(false) };
+    /// Inside `site()`: its own allocations are neither counted nor traced.
+    static TRACING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Recording allocation sites (`ALLOC_SITES=1`).
+static TRACE: AtomicBool = AtomicBool::new(false);
+static SITES: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+
+/// Attributes one allocation to the first frame outside the allocator,
+/// `core`, `alloc`, `std` and this file.
+fn site() {
+    if TRACING.try_with(|t| t.replace(true)).unwrap_or(true) {
+        return;
+    }
+    let bt = std::backtrace::Backtrace::force_capture().to_string();
+    let lines: Vec<&str> = bt.lines().map(str::trim).collect();
+    let at = |i: usize| {
+        lines
+            .get(i + 1)
+            .and_then(|l| l.strip_prefix("at "))
+            .and_then(|l| l.rsplit_once("/src/").map(|(_, f)| f))
+            .unwrap_or("")
+    };
+    let frame = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| l.split_once(": ").map(|(_, f)| (i, f)))
+        .find(|(_, f)| {
+            ![
+                "alloc::", "<alloc::", "core::", "<core::", "std::", "<std::", "alloc_bench",
+                "__rust", "<alloc_bench", "bytes::bytes_mut::BytesMut::with_capacity",
+            ]
+            .iter()
+            .any(|skip| f.starts_with(skip))
+        })
+        .map_or("?".to_string(), |(i, f)| format!("{f} ({})", at(i)));
+    let frame = frame.as_str();
+    let frame = match frame.rsplit_once("::h") {
+        Some((f, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => f,
+        _ => frame,
+    }
+    .to_string();
+    if let Ok(mut sites) = SITES.lock() {
+        *sites.get_or_insert_with(HashMap::new).entry(frame).or_default() += 1;
+    }
+    TRACING.with(|t| t.set(false));
 }
 
 fn count(size: usize) {
+    if TRACING.try_with(Cell::get).unwrap_or(true) {
+        return;
+    }
     if !IGNORED.try_with(Cell::get).unwrap_or(true) {
+        if TRACE.load(Relaxed) {
+            site();
+        }
         ALLOCS.fetch_add(1, Relaxed);
         BYTES.fetch_add(size as u64, Relaxed);
         if size >= LARGE_BYTES {
@@ -199,6 +256,22 @@ fn main() {
                 per(1),
                 per(2)
             );
+        }
+        if std::env::var_os("ALLOC_SITES").is_some() {
+            let req = binary_request(model, 16);
+            let n = 50;
+            TRACE.store(true, Relaxed);
+            for _ in 0..n {
+                round_trip(&mut conn, &req, &mut buf);
+            }
+            TRACE.store(false, Relaxed);
+            let sites = SITES.lock().expect("sites").take().unwrap_or_default();
+            let mut sites: Vec<(String, u64)> = sites.into_iter().collect();
+            sites.sort_by(|a, b| b.1.cmp(&a.1));
+            println!("\nallocation sites, binary FP32 [1,16], per request:");
+            for (frame, count) in sites {
+                println!("{:6.2}  {frame}", count as f64 / n as f64);
+            }
         }
     });
     client.join().expect("client");
