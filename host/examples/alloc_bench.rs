@@ -15,9 +15,9 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
@@ -60,13 +60,24 @@ fn site() {
         .filter_map(|(i, l)| l.split_once(": ").map(|(_, f)| (i, f)))
         .find(|(_, f)| {
             ![
-                "alloc::", "<alloc::", "core::", "<core::", "std::", "<std::", "alloc_bench",
-                "__rust", "<alloc_bench", "bytes::bytes_mut::BytesMut::with_capacity",
+                "alloc::",
+                "<alloc::",
+                "core::",
+                "<core::",
+                "std::",
+                "<std::",
+                "alloc_bench",
+                "__rust",
+                "<alloc_bench",
+                "bytes::bytes_mut::BytesMut::with_capacity",
             ]
             .iter()
             .any(|skip| f.starts_with(skip))
         })
-        .map_or("?".to_string(), |(i, f)| format!("{f} ({})", at(i)));
+        .map_or("?".to_string(), |(i, f)| match at(i) {
+            "" => f.to_string(),
+            file => format!("{f} ({file})"),
+        });
     let frame = frame.as_str();
     let frame = match frame.rsplit_once("::h") {
         Some((f, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => f,
@@ -74,7 +85,10 @@ fn site() {
     }
     .to_string();
     if let Ok(mut sites) = SITES.lock() {
-        *sites.get_or_insert_with(HashMap::new).entry(frame).or_default() += 1;
+        *sites
+            .get_or_insert_with(HashMap::new)
+            .entry(frame)
+            .or_default() += 1;
     }
     TRACING.with(|t| t.set(false));
 }
