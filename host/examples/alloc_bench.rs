@@ -281,7 +281,7 @@ fn main() {
             TRACE.store(false, Relaxed);
             let sites = SITES.lock().expect("sites").take().unwrap_or_default();
             let mut sites: Vec<(String, u64)> = sites.into_iter().collect();
-            sites.sort_by(|a, b| b.1.cmp(&a.1));
+            sites.sort_by_key(|s| std::cmp::Reverse(s.1));
             println!("\nallocation sites, binary FP32 [1,16], per request:");
             for (frame, count) in sites {
                 println!("{:6.2}  {frame}", count as f64 / n as f64);
