@@ -242,10 +242,10 @@ pub fn numeric_parameter<T: std::str::FromStr>(cfg: &ModelConfig, key: &str) -> 
 /// Reads a boolean model parameter (`true`/`false`, `1`/`0`, any case),
 /// with a clear error for anything else.
 pub fn bool_parameter(cfg: &ModelConfig, key: &str) -> Result<Option<bool>> {
-    match model_parameter(cfg, key).map(|v| v.trim().to_ascii_lowercase()) {
+    match model_parameter(cfg, key).map(str::trim) {
         None => Ok(None),
-        Some(v) if v == "true" || v == "1" => Ok(Some(true)),
-        Some(v) if v == "false" || v == "0" => Ok(Some(false)),
+        Some(v) if v.eq_ignore_ascii_case("true") || v == "1" => Ok(Some(true)),
+        Some(v) if v.eq_ignore_ascii_case("false") || v == "0" => Ok(Some(false)),
         Some(v) => Err(Error::invalid_arg(format!(
             "model '{}': parameter '{key}' must be true or false, got '{v}'",
             cfg.name
@@ -281,7 +281,7 @@ mod tests {
             r#"name: "m" parameters [
                  { key: "a" value { string_value: "TRUE" } },
                  { key: "b" value { string_value: " 0 " } },
-                 { key: "c" value { string_value: "yes" } }
+                 { key: "c" value { string_value: "Yes" } }
                ]"#,
         )
         .unwrap();
@@ -291,7 +291,7 @@ mod tests {
         let e = bool_parameter(&cfg, "c").unwrap_err();
         assert_eq!(
             e.message,
-            "model 'm': parameter 'c' must be true or false, got 'yes'"
+            "model 'm': parameter 'c' must be true or false, got 'Yes'"
         );
     }
 }
