@@ -1,17 +1,19 @@
 //! Heap allocations per request on the CPU hot path, counted by a global
 //! allocator wrapper: run with `make bench-alloc` (see docs/PERFORMANCE.md).
 //!
-//! The server runs in this process (HTTP on a loopback port); the client is
-//! a plain blocking socket on its own thread whose allocations are not
-//! counted, so the figures are the server's own: the HTTP frontend, the
-//! scheduler and the ONNX Runtime backend (ORT's own allocations through its
+//! The server runs in this process (HTTP and gRPC on loopback ports); the
+//! clients — a plain blocking socket for HTTP, an `h2` connection on a
+//! single-threaded runtime for gRPC — run on their own thread whose
+//! allocations are not counted, so the figures are the server's own: the
+//! frontends, the scheduler and the ONNX Runtime backend (ORT's own allocations through its
 //! allocator are outside Rust's heap and not counted either).
 //!
 //! Usage: alloc_bench <repository made by `gen_models.test`> [requests] [tern flags...]
 //! (e.g. `--host-memory-pool-byte-size=0` to see the figures without buffer recycling).
-//! With `ALLOC_SITES=1` it also lists where the small binary request's
-//! allocations come from (the first frame outside the standard library, by
-//! count over 50 requests; slow, for finding them, not for timing).
+//! With `ALLOC_SITES=<row label prefix>` (e.g. `ALLOC_SITES='gRPC FP32 [1,16]'`)
+//! it also lists where that row's allocations come from: the first frame
+//! outside the standard library, counted over 20 more requests (slow; for
+//! finding them, not for timing).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -35,7 +37,7 @@ thread_local! {
     static TRACING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Recording allocation sites (`ALLOC_SITES=1`).
+/// Recording allocation sites (`ALLOC_SITES`).
 static TRACE: AtomicBool = AtomicBool::new(false);
 static SITES: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
 
@@ -69,7 +71,8 @@ fn site() {
                 "alloc_bench",
                 "__rust",
                 "<alloc_bench",
-                "bytes::bytes_mut::BytesMut::with_capacity",
+                "bytes::",
+                "<bytes::",
             ]
             .iter()
             .any(|skip| f.starts_with(skip))
@@ -173,6 +176,123 @@ fn json_request(model: &str, elements: usize) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A gRPC `ModelInfer` message (length-prefixed) with one FP32 [1,elements] input as raw contents.
+fn grpc_message(model: &str, elements: usize) -> bytes::Bytes {
+    use prost::Message;
+    use tern::proto::{model_infer_request::InferInputTensor, ModelInferRequest};
+    let raw: Vec<u8> = (0..elements)
+        .flat_map(|i| (i as f32).to_le_bytes())
+        .collect();
+    let req = ModelInferRequest {
+        model_name: model.into(),
+        inputs: vec![InferInputTensor {
+            name: "INPUT0".into(),
+            datatype: "FP32".into(),
+            shape: vec![1, elements as i64],
+            ..Default::default()
+        }],
+        raw_input_contents: vec![raw.into()],
+        ..Default::default()
+    };
+    let payload = req.encode_to_vec();
+    let mut msg = vec![0u8];
+    msg.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    msg.extend_from_slice(&payload);
+    msg.into()
+}
+
+/// One unary gRPC call over `client`; panics unless the trailers say `grpc-status: 0`.
+async fn grpc_call(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    uri: &str,
+    msg: &bytes::Bytes,
+) {
+    let request = tonic::codegen::http::Request::post(uri)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let (response, mut send) = client.send_request(request, false).expect("send");
+    send.send_data(msg.clone(), true).expect("data");
+    let mut body = response.await.expect("response").into_body();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("chunk");
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let trailers = body
+        .trailers()
+        .await
+        .expect("trailers")
+        .expect("no trailers");
+    let status = trailers.get("grpc-status").map(|v| v.as_bytes().to_vec());
+    assert_eq!(status.as_deref(), Some(&b"0"[..]), "{trailers:?}");
+}
+
+/// The gRPC rows: the same model over one HTTP/2 connection.
+fn grpc_rows(addr: std::net::SocketAddr, model: &str, n: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        tcp.set_nodelay(true).ok();
+        let (mut client, conn) = h2::client::handshake(tcp).await.expect("handshake");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let uri = format!("http://{addr}/inference.GRPCInferenceService/ModelInfer");
+        for (label, msg) in [
+            ("gRPC FP32 [1,16]", grpc_message(model, 16)),
+            ("gRPC FP32 [1,262144] (1 MiB)", grpc_message(model, 262_144)),
+        ] {
+            for _ in 0..n / 10 + 1 {
+                grpc_call(&mut client, &uri, &msg).await;
+            }
+            let before = snapshot();
+            for _ in 0..n {
+                grpc_call(&mut client, &uri, &msg).await;
+            }
+            let after = snapshot();
+            let per = |i: usize| (after[i] - before[i]) as f64 / n as f64;
+            println!(
+                "| {label} | {:.1} | {:.0} | {:.2} |",
+                per(0),
+                per(1),
+                per(2)
+            );
+            if traced(label) {
+                TRACE.store(true, Relaxed);
+                for _ in 0..SITE_REQUESTS {
+                    grpc_call(&mut client, &uri, &msg).await;
+                }
+                print_sites(label);
+            }
+        }
+    });
+}
+
+/// Requests whose allocation sites are recorded for a traced row.
+const SITE_REQUESTS: u64 = 20;
+
+/// Whether `ALLOC_SITES` names this row.
+fn traced(label: &str) -> bool {
+    std::env::var("ALLOC_SITES").is_ok_and(|want| !want.is_empty() && label.starts_with(&want))
+}
+
+/// Stops recording and prints the recorded sites, per request.
+fn print_sites(label: &str) {
+    TRACE.store(false, Relaxed);
+    let sites = SITES.lock().expect("sites").take().unwrap_or_default();
+    let mut sites: Vec<(String, u64)> = sites.into_iter().collect();
+    sites.sort_by_key(|s| std::cmp::Reverse(s.1));
+    println!("\nallocation sites, {label}, per request:");
+    for (frame, count) in sites {
+        println!("{:7.2}  {frame}", count as f64 / SITE_REQUESTS as f64);
+    }
+    println!();
+}
+
 /// Sends `req` and reads one response (Content-Length framed); panics on a non-200.
 fn round_trip(conn: &mut TcpStream, req: &[u8], buf: &mut Vec<u8>) {
     conn.write_all(req).expect("write");
@@ -216,7 +336,8 @@ fn main() {
             "tern".to_string(),
             format!("--model-repository={root}"),
             "--http-port=0".into(),
-            "--allow-grpc=false".into(),
+            "--grpc-port=0".into(),
+            "--grpc-address=127.0.0.1".into(),
             "--allow-metrics=false".into(),
             "--model-control-mode=explicit".into(),
             format!("--load-model={model}"),
@@ -233,6 +354,7 @@ fn main() {
         .expect("runtime");
     let server = rt.block_on(tern::server::start(&args)).expect("server");
     let addr = server.http_addr.expect("http");
+    let grpc_addr = server.grpc_addr.expect("grpc");
 
     let client = std::thread::spawn(move || {
         IGNORED.with(|c| c.set(true));
@@ -270,23 +392,15 @@ fn main() {
                 per(1),
                 per(2)
             );
-        }
-        if std::env::var_os("ALLOC_SITES").is_some() {
-            let req = binary_request(model, 16);
-            let n = 50;
-            TRACE.store(true, Relaxed);
-            for _ in 0..n {
-                round_trip(&mut conn, &req, &mut buf);
-            }
-            TRACE.store(false, Relaxed);
-            let sites = SITES.lock().expect("sites").take().unwrap_or_default();
-            let mut sites: Vec<(String, u64)> = sites.into_iter().collect();
-            sites.sort_by_key(|s| std::cmp::Reverse(s.1));
-            println!("\nallocation sites, binary FP32 [1,16], per request:");
-            for (frame, count) in sites {
-                println!("{:6.2}  {frame}", count as f64 / n as f64);
+            if traced(label) {
+                TRACE.store(true, Relaxed);
+                for _ in 0..SITE_REQUESTS {
+                    round_trip(&mut conn, &req, &mut buf);
+                }
+                print_sites(label);
             }
         }
+        grpc_rows(grpc_addr, model, n);
     });
     client.join().expect("client");
     rt.block_on(server.shutdown());
