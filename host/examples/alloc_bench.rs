@@ -253,16 +253,8 @@ fn grpc_rows(addr: std::net::SocketAddr, model: &str, n: u64) {
             for _ in 0..n {
                 grpc_call(&mut client, &uri, &msg).await;
             }
-            let after = snapshot();
-            let per = |i: usize| (after[i] - before[i]) as f64 / n as f64;
-            println!(
-                "| {label} | {:.1} | {:.0} | {:.2} |",
-                per(0),
-                per(1),
-                per(2)
-            );
-            if traced(label) {
-                TRACE.store(true, Relaxed);
+            print_row(label, before, n);
+            if start_tracing(label) {
                 for _ in 0..SITE_REQUESTS {
                     grpc_call(&mut client, &uri, &msg).await;
                 }
@@ -275,9 +267,24 @@ fn grpc_rows(addr: std::net::SocketAddr, model: &str, n: u64) {
 /// Requests whose allocation sites are recorded for a traced row.
 const SITE_REQUESTS: u64 = 20;
 
-/// Whether `ALLOC_SITES` names this row.
-fn traced(label: &str) -> bool {
-    std::env::var("ALLOC_SITES").is_ok_and(|want| !want.is_empty() && label.starts_with(&want))
+/// Prints one table row: the counters since `before`, per request.
+fn print_row(label: &str, before: [u64; 3], n: u64) {
+    let after = snapshot();
+    let per = |i: usize| (after[i] - before[i]) as f64 / n as f64;
+    println!(
+        "| {label} | {:.1} | {:.0} | {:.2} |",
+        per(0),
+        per(1),
+        per(2)
+    );
+}
+
+/// Starts recording allocation sites if `ALLOC_SITES` names this row.
+fn start_tracing(label: &str) -> bool {
+    let traced =
+        std::env::var("ALLOC_SITES").is_ok_and(|want| !want.is_empty() && label.starts_with(&want));
+    TRACE.store(traced, Relaxed);
+    traced
 }
 
 /// Stops recording and prints the recorded sites, per request.
@@ -384,16 +391,8 @@ fn main() {
             for _ in 0..n {
                 round_trip(&mut conn, &req, &mut buf);
             }
-            let after = snapshot();
-            let per = |i: usize| (after[i] - before[i]) as f64 / n as f64;
-            println!(
-                "| {label} | {:.1} | {:.0} | {:.2} |",
-                per(0),
-                per(1),
-                per(2)
-            );
-            if traced(label) {
-                TRACE.store(true, Relaxed);
+            print_row(label, before, n);
+            if start_tracing(label) {
                 for _ in 0..SITE_REQUESTS {
                     round_trip(&mut conn, &req, &mut buf);
                 }
