@@ -5,8 +5,9 @@
 //! clients — a plain blocking socket for HTTP, an `h2` connection on a
 //! single-threaded runtime for gRPC — run on their own thread whose
 //! allocations are not counted, so the figures are the server's own: the
-//! frontends, the scheduler and the ONNX Runtime backend (ORT's own allocations through its
-//! allocator are outside Rust's heap and not counted either).
+//! frontends, the scheduler and the ONNX Runtime backend (ORT's own
+//! allocations through its allocator are outside Rust's heap and not counted
+//! either).
 //!
 //! Usage: alloc_bench <repository made by `gen_models.test`> [requests] [tern flags...]
 //! (e.g. `--host-memory-pool-byte-size=0` to see the figures without buffer recycling).
@@ -42,7 +43,8 @@ static TRACE: AtomicBool = AtomicBool::new(false);
 static SITES: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
 
 /// Attributes one allocation to the first frame outside the allocator,
-/// `core`, `alloc`, `std` and this file.
+/// `core`, `alloc`, `std`, `bytes` and this file (with its source location
+/// when the build has line tables).
 fn site() {
     if TRACING.try_with(|t| t.replace(true)).unwrap_or(true) {
         return;
@@ -81,12 +83,6 @@ fn site() {
             "" => f.to_string(),
             file => format!("{f} ({file})"),
         });
-    let frame = frame.as_str();
-    let frame = match frame.rsplit_once("::h") {
-        Some((f, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => f,
-        _ => frame,
-    }
-    .to_string();
     if let Ok(mut sites) = SITES.lock() {
         *sites
             .get_or_insert_with(HashMap::new)
