@@ -5,13 +5,15 @@ tritonclient's gRPC client:
   * device discovery and KIND_GPU placement (log), outputs on the CUDA provider == CPU,
   * a TensorRT-configured model either loads or fails with a clear reason,
   * CUDA shared memory (tritonclient.utils.cuda_shared_memory) for inputs and outputs,
-  * NVML gauges and the pinned pool in /metrics,
+  * NVML gauges, the pinned pool and the CUDA device pool (GPU inputs staged through it) in
+    /metrics,
   * throughput through Tern vs ONNX Runtime's own Python InferenceSession (CUDA EP) at the
-    same batch size, and pinned vs pageable staging.
+    same batch size, pinned vs pageable staging, and the device pool vs ORT's own arena.
 Prints one JSON line per figure; exits non-zero when a check fails.
 """
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -221,15 +223,25 @@ def main():
 
         # Pinned blocks go back to the pool when each request ends.
         check("nv_pinned_memory_pool_used_bytes 0" in metrics(t), "pinned pool blocks returned after requests")
+        # GPU inputs went through the device pool (blocks reserved on GPU 0, all returned).
+        text = metrics(t)
+        reserved = re.search(r'^tern_cuda_memory_pool_reserved_bytes\{gpu="0"\} (\S+)$', text, re.M)
+        check(reserved is not None and float(reserved.group(1)) > 0, "CUDA device pool used for GPU inputs")
+        check('tern_cuda_memory_pool_used_bytes{gpu="0"} 0' in text, "CUDA device pool blocks returned after requests")
     finally:
         t.stop()
     # Same run, interleaved twice: ORT's own Python session, Tern with pinned staging, Tern with
     # pageable staging (each Tern on a fresh server with only mlp_gpu loaded).
     only = ["--model-control-mode=explicit", "--load-model=mlp_gpu"]
-    rates = {"ort_python_cuda": [], "tern_grpc_pinned": [], "tern_grpc_pageable": []}
+    variants = (
+        ("tern_grpc_pinned", []),
+        ("tern_grpc_pageable", ["--pinned-memory-pool-byte-size=0"]),
+        ("tern_grpc_no_device_pool", ["--cuda-memory-pool-byte-size=0:0"]),
+    )
+    rates = {"ort_python_cuda": [], **{key: [] for key, _ in variants}}
     for _ in range(2):
         rates["ort_python_cuda"].append(ort_python(os.path.join(ROOT, "mlp_gpu", "1", "model.onnx")))
-        for key, extra in (("tern_grpc_pinned", []), ("tern_grpc_pageable", ["--pinned-memory-pool-byte-size=0"])):
+        for key, extra in variants:
             t = Tern([f"--model-repository={ROOT}", *only, *extra])
             try:
                 rates[key].append(throughput(t.grpc_url, "mlp_gpu"))
@@ -243,6 +255,7 @@ def main():
         "runs": {k: [round(x) for x in v] for k, v in rates.items()},
         "tern_vs_ort": round(best["tern_grpc_pinned"] / best["ort_python_cuda"], 3),
         "pinned_vs_pageable": round(best["tern_grpc_pinned"] / best["tern_grpc_pageable"], 3),
+        "device_pool_vs_ort_arena": round(best["tern_grpc_pinned"] / best["tern_grpc_no_device_pool"], 3),
     }), flush=True)
     print("FAILURES:", failures, flush=True)
     sys.exit(1 if failures else 0)

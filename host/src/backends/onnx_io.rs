@@ -6,8 +6,11 @@
 //!   shared-memory region);
 //! * otherwise (a batch of several requests, a misaligned buffer) the input
 //!   is gathered once into a recycled pool block: ordinary host memory for CPU
-//!   instances, page-locked memory for GPU ones (ORT's CUDA provider then
-//!   copies it to the device by DMA);
+//!   instances, page-locked memory for GPU ones;
+//! * on GPU instances the gathered block is then copied by DMA into a block
+//!   of the GPU's device pool and handed to ORT as a device tensor, so the
+//!   CUDA provider reads it where it is (when the device pool is off or
+//!   cannot serve, ORT gets the host block and copies it itself);
 //! * outputs over 16 KiB stay in the memory ORT produced them in (its arena)
 //!   and are shared with the responses as `Bytes`, sliced per request of a
 //!   batch; smaller ones are copied, which is cheaper than releasing the ORT
@@ -28,7 +31,7 @@ use ort::value::{
 use crate::core::tensor::element_count;
 use crate::core::{bytes_tensor, DataType, InferRequest, Tensor};
 use crate::error::{Error, Result};
-use crate::memory::pool::{Block, Pool};
+use crate::memory::pool::{Block, Pool, PoolKind};
 
 /// ORT's element type for a Triton data type.
 pub fn to_ort_type(dt: DataType) -> TensorElementType {
@@ -55,9 +58,20 @@ pub fn from_ort_type(t: TensorElementType) -> Option<DataType> {
     DataType::all().find(|&d| to_ort_type(d) == t)
 }
 
+/// Where [`input`] puts a batch's input bytes.
+pub struct Placement<'p> {
+    /// Host memory to gather into.
+    pub host: &'p Arc<Pool>,
+    /// Whether a single request's aligned buffer may be used without gathering.
+    pub in_place: bool,
+    /// GPU instances: the device pool the gathered bytes are copied into.
+    pub device: Option<&'p Arc<Pool>>,
+}
+
 /// Input `name` of the whole batch as one ORT value of `shape`: in place when
-/// `in_place` allows it (one request, aligned data), else gathered into a
-/// block from `pool`, which is pushed to `staging`.
+/// the placement allows it (one request, aligned data), else gathered into a
+/// host block and, for a device placement, copied into a device block; the
+/// blocks are pushed to `staging`.
 ///
 /// # Safety
 /// The value may borrow the requests' buffers and the staged blocks: `batch`
@@ -66,8 +80,7 @@ pub unsafe fn input(
     batch: &[InferRequest],
     name: &str,
     shape: &[i64],
-    pool: &Arc<Pool>,
-    in_place: bool,
+    place: &Placement<'_>,
     staging: &mut Vec<Block>,
 ) -> Result<SessionInputValue<'static>> {
     let first = batch[0]
@@ -78,16 +91,24 @@ pub unsafe fn input(
         return strings_input(&gather_strings(batch, name)?, name, shape);
     };
     let ptr = first.data.as_ptr();
-    if in_place && batch.len() == 1 && (ptr as usize).is_multiple_of(size) {
-        // SAFETY: validation guarantees the buffer holds exactly `shape` elements; the caller
-        // keeps the request alive for as long as the value. ORT does not write to inputs.
-        return unsafe { view(ptr as *mut u8, dtype, shape, name) };
+    if place.in_place && batch.len() == 1 {
+        // SAFETY: forwarded from the caller (`staging` outlives the value).
+        if let Some(value) = unsafe { device_view(place, &first.data, dtype, shape, name, staging) }
+        {
+            return value;
+        }
+        if (ptr as usize).is_multiple_of(size) {
+            // SAFETY: validation guarantees the buffer holds exactly `shape` elements; the
+            // caller keeps the request alive for as long as the value. ORT does not write to
+            // inputs.
+            return unsafe { view(ptr as *mut u8, dtype, shape, name, None) };
+        }
     }
     let total: usize = batch
         .iter()
         .map(|r| r.input(name).map_or(0, |t| t.data.len()))
         .sum();
-    let mut block = pool.take(total)?;
+    let mut block = place.host.take(total)?;
     let buf = block.as_mut_slice();
     let mut at = 0;
     for r in batch {
@@ -97,14 +118,58 @@ pub unsafe fn input(
         buf[at..at + t.data.len()].copy_from_slice(&t.data);
         at += t.data.len();
     }
+    // SAFETY: forwarded from the caller; the device copy is synchronous, so `block` may go.
+    if let Some(value) = unsafe { device_view(place, block.as_ref(), dtype, shape, name, staging) }
+    {
+        return value;
+    }
     // SAFETY: the block holds exactly the gathered bytes for `shape` (validated sizes) and is
     // kept alive in `staging`; its address is aligned for every element type.
-    let value = unsafe { view(block.ptr() as *mut u8, dtype, shape, name) }?;
+    let value = unsafe { view(block.ptr() as *mut u8, dtype, shape, name, None) }?;
     staging.push(block);
     Ok(value)
 }
 
-/// A CPU tensor view of host memory at `ptr`.
+/// For a device placement: `bytes` copied into a block of the device pool
+/// (pushed to `staging`) and viewed as a device tensor. `None` when there is
+/// no device pool or it cannot serve (then ORT copies the host input itself:
+/// slower, never a failed request).
+///
+/// # Safety
+/// As for [`input`]: `staging` must outlive the value.
+unsafe fn device_view(
+    place: &Placement<'_>,
+    bytes: &[u8],
+    dtype: DataType,
+    shape: &[i64],
+    name: &str,
+    staging: &mut Vec<Block>,
+) -> Option<Result<SessionInputValue<'static>>> {
+    let device = place.device?;
+    let PoolKind::Device(id) = device.kind() else {
+        return None;
+    };
+    let copied = device.take(bytes.len()).and_then(|block| {
+        crate::memory::cuda::copy_to_device(id, block.ptr() as u64, bytes).map(|()| block)
+    });
+    match copied {
+        Ok(block) => {
+            // SAFETY: the device block holds the input's bytes (copied synchronously, so ORT's
+            // stream sees them) and is kept alive in `staging`; device allocations are aligned
+            // for every element type.
+            let value = unsafe { view(block.ptr() as *mut u8, dtype, shape, name, Some(device)) };
+            staging.push(block);
+            Some(value)
+        }
+        Err(e) => {
+            tracing::debug!("input '{name}': device pool unavailable ({e}); ORT copies it");
+            None
+        }
+    }
+}
+
+/// A tensor view of memory at `ptr`: host memory, or device memory of the
+/// GPU whose pool is `device`.
 ///
 /// # Safety
 /// `ptr` must hold `shape`'s elements of `dtype`, aligned for it, and outlive the view.
@@ -113,15 +178,15 @@ unsafe fn view(
     dtype: DataType,
     shape: &[i64],
     name: &str,
+    device: Option<&Arc<Pool>>,
 ) -> Result<SessionInputValue<'static>> {
     let fail = |e: ort::Error| Error::internal(format!("input '{name}': {e}"));
-    let info = MemoryInfo::new(
-        AllocationDevice::CPU,
-        0,
-        AllocatorType::Device,
-        MemoryType::Default,
-    )
-    .map_err(fail)?;
+    let (kind, id) = match device.map(|d| d.kind()) {
+        Some(PoolKind::Device(id)) => (AllocationDevice::CUDA, id as i32),
+        _ => (AllocationDevice::CPU, 0),
+    };
+    let info =
+        MemoryInfo::new(kind, id, AllocatorType::Device, MemoryType::Default).map_err(fail)?;
     let ptr = ptr as *mut ort::sys::c_void;
     let shape = ort::value::Shape::new(shape.iter().copied());
     macro_rules! raw {
@@ -294,6 +359,56 @@ mod tests {
         for dt in DataType::all() {
             assert_eq!(from_ort_type(to_ort_type(dt)), Some(dt));
         }
+    }
+
+    #[test]
+    fn device_placement_without_cuda_falls_back_to_host_memory() {
+        if std::env::var_os("ORT_DYLIB_PATH").is_none() {
+            eprintln!("skipped: ORT_DYLIB_PATH is not set (make unit sets it)");
+            return;
+        }
+        assert!(
+            crate::memory::cuda::devices().is_empty(),
+            "this test checks the no-CUDA fallback"
+        );
+        let request = |v: f32| InferRequest {
+            inputs: vec![Tensor::new(
+                "X",
+                DataType::Fp32,
+                vec![1, 2],
+                [v, v + 1.0]
+                    .iter()
+                    .flat_map(|f| f.to_ne_bytes())
+                    .collect::<Vec<u8>>(),
+            )],
+            ..Default::default()
+        };
+        let batch = [request(1.0), request(3.0)];
+        let host = Pool::new(PoolKind::Host, 1 << 20);
+        let device = Pool::new(PoolKind::Device(0), 1 << 20);
+        let place = Placement {
+            host: &host,
+            in_place: true,
+            device: Some(&device),
+        };
+        let mut staging = Vec::new();
+        // SAFETY: `batch` and `staging` outlive the value (dropped first).
+        let value = unsafe { input(&batch, "X", &[2, 2], &place, &mut staging) }.unwrap();
+        drop(value);
+        assert_eq!(device.fallbacks(), 1, "the device pool was tried");
+        assert_eq!(device.used(), 0);
+        assert_eq!(staging.len(), 1, "gathered into one host block");
+        let want: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+            .iter()
+            .flat_map(|f| f.to_ne_bytes())
+            .collect();
+        assert_eq!(staging[0].as_ref(), &want[..]);
+        // A single aligned request still goes in place.
+        let mut staging = Vec::new();
+        // SAFETY: as above.
+        let value = unsafe { input(&batch[..1], "X", &[1, 2], &place, &mut staging) }.unwrap();
+        drop(value);
+        assert!(staging.is_empty());
     }
 
     #[test]

@@ -416,12 +416,25 @@ impl OnnxInstance {
                 }
             })
             .collect();
-        // GPU inputs are always staged in page-locked memory when there is a pinned pool (the
-        // CUDA provider copies them by DMA); CPU inputs go in place when they can.
+        // GPU inputs are gathered in page-locked memory when there is a pinned pool and copied
+        // by DMA into the GPU's device pool (unless it is sized 0); CPU inputs go in place when
+        // they can.
         let pools = crate::memory::pool::pools();
-        let (pool, in_place) = match (self.device, pools.pinned.as_ref()) {
-            (DeviceKind::Gpu(_), Some(pinned)) => (pinned, false),
-            _ => (&pools.host, true),
+        let place = match self.device {
+            DeviceKind::Gpu(id) => onnx_io::Placement {
+                host: pools.pinned.as_ref().unwrap_or(&pools.host),
+                // Without pinned staging a single request's bytes are copied from where they are.
+                in_place: pools.pinned.is_none(),
+                device: usize::try_from(id)
+                    .ok()
+                    .and_then(|i| pools.device.get(i))
+                    .filter(|p| p.capacity() > 0),
+            },
+            DeviceKind::Cpu => onnx_io::Placement {
+                host: &pools.host,
+                in_place: true,
+                device: None,
+            },
         };
         let rows_total: i64 = rows.iter().map(|&r| r as i64).sum();
         // Blocks the inputs were gathered in: declared first so they outlive `inputs`.
@@ -431,9 +444,8 @@ impl OnnxInstance {
         for first in &batch[0].inputs {
             let shape = batched_shape(cfg, first, batched, rows_total);
             // SAFETY: `batch` outlives the run, and `staging` is dropped after `inputs`.
-            let value = unsafe {
-                onnx_io::input(batch, &first.name, &shape, pool, in_place, &mut staging)
-            }?;
+            let value =
+                unsafe { onnx_io::input(batch, &first.name, &shape, &place, &mut staging) }?;
             inputs.push((first.name.as_str(), value));
         }
         timing.input_done = Some(std::time::Instant::now());

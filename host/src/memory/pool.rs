@@ -136,7 +136,8 @@ impl Drop for Block {
 }
 
 impl Pool {
-    fn new(kind: PoolKind, capacity: usize) -> Arc<Pool> {
+    /// An empty pool of `capacity` bytes (blocks are allocated as needed).
+    pub fn new(kind: PoolKind, capacity: usize) -> Arc<Pool> {
         Arc::new(Pool {
             kind,
             capacity,
@@ -145,6 +146,11 @@ impl Pool {
             fallbacks: AtomicU64::new(0),
             free: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Which memory the pool holds.
+    pub fn kind(&self) -> PoolKind {
+        self.kind
     }
 
     /// Configured size in bytes.

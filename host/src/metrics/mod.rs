@@ -309,6 +309,11 @@ impl Metrics {
                     "CUDA memory pool bytes in use per GPU",
                     crate::memory::pool::Pool::used,
                 ),
+                (
+                    "tern_cuda_memory_pool_reserved_bytes",
+                    "CUDA memory pool bytes allocated from the GPU so far (in use or cached) per GPU",
+                    crate::memory::pool::Pool::reserved,
+                ),
             ] {
                 header(&mut out, name, "gauge", help);
                 for (i, p) in pools.device.iter().enumerate() {
