@@ -123,7 +123,7 @@ impl Instance for IdentityInstance {
                     model_version: self.version,
                     id: req.id.clone(),
                     outputs,
-                    parameters: Default::default(),
+                    ..Default::default()
                 })
             })
             .collect()

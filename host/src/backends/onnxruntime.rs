@@ -496,7 +496,7 @@ impl OnnxInstance {
                 model_version: self.version,
                 id: req.id.clone(),
                 outputs,
-                parameters: Default::default(),
+                ..Default::default()
             })
             .collect())
     }

@@ -400,6 +400,7 @@ fn response(
         id: req.id.clone(),
         outputs,
         parameters: params_from_wit(r.parameters),
+        ..Default::default()
     })
 }
 

@@ -2,6 +2,7 @@
 //! the wire protocol they arrived on.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use super::Tensor;
 
@@ -70,4 +71,26 @@ pub struct InferResponse {
     pub outputs: Vec<Tensor>,
     /// Response parameters.
     pub parameters: Parameters,
+    /// Compute time that produced it (statistics only): the execution's for
+    /// a model, the composing models' sum for an ensemble.
+    pub compute: ComputeTimes,
+}
+
+/// Compute durations of one execution, as Triton's statistics split them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ComputeTimes {
+    /// Gathering/converting inputs.
+    pub input: Duration,
+    /// Running the model.
+    pub infer: Duration,
+    /// Scattering/converting outputs.
+    pub output: Duration,
+}
+
+impl std::ops::AddAssign for ComputeTimes {
+    fn add_assign(&mut self, o: ComputeTimes) {
+        self.input += o.input;
+        self.infer += o.infer;
+        self.output += o.output;
+    }
 }

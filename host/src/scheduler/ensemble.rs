@@ -14,6 +14,7 @@ use std::task::Poll;
 use crate::config::pb::{self, ModelConfig};
 use crate::core::dtype::config_name;
 use crate::core::tensor::shape_str;
+use crate::core::request::ComputeTimes;
 use crate::core::{InferRequest, InferResponse, RequestedOutput, Tensor};
 use crate::error::{Error, Result};
 use crate::repository::Repository;
@@ -343,6 +344,7 @@ impl Ensemble {
         callers.push(e.clone());
         let mut started = vec![false; self.steps.len()];
         let mut running: Vec<(usize, StepFuture)> = Vec::new();
+        let mut compute = ComputeTimes::default();
         loop {
             for (i, step) in self.steps.iter().enumerate() {
                 if started[i] || !step.inputs.iter().all(|(_, t)| tensors.contains_key(t)) {
@@ -392,6 +394,7 @@ impl Ensemble {
             .await;
             let (i, _) = running.swap_remove(k);
             let response = result.map_err(|err| self.step_error(i, err))?;
+            compute += response.compute;
             let mut outputs = response.outputs;
             for (key, t) in &self.steps[i].outputs {
                 let pos = outputs.iter().position(|o| &o.name == key).ok_or_else(|| {
@@ -435,6 +438,7 @@ impl Ensemble {
             id: request.id,
             outputs,
             parameters: Default::default(),
+            compute,
         })
     }
 

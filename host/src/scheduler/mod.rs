@@ -471,7 +471,7 @@ impl ModelHandle {
             Ok(r)
         });
         match &result {
-            Ok(_) => s.stats.record_request(batch_size, arrived.elapsed()),
+            Ok(r) => s.stats.record_request(batch_size, arrived.elapsed(), r.compute),
             Err(_) => s.stats.record_failure(arrived.elapsed(), FailReason::Other),
         }
         result
@@ -638,7 +638,7 @@ fn worker(s: Arc<Shared>, name: String, mut instance: Box<dyn Instance>, retire:
             instance.execute(&requests, &mut timing)
         }));
         let end = Instant::now();
-        let results: Vec<Result<InferResponse>> = match results {
+        let mut results: Vec<Result<InferResponse>> = match results {
             Ok(r) if r.len() == requests.len() => r,
             Ok(r) => {
                 let e = Error::internal(format!(
@@ -675,6 +675,9 @@ fn worker(s: Arc<Shared>, name: String, mut instance: Box<dyn Instance>, retire:
             })
             .collect();
         s.stats.record_execution(size, times, &outcomes);
+        for r in results.iter_mut().flatten() {
+            r.compute = times;
+        }
         for ((seq, reply, _, _), result) in metas.into_iter().zip(results) {
             deliver(&s, seq, reply, result);
         }

@@ -32,16 +32,7 @@ impl CountNs {
     }
 }
 
-/// Compute durations of one execution.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ComputeTimes {
-    /// Gathering/converting inputs.
-    pub input: Duration,
-    /// Running the model.
-    pub infer: Duration,
-    /// Scattering/converting outputs.
-    pub output: Duration,
-}
+pub use crate::core::request::ComputeTimes;
 
 /// A statistics snapshot.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -243,20 +234,32 @@ impl ModelStats {
         }
     }
 
-    /// Records a successful request that ran without a backend execution of
-    /// its own (an ensemble: its steps are counted by the composing models).
-    pub fn record_request(&self, batch_size: usize, total: Duration) {
+    /// Records a successful ensemble request, as Triton does: one execution
+    /// of `batch_size`, no queue time of its own, and as compute times the
+    /// sum of its composing models' (which count their steps themselves).
+    pub fn record_request(&self, batch_size: usize, total: Duration, compute: ComputeTimes) {
         let mut s = self.inner.lock().expect("stats lock");
         s.last_inference = now_ms();
         s.inference_count += batch_size as u64;
         s.execution_count += 1;
         s.success.add(total);
+        s.queue.add(Duration::ZERO);
+        s.compute_input.add(compute.input);
+        s.compute_infer.add(compute.infer);
+        s.compute_output.add(compute.output);
+        let b = s.batches.entry(batch_size).or_default();
+        b[0].add(compute.input);
+        b[1].add(compute.infer);
+        b[2].add(compute.output);
         drop(s);
         if let Some(sum) = &self.summaries {
-            let z = Duration::ZERO;
-            sum.lock()
-                .expect("summaries lock")
-                .observe([total, z, z, z, z]);
+            sum.lock().expect("summaries lock").observe([
+                total,
+                Duration::ZERO,
+                compute.input,
+                compute.infer,
+                compute.output,
+            ]);
         }
     }
 
@@ -352,6 +355,24 @@ mod tests {
         assert_eq!(j["version"], "1");
         assert_eq!(j["batch_stats"][0]["batch_size"], 1);
         assert_eq!(j["batch_stats"][1]["compute_infer"]["count"], 1);
+    }
+
+    #[test]
+    fn ensemble_requests_count_their_composing_compute_time() {
+        let s = ModelStats::default();
+        let t = ComputeTimes {
+            input: Duration::from_nanos(3),
+            infer: Duration::from_nanos(30),
+            output: Duration::from_nanos(2),
+        };
+        s.record_request(2, Duration::from_nanos(90), t);
+        let snap = s.snapshot();
+        assert_eq!(snap.inference_count, 2);
+        assert_eq!(snap.execution_count, 1);
+        // perf_analyzer finds the version whose queue count grew.
+        assert_eq!(snap.queue, CountNs { count: 1, ns: 0 });
+        assert_eq!(snap.compute_infer, CountNs { count: 1, ns: 30 });
+        assert_eq!(snap.batches[&2][0], CountNs { count: 1, ns: 3 });
     }
 
     #[test]

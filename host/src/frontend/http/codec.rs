@@ -626,7 +626,7 @@ mod tests {
                 ),
                 Tensor::new("B", DataType::Fp16, vec![1], vec![0u8, 60]),
             ],
-            parameters: Default::default(),
+            ..Default::default()
         };
         let enc = encode_response(&resp, &[], &HttpOptions::default());
         let n = enc.json_len.unwrap();
