@@ -7,13 +7,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 ORT_DIR := .cache/onnxruntime
 ORT_LIB := $(ORT_DIR)/libonnxruntime.so
+PERF_ANALYZER := .cache/perf_analyzer/perf_analyzer
 CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
 .PHONY: run test setup build release unit e2e lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
 
-setup: $(VENV)/.stamp $(ORT_LIB) models plugins
+setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
 $(VENV)/.stamp: tests/requirements.txt tests/requirements-nodeps.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +27,10 @@ $(VENV)/.stamp: tests/requirements.txt tests/requirements-nodeps.txt
 $(ORT_LIB): $(VENV)/.stamp
 	mkdir -p $(ORT_DIR)
 	cp "$$($(PY) -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))[0])')" $@
+
+# Triton's perf_analyzer for the end-to-end tests (PyPI wheel + Debian 13's glibc; see the script).
+$(PERF_ANALYZER): scripts/get_perf_analyzer.sh | $(VENV)/.stamp
+	bash scripts/get_perf_analyzer.sh $(dir $@) $(PY)
 
 models: $(VENV)/.stamp
 	@test -f model_repository/tiny_lm/1/model.onnx || $(PY) scripts/gen_models.py example model_repository
