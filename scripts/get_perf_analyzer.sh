@@ -8,8 +8,9 @@
 # the glibc, libstdc++ and libgcc of Debian 13 (trixie) are fetched with apt from the Debian
 # archive (signatures checked against the system keyring, nothing installed system-wide) and
 # unpacked next to it; the wrapper starts the binary with that glibc's loader and libraries,
-# falling back to the system's for everything else (libssl, libz). Only the package
-# registries are used (PyPI, Debian).
+# falling back to the system's for everything else (libssl, libz). The CUDA runtime library
+# its shared-memory code loads comes from NVIDIA's `nvidia-cuda-runtime-cu12` wheel. Only the
+# package registries are used (PyPI, Debian).
 set -euo pipefail
 DIR=${1:?target dir}
 DIR=${DIR%/}
@@ -26,6 +27,10 @@ TMP=$(cd "$DIR.tmp" && pwd)
 "$PY" -m pip download -q --no-deps --only-binary=:all: --platform "$PLAT" \
     "perf-analyzer==$VERSION" -d "$TMP/wheel"
 "$PY" -m zipfile -e "$TMP"/wheel/perf_analyzer-*.whl "$TMP/wheel/x"
+# Its shared-memory support loads the CUDA runtime even for system shared memory (no GPU
+# needed for that): libcudart from NVIDIA's PyPI wheel.
+"$PY" -m pip download -q --no-deps --only-binary=:all: "nvidia-cuda-runtime-cu12==12.9.79" -d "$TMP/cudart"
+"$PY" -m zipfile -e "$TMP"/cudart/nvidia_cuda_runtime_cu12-*.whl "$TMP/cudart/x"
 
 echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" > "$TMP/apt/sources.list"
 APT=(-o "Dir::Etc::SourceList=$TMP/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
@@ -39,6 +44,7 @@ mkdir -p "$TMP/out/bin"
 cp "$TMP/wheel/x/perf_analyzer/bin/perf_analyzer" "$TMP/out/bin/"
 chmod +x "$TMP/out/bin/perf_analyzer"
 mv "$TMP/root/usr/lib/$TRIPLE" "$TMP/out/lib"
+cp "$TMP"/cudart/x/nvidia/cuda_runtime/lib/libcudart.so.12 "$TMP/out/lib/libcudart.so"
 cat > "$TMP/out/perf_analyzer" <<EOF
 #!/bin/sh
 # perf_analyzer $VERSION with Debian 13's glibc/libstdc++ (scripts/get_perf_analyzer.sh).

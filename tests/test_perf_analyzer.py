@@ -1,6 +1,6 @@
 """Triton's own load generator, perf_analyzer, against the built binary and the example
-repository: HTTP and gRPC (sync, async, streaming), batching, an ensemble with its composing
-models' server-side statistics, and a WebAssembly plugin. Outputs of `simple` are checked by
+repository: HTTP and gRPC (sync, async, streaming), batching, system shared memory, an
+ensemble with its composing models' server-side statistics, and a WebAssembly plugin. Outputs of `simple` are checked by
 perf_analyzer itself (`validation_data`), and a wrong expectation must fail the run.
 
 perf_analyzer comes from the `perf-analyzer` wheel, installed by `make setup` through
@@ -28,7 +28,7 @@ def srv(tmp_path_factory):
         if not os.path.exists(os.path.join(REPO, f)):
             pytest.fail(f"model_repository/{f} is missing; run `make setup`")
     cache = str(tmp_path_factory.mktemp("cwasm"))
-    t = Tern([f"--model-repository={REPO}", f"--wasm-cache-dir={cache}"])
+    t = Tern([f"--model-repository={REPO}", f"--wasm-cache-dir={cache}", "--allow-client-shm=true"])
     yield t
     t.stop()
 
@@ -85,3 +85,11 @@ def test_ensemble_with_composing_model_stats(srv):
 
 def test_wasm_plugin(srv):
     perf_analyzer("-m", "add_sub", "-u", srv.url)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_system_shared_memory(srv, protocol):
+    # perf_analyzer registers its own regions and names them in every request, inputs and
+    # outputs; Triton's C++ HTTP client rejects a shared-memory output that has `parameters`.
+    url = srv.url if protocol == "http" else srv.grpc_url
+    perf_analyzer("-m", "simple", "-i", protocol, "-u", url, "--shared-memory=system", "--output-shared-memory-size=64")

@@ -137,28 +137,6 @@ impl PartialEq for OutputTarget {
     }
 }
 
-impl OutputTarget {
-    /// The parameters Triton returns for an output written to shared memory.
-    pub fn response_parameters(&self, written: usize) -> Parameters {
-        let mut p = Parameters::new();
-        p.insert(
-            "shared_memory_region".into(),
-            Parameter::String(self.region.name.clone()),
-        );
-        p.insert(
-            "shared_memory_byte_size".into(),
-            Parameter::Int(written as i64),
-        );
-        if self.offset != 0 {
-            p.insert(
-                "shared_memory_offset".into(),
-                Parameter::Int(self.offset as i64),
-            );
-        }
-        p
-    }
-}
-
 /// Which registry a call is about.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {

@@ -13,8 +13,8 @@ use std::task::Poll;
 
 use crate::config::pb::{self, ModelConfig};
 use crate::core::dtype::config_name;
-use crate::core::tensor::shape_str;
 use crate::core::request::ComputeTimes;
+use crate::core::tensor::shape_str;
 use crate::core::{InferRequest, InferResponse, RequestedOutput, Tensor};
 use crate::error::{Error, Result};
 use crate::repository::Repository;

@@ -471,7 +471,9 @@ impl ModelHandle {
             Ok(r)
         });
         match &result {
-            Ok(r) => s.stats.record_request(batch_size, arrived.elapsed(), r.compute),
+            Ok(r) => s
+                .stats
+                .record_request(batch_size, arrived.elapsed(), r.compute),
             Err(_) => s.stats.record_failure(arrived.elapsed(), FailReason::Other),
         }
         result

@@ -236,31 +236,22 @@ pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<Infe
 }
 
 /// Encodes a response with `raw_output_contents`, as Triton does. Outputs
-/// written to shared memory carry its parameters and an empty raw entry.
+/// written to shared memory have an empty raw entry and no parameters.
 pub fn encode_response(resp: InferResponse, requested: &[RequestedOutput]) -> ModelInferResponse {
     let mut outputs = Vec::with_capacity(resp.outputs.len());
     let mut raw = Vec::with_capacity(resp.outputs.len());
     for t in resp.outputs {
-        let target = requested
+        // An output written to shared memory has an empty raw entry and no
+        // parameters, as in Triton.
+        let in_shm = requested
             .iter()
-            .find(|r| r.name == t.name)
-            .and_then(|r| r.shm.as_ref());
-        let (parameters, data) = match target {
-            Some(target) => (
-                target
-                    .response_parameters(t.data.len())
-                    .iter()
-                    .map(|(k, v)| (k.clone(), to_wire(v)))
-                    .collect(),
-                Default::default(),
-            ),
-            None => (HashMap::new(), t.data),
-        };
+            .any(|r| r.name == t.name && r.shm.is_some());
+        let data = if in_shm { Default::default() } else { t.data };
         outputs.push(model_infer_response::InferOutputTensor {
             name: t.name,
             datatype: t.dtype.wire_name().to_string(),
             shape: t.shape,
-            parameters,
+            parameters: HashMap::new(),
             contents: None,
         });
         raw.push(data);

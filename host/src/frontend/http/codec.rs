@@ -480,14 +480,10 @@ pub fn encode_response(
         json.extend_from_slice(b"\",\"shape\":");
         serde_json::to_writer(&mut json, &t.shape).expect("shape");
         let asked = requested.iter().find(|r| r.name == t.name);
-        if let Some(target) = asked.and_then(|r| r.shm.as_ref()) {
-            let map: Map<String, Value> = target
-                .response_parameters(t.data.len())
-                .iter()
-                .map(|(k, v)| (k.clone(), parameter_json(v)))
-                .collect();
-            json.extend_from_slice(b",\"parameters\":");
-            serde_json::to_writer(&mut json, &map).expect("map");
+        if asked.is_some_and(|r| r.shm.is_some()) {
+            // Written to shared memory: name, datatype and shape only, as in
+            // Triton (its C++ client takes any output `parameters` to mean
+            // binary data and fails without `binary_data_size`).
             json.push(b'}');
             continue;
         }
