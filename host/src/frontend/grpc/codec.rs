@@ -194,7 +194,7 @@ pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<Infe
                     "input '{name}': contents and raw_input_contents cannot both be specified"
                 )))
             }
-            (Some(bytes), None) => bytes,
+            (Some(bytes), None) => own_small(bytes),
             (None, Some(c)) => {
                 let (buf, n) = contents_to_bytes(&name, dt, c)?;
                 element_count_matches(&name, &input.shape, n, "'contents'")?;
@@ -235,6 +235,21 @@ pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<Infe
     })
 }
 
+/// Raw inputs up to this size are copied out of the gRPC message.
+const COPY_INPUT_BELOW: usize = 4096;
+
+/// A small raw input as its own allocation. Decoded `bytes` fields are views
+/// of tonic's whole read buffer (8 KiB or more per request): a small tensor
+/// would keep that buffer alive while the request waits in a queue, and free
+/// it on the instance thread instead of the frontend thread that allocated it.
+fn own_small(raw: bytes::Bytes) -> bytes::Bytes {
+    if raw.len() <= COPY_INPUT_BELOW {
+        bytes::Bytes::copy_from_slice(&raw)
+    } else {
+        raw
+    }
+}
+
 /// Encodes a response with `raw_output_contents`, as Triton does. Outputs
 /// written to shared memory have an empty raw entry and no parameters.
 pub fn encode_response(resp: InferResponse, requested: &[RequestedOutput]) -> ModelInferResponse {
@@ -273,6 +288,20 @@ pub fn encode_response(resp: InferResponse, requested: &[RequestedOutput]) -> Mo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_raw_inputs_stop_sharing_the_message_buffer() {
+        let message = bytes::Bytes::from(vec![7u8; 2 * COPY_INPUT_BELOW]);
+        let small = own_small(message.slice(..64));
+        assert_eq!(&small[..], &[7u8; 64][..]);
+        assert!(!message.as_ptr_range().contains(&small.as_ptr()), "a copy");
+        let large = own_small(message.slice(..COPY_INPUT_BELOW + 1));
+        assert_eq!(
+            large.as_ptr(),
+            message.as_ptr(),
+            "large inputs stay zero-copy"
+        );
+    }
     use crate::proto::model_infer_request::InferInputTensor;
 
     fn input(dt: &str, shape: Vec<i64>, contents: Option<InferTensorContents>) -> InferInputTensor {
