@@ -1,5 +1,5 @@
 """Triton's own load generator, perf_analyzer, against the built binary and the example
-repository: HTTP and gRPC (sync, async, streaming), batching, system shared memory, an
+repository: HTTP and gRPC (sync, async, streaming, gzip), batching, system shared memory, an
 ensemble with its composing models' server-side statistics, and a WebAssembly plugin. Outputs of `simple` are checked by
 perf_analyzer itself (`validation_data`), and a wrong expectation must fail the run.
 
@@ -64,7 +64,11 @@ def test_wrong_expected_outputs_fail_the_run(srv, tmp_path):
     assert rc != 0 and "doesn't match expected output" in out, out
 
 
-@pytest.mark.parametrize("mode", [[], ["--async"], ["--streaming"]], ids=["sync", "async", "streaming"])
+@pytest.mark.parametrize(
+    "mode",
+    [[], ["--async"], ["--streaming"], ["--grpc-compression-algorithm=gzip"]],
+    ids=["sync", "async", "streaming", "gzip"],
+)
 def test_grpc(srv, tmp_path, mode):
     perf_analyzer("-m", "simple", "-i", "grpc", "-u", srv.grpc_url, "--input-data", simple_data(tmp_path), "--concurrency-range=2", *mode)
 
