@@ -465,7 +465,16 @@ impl ModelHandle {
         if s.queue.lock().expect("queue lock").queue.closed {
             return Err(self.gone());
         }
-        let result = ensemble.run(request).await.and_then(|mut r| {
+        // A caller that stops waiting (client cancelled, connection closed) drops this future
+        // between steps: no further step starts, and the ensemble counts the request as cancelled.
+        let mut cancelled = CancelGuard {
+            stats: &s.stats,
+            arrived,
+            armed: true,
+        };
+        let result = ensemble.run(request).await;
+        cancelled.armed = false;
+        let result = result.and_then(|mut r| {
             crate::core::validate::validate_outputs(&self.config, batch_size, &r.outputs)?;
             r.model_version = self.version;
             Ok(r)
@@ -504,6 +513,22 @@ impl ModelHandle {
     /// Stops accepting requests, lets queued ones finish and joins the instance threads.
     pub fn shutdown(&self) {
         stop(&self.shared);
+    }
+}
+
+/// Counts a request as cancelled if its future is dropped while still armed.
+struct CancelGuard<'a> {
+    stats: &'a ModelStats,
+    arrived: Instant,
+    armed: bool,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.stats
+                .record_failure(self.arrived.elapsed(), FailReason::Canceled);
+        }
     }
 }
 
@@ -581,6 +606,27 @@ fn next_batch(s: &Shared, retire: &AtomicBool) -> Option<Vec<Pending>> {
                     "Request timeout expired for model '{}'",
                     s.config.name
                 ));
+                deliver(s, p.seq, p.reply, Err(e));
+            }
+            q = s.queue.lock().expect("queue lock");
+            continue;
+        }
+        let cancelled = q.queue.cancelled();
+        if !cancelled.is_empty() {
+            drop(q);
+            for p in cancelled {
+                tracing::debug!(
+                    model = %s.config.name,
+                    id = %p.request.id,
+                    "request cancelled by its client before it executed"
+                );
+                s.stats
+                    .record_failure(p.enqueued.elapsed(), FailReason::Canceled);
+                // Nobody receives this, but `preserve_ordering` must see the sequence number pass.
+                let e = Error::new(
+                    crate::error::Code::Cancelled,
+                    format!("request for model '{}' was cancelled", s.config.name),
+                );
                 deliver(s, p.seq, p.reply, Err(e));
             }
             q = s.queue.lock().expect("queue lock");

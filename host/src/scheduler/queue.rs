@@ -132,6 +132,30 @@ impl Queue {
         rejected
     }
 
+    /// Removes and returns the requests whose client has gone (the caller
+    /// dropped its response receiver: a cancelled gRPC call or stream, a
+    /// closed HTTP connection, an abandoned ensemble), so they never execute.
+    pub fn cancelled(&mut self) -> Vec<Pending> {
+        let mut gone = Vec::new();
+        for level in &mut self.levels {
+            for list in [&mut level.live, &mut level.delayed] {
+                if list.iter().any(|p| p.reply.is_closed()) {
+                    let mut keep = VecDeque::with_capacity(list.len());
+                    for p in list.drain(..) {
+                        if p.reply.is_closed() {
+                            gone.push(p);
+                        } else {
+                            keep.push_back(p);
+                        }
+                    }
+                    *list = keep;
+                }
+            }
+        }
+        self.len -= gone.len();
+        gone
+    }
+
     fn ordered(&self) -> impl Iterator<Item = &Pending> {
         self.levels
             .iter()
@@ -277,6 +301,32 @@ mod tests {
             assert!(q.push(i, p).is_ok());
         }
         q
+    }
+
+    #[test]
+    fn cancelled_requests_leave_the_queue() {
+        let p = policy("dynamic_batching { }");
+        let now = Instant::now();
+        let mut q = Queue::new(&p);
+        let mut receivers = Vec::new();
+        for seq in 0..4 {
+            let (reply, rx) = oneshot::channel();
+            let mut item = pending(1, 4, 1, now);
+            item.reply = reply;
+            item.seq = seq;
+            assert!(q.push(item, &p).is_ok());
+            receivers.push(rx);
+        }
+        assert!(q.cancelled().is_empty());
+        // The clients of requests 1 and 3 go away.
+        drop(receivers.remove(3));
+        drop(receivers.remove(1));
+        let gone: Vec<u64> = q.cancelled().iter().map(|p| p.seq).collect();
+        assert_eq!(gone, vec![1, 3]);
+        assert_eq!(q.len(), 2);
+        let left: Vec<u64> = q.take(4).iter().map(|p| p.seq).collect();
+        assert_eq!(left, vec![0, 2]);
+        assert!(q.is_empty());
     }
 
     #[test]

@@ -269,7 +269,13 @@ impl GrpcInferenceService for InferenceService {
                     let id = req.id.clone();
                     let model_name = req.model_name.clone();
                     let model_version = req.model_version.clone();
-                    let msg = match service.infer(req).await {
+                    // The client cancelling the stream drops its receiver: the request is
+                    // dropped too (cancelled if it is still queued), as Triton does.
+                    let result = tokio::select! {
+                        r = service.infer(req) => r,
+                        _ = tx.closed() => return,
+                    };
+                    let msg = match result {
                         Ok(resp) => ModelStreamInferResponse {
                             error_message: String::new(),
                             infer_response: Some(resp),
