@@ -103,6 +103,13 @@ def queued(t, model="slow"):
     assert wait_for(lambda: pending(t, model) == 1), "the second request never queued"
 
 
+def hold_instance(t, c, results):
+    """Sends the first request (value 1) and waits until it holds the instance;
+    its result goes to `results` as ("first", result, error)."""
+    c.async_infer("slow", [grpc_input(1)], callback=lambda result, error: results.put(("first", result, error)))
+    running(t)
+
+
 def wait_for(check, timeout=10.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -124,8 +131,7 @@ def assert_one_cancelled(t, model="slow"):
 def test_grpc_async_infer_cancelled_while_queued(tern):
     c = grpcclient.InferenceServerClient(tern.grpc_url)
     results = queue.Queue()
-    c.async_infer("slow", [grpc_input(1)], callback=lambda result, error: results.put(("first", result, error)))
-    running(tern)
+    hold_instance(tern, c, results)
     ctx = c.async_infer("slow", [grpc_input(2)], callback=lambda result, error: results.put(("second", result, error)))
     queued(tern)
     ctx.cancel()
@@ -147,12 +153,11 @@ def test_grpc_async_infer_cancelled_while_queued(tern):
 def test_grpc_client_deadline_while_queued(tern):
     c = grpcclient.InferenceServerClient(tern.grpc_url)
     results = queue.Queue()
-    c.async_infer("slow", [grpc_input(1)], callback=lambda result, error: results.put((result, error)))
-    running(tern)
+    hold_instance(tern, c, results)
     with pytest.raises(InferenceServerException) as e:
         c.infer("slow", [grpc_input(2)], client_timeout=0.2)
     assert "DEADLINE_EXCEEDED" in str(e.value.status())
-    r, err = results.get(timeout=10)
+    _, r, err = results.get(timeout=10)
     assert err is None
     assert_one_cancelled(tern)
     c.close()
@@ -195,8 +200,7 @@ def test_stream_stopped_with_cancel_requests(tern):
 def test_http_connection_closed_while_queued(tern):
     c = grpcclient.InferenceServerClient(tern.grpc_url)
     results = queue.Queue()
-    c.async_infer("slow", [grpc_input(1)], callback=lambda result, error: results.put((result, error)))
-    running(tern)
+    hold_instance(tern, c, results)
     body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "INT32", "data": [2, 2, 2, 2]}]}).encode()
     host, port = tern.url.split(":")
     s = socket.create_connection((host, int(port)))
@@ -207,7 +211,7 @@ def test_http_connection_closed_while_queued(tern):
     )
     queued(tern)
     s.close()
-    r, e = results.get(timeout=10)
+    _, r, e = results.get(timeout=10)
     assert e is None
     assert_one_cancelled(tern)
     c.close()
@@ -217,9 +221,8 @@ def test_ensemble_abandoned_between_steps(tern):
     """Cancelled while its first step waits behind another request: no step runs."""
     c = grpcclient.InferenceServerClient(tern.grpc_url)
     results = queue.Queue()
-    c.async_infer("slow", [grpc_input(1)], callback=lambda result, error: results.put((result, error)))
-    running(tern)
-    ctx = c.async_infer("slow_chain", [grpc_input(2, "IN")], callback=lambda result, error: results.put((result, error)))
+    hold_instance(tern, c, results)
+    ctx = c.async_infer("slow_chain", [grpc_input(2, "IN")], callback=lambda result, error: results.put(("second", result, error)))
     queued(tern)
     ctx.cancel()
     for _ in range(2):
