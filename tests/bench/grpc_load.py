@@ -9,14 +9,17 @@
    and each server's CPU time per request (utime + stime from /proc) is reported beside
    throughput: on a machine whose cores are shared by client and servers it is the
    steadier figure. `--rounds N` repeats the whole sweep and reports the median ratio.
-2. Streaming vs unary through the same Python client (tritonclient.grpc.aio), so the
-   ratio compares the two RPC styles on Tern, not the client.
+2. Streaming vs unary on Tern through the same client, so the ratio compares the two RPC
+   styles, not clients: perf_analyzer (C++, installed by `make setup`) at concurrency 16,
+   async unary then `--streaming`, median of `--rounds`; and the Python client
+   (tritonclient.grpc.aio), which is itself the bottleneck at these rates.
 """
 
 import argparse
 import asyncio
 import os
 import re
+import statistics
 import struct
 import subprocess
 import sys
@@ -133,6 +136,20 @@ async def unary_vs_stream(url, n=2000, conc=16):
     return unary, stream
 
 
+PERF_ANALYZER = os.path.join(ROOT, ".cache", "perf_analyzer", "perf_analyzer")
+
+
+def pa_throughput(port, *mode):
+    """perf_analyzer's infer/s for `simple` at concurrency 16 (None if it gave no figure)."""
+    out = subprocess.run(
+        [PERF_ANALYZER, "-m", "simple", "-i", "grpc", "-u", f"127.0.0.1:{port}", "--concurrency-range=16", "-p", "3000", *mode],
+        capture_output=True,
+        text=True,
+    ).stdout
+    m = re.search(r"Concurrency: 16, throughput: ([\d.]+) infer/sec", out)
+    return float(m.group(1)) if m else None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tern", required=True)
@@ -160,6 +177,10 @@ def main():
                 t = h2load(tport, conc, args.duration, body, tern.pid)
                 rows.append((conc, t, b))
         unary, stream = asyncio.run(unary_vs_stream(f"127.0.0.1:{tport}"))
+        pa = []
+        if os.path.exists(PERF_ANALYZER):
+            for _ in range(args.rounds):
+                pa.append((pa_throughput(tport, "-a"), pa_throughput(tport, "--streaming")))
     finally:
         tern.terminate()
         base.terminate()
@@ -174,8 +195,16 @@ def main():
     if args.rounds > 1:
         for conc in (1, 16, 64):
             ratios = sorted(t[0] / b[0] for c, t, b in rows if c == conc)
-            print(f"concurrency {conc}: median Tern/baseline over {args.rounds} rounds {ratios[len(ratios) // 2]:.2f} (all: {', '.join(f'{r:.2f}' for r in ratios)})")
+            print(f"concurrency {conc}: median Tern/baseline over {args.rounds} rounds {statistics.median(ratios):.2f} (all: {', '.join(f'{r:.2f}' for r in ratios)})")
     print(f"\ntritonclient.grpc.aio, 2000 requests, 16 in flight: unary {unary:.0f} req/s, streaming {stream:.0f} req/s (stream/unary {stream / unary:.2f})")
+    if not pa:
+        print(f"perf_analyzer not found at {PERF_ANALYZER} (make setup installs it): no streaming/unary figure from it")
+    for u, st in pa:
+        ratio = f"{st / u:.2f}" if u and st else "n/a"
+        print(f"perf_analyzer, concurrency 16: async unary {u or 0:.0f} infer/s, streaming {st or 0:.0f} infer/s (stream/unary {ratio})")
+    ratios = sorted(st / u for u, st in pa if u and st)
+    if ratios:
+        print(f"perf_analyzer stream/unary, median of {len(ratios)}: {statistics.median(ratios):.2f}")
 
 
 if __name__ == "__main__":
