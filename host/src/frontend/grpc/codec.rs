@@ -288,6 +288,7 @@ pub fn encode_response(resp: InferResponse, requested: &[RequestedOutput]) -> Mo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::model_infer_request::InferInputTensor;
 
     #[test]
     fn small_raw_inputs_stop_sharing_the_message_buffer() {
@@ -302,7 +303,6 @@ mod tests {
             "large inputs stay zero-copy"
         );
     }
-    use crate::proto::model_infer_request::InferInputTensor;
 
     fn input(dt: &str, shape: Vec<i64>, contents: Option<InferTensorContents>) -> InferInputTensor {
         InferInputTensor {
