@@ -208,11 +208,19 @@ pub unsafe fn free_device(device: usize, ptr: u64) {
     }
 }
 
-/// Copies host bytes to device memory (synchronously).
+/// Copies host bytes to device memory; the bytes are on the device when it
+/// returns.
+///
+/// `cuMemcpyHtoD` from pageable memory may return once the bytes are staged,
+/// before the DMA lands, and ONNX Runtime's streams (or another process, for
+/// CUDA IPC memory) are not ordered after the legacy stream the copy ran on,
+/// so the legacy stream is synchronized after the copy.
 pub fn copy_to_device(device: usize, dst: u64, src: &[u8]) -> Result<()> {
     bind_thread(device)?;
     // SAFETY: the caller owns `dst` with at least `src.len()` bytes.
-    unsafe { result::memcpy_htod_sync(dst, src) }.map_err(driver_error)
+    unsafe { result::memcpy_htod_sync(dst, src) }.map_err(driver_error)?;
+    // SAFETY: the null stream is the context's legacy default stream, always valid.
+    unsafe { result::stream::synchronize(std::ptr::null_mut()) }.map_err(driver_error)
 }
 
 /// Copies device memory to host bytes (synchronously).
