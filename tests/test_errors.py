@@ -47,6 +47,8 @@ CASES = [
     ("non-numeric header length", "/v2/models/simple/infer", body(simple_inputs()), {"Inference-Header-Content-Length": "abc"}, 400, "must be a non-negative integer"),
     ("lying header length (too long)", "/v2/models/simple/infer", body(simple_inputs()), {"Inference-Header-Content-Length": "100000"}, 400, "larger than the request body"),
     ("lying header length (too short)", "/v2/models/simple/infer", body(simple_inputs()), {"Inference-Header-Content-Length": "10"}, 400, "failed to parse the request JSON"),
+    ("shape whose size overflows", "/v2/models/identity_fp32/infer", body([{"name": "INPUT0", "shape": [8, 2**61], "datatype": "FP32", "data": []}]), {}, 400, "shape [8,2305843009213693952] is too large"),
+    ("shape whose byte size overflows", "/v2/models/identity_fp32/infer", body([{"name": "INPUT0", "shape": [1, 2**62], "datatype": "FP32", "data": []}]), {}, 400, "is too large"),
     ("bad dtype name", "/v2/models/simple/infer", body([{"name": "INPUT0", "shape": [1], "datatype": "FLOAT", "data": [1]}]), {}, 400, "unknown datatype 'FLOAT'"),
     ("int out of range", "/v2/models/identity_int8/infer", body([{"name": "INPUT0", "shape": [1, 1], "datatype": "INT8", "data": [300]}]), {}, 400, "300 is not a valid INT8 value"),
     ("classification of strings", "/v2/models/identity_bytes/infer", body([{"name": "INPUT0", "shape": [1, 1], "datatype": "BYTES", "data": ["a"]}], [{"name": "OUTPUT0", "parameters": {"classification": 1}}]), {}, 400, "not numeric"),

@@ -128,6 +128,23 @@ def test_errors_and_codes(server, gclient):
     np.testing.assert_array_equal(gclient.infer("simple", simple_inputs(b, b)).as_numpy("OUTPUT0"), b * 2)
 
 
+@pytest.mark.parametrize("raw", [True, False], ids=["raw", "typed"])
+def test_shape_whose_size_overflows_is_refused(server, raw):
+    """8 * 2^61 elements would wrap to 0 and match an empty tensor."""
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+    import grpc
+
+    req = service_pb2.ModelInferRequest(model_name="identity_fp32")
+    req.inputs.add(name="INPUT0", datatype="FP32", shape=[8, 2**61])
+    if raw:
+        req.raw_input_contents.append(b"")
+    with grpc.insecure_channel(server.grpc_url) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            service_pb2_grpc.GRPCInferenceServiceStub(ch).ModelInfer(req)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "input 'INPUT0': shape [8,2305843009213693952] is too large" in e.value.details()
+
+
 def test_same_answers_and_errors_as_http(server, gclient):
     h = httpclient.InferenceServerClient(server.url)
     a = np.arange(16, dtype=np.int32).reshape(1, 16)

@@ -50,12 +50,13 @@ impl Tensor {
         let expected = self.element_count();
         match self.dtype.size() {
             Some(size) => {
-                if self.data.len() != expected * size {
+                let bytes = expected.saturating_mul(size);
+                if self.data.len() != bytes {
                     return Err(Error::invalid_arg(format!(
                         "unexpected total byte size {} for {role} '{}', expecting {}",
                         self.data.len(),
                         self.name,
-                        expected * size
+                        bytes
                     )));
                 }
             }
@@ -74,9 +75,13 @@ impl Tensor {
     }
 }
 
-/// Number of elements of a shape; negative dims count as zero.
+/// Number of elements of a shape; negative dims count as zero. Saturates at
+/// `usize::MAX` instead of wrapping, so an absurd shape never matches real
+/// data (wire shapes are refused earlier by `validate::input_header`).
 pub fn element_count(shape: &[i64]) -> usize {
-    shape.iter().map(|&d| d.max(0) as usize).product()
+    shape
+        .iter()
+        .fold(1usize, |n, &d| n.saturating_mul(d.max(0) as usize))
 }
 
 /// Formats a shape as Triton does in messages: `[2,16]`.
@@ -107,5 +112,17 @@ mod tests {
             .contains("expected 2 string"));
         assert_eq!(shape_str(&[-1, 16]), "[-1,16]");
         assert_eq!(element_count(&[]), 1);
+    }
+
+    #[test]
+    fn absurd_shapes_saturate_instead_of_wrapping() {
+        // 8 * 2^61 elements would wrap to 0 and match empty data.
+        assert_eq!(element_count(&[8, 1 << 61]), usize::MAX);
+        let t = Tensor::new("x", DataType::Fp32, vec![8, 1 << 61], Vec::new());
+        assert!(t.check_data_size().is_err());
+        // 2^62 FP32 elements: the byte size would wrap to 0.
+        let t = Tensor::new("x", DataType::Fp32, vec![1 << 62], Vec::new());
+        assert!(t.check_data_size().is_err());
+        assert_eq!(element_count(&[1 << 40, 1 << 40, 0]), 0);
     }
 }

@@ -209,6 +209,18 @@ pub fn input_header(name: &str, datatype: &str, shape: &[i64]) -> Result<DataTyp
             shape_str(shape)
         )));
     }
+    // Every element of a BYTES tensor takes at least its 4-byte length prefix.
+    let per_element = dt.size().unwrap_or(4) as u64;
+    let bytes = shape
+        .iter()
+        .try_fold(per_element, |n, &d| n.checked_mul(d as u64))
+        .filter(|&b| b <= i64::MAX as u64);
+    if bytes.is_none() {
+        return Err(Error::invalid_arg(format!(
+            "input '{name}': shape {} is too large: its data would exceed 2^63 bytes",
+            shape_str(shape)
+        )));
+    }
     Ok(dt)
 }
 
@@ -240,6 +252,20 @@ mod tests {
     use super::*;
     use crate::config::parse_pbtxt;
     use crate::core::{bytes_tensor, RequestedOutput, Tensor};
+
+    #[test]
+    fn wire_shapes_whose_size_overflows_are_refused() {
+        let e = input_header("x", "FP32", &[8, 1 << 61]).unwrap_err();
+        assert!(
+            e.message
+                .contains("input 'x': shape [8,2305843009213693952] is too large"),
+            "{e}"
+        );
+        assert!(input_header("x", "FP32", &[1, 1 << 62]).is_err());
+        assert!(input_header("x", "BYTES", &[1 << 62]).is_err());
+        assert!(input_header("x", "INT8", &[1 << 31, 1 << 31]).is_ok());
+        assert!(input_header("x", "FP32", &[0, 16]).is_ok());
+    }
 
     fn simple() -> ModelConfig {
         parse_pbtxt(
