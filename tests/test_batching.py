@@ -318,3 +318,42 @@ def test_logging_extension_and_formats(start_tern, tmp_path):
     assert status == 501
     status, _, body = raw(s, "POST", "/v2/logging", json.dumps({"log_verbose_level": "high"}).encode())
     assert status == 400
+
+
+def test_a_string_onnx_cannot_take_fails_alone_in_its_batch(start_tern, tmp_path):
+    """A NUL byte or invalid UTF-8 cannot become an ORT string: that request gets a 400, its batch-mates run."""
+    import gen_models
+    from onnx import TensorProto
+
+    cfg = '''name: "s"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+dynamic_batching { }
+'''
+    repo = make_repo(tmp_path, {"s": cfg})
+    gen_models.identity_onnx(f"{repo}/s/1/model.onnx", TensorProto.STRING, ["batch", "n"])
+    t = start(start_tern, repo, hook=4)
+    datas = [[b"a", b"b"], [b"x\x00y", b"c"], [b"d", b"e"], [b"f", b"\xff"]]
+
+    def one(i):
+        c = httpclient.InferenceServerClient(t.url, network_timeout=60)
+        inp = httpclient.InferInput("INPUT0", [1, 2], "BYTES")
+        inp.set_data_from_numpy(np.array([datas[i]], dtype=np.object_))
+        try:
+            return c.infer("s", [inp], request_id=str(i)).as_numpy("OUTPUT0")
+        except InferenceServerException as e:
+            return e
+        finally:
+            c.close()
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(4)))
+    assert [len(b) for b in executions(t, "s")] == [4], "the four requests were batched together"
+    for i in (0, 2):
+        assert list(results[i].flatten()) == datas[i]
+    assert isinstance(results[1], InferenceServerException) and results[1].status() == "400"
+    assert "input 'INPUT0': element 0 has a NUL byte at position 1" in results[1].message()
+    assert isinstance(results[3], InferenceServerException) and results[3].status() == "400"
+    assert "element 1 is not valid UTF-8" in results[3].message()

@@ -226,15 +226,37 @@ fn gather_strings(batch: &[InferRequest], name: &str) -> Result<Vec<String>> {
         let t = r.input(name).ok_or_else(|| {
             Error::internal(format!("input '{name}' missing from a batched request"))
         })?;
-        for e in bytes_tensor::decode(&t.data)? {
-            strings.push(String::from_utf8(e.to_vec()).map_err(|_| {
-                Error::invalid_arg(format!(
-                    "input '{name}': ONNX string tensors must be valid UTF-8"
-                ))
-            })?);
+        for (i, e) in bytes_tensor::decode(&t.data)?.into_iter().enumerate() {
+            strings.push(ort_string(name, i, e)?.to_owned());
         }
     }
     Ok(strings)
+}
+
+/// Checks that every BYTES input of `request` can become an ORT string
+/// tensor, so a batch can drop a bad request before running the others.
+pub fn check_strings(request: &InferRequest) -> Result<()> {
+    for t in request.inputs.iter().filter(|t| t.dtype == DataType::Bytes) {
+        for (i, e) in bytes_tensor::decode(&t.data)?.into_iter().enumerate() {
+            ort_string(&t.name, i, e)?;
+        }
+    }
+    Ok(())
+}
+
+/// Element `index` of input `name` as ORT stores strings: UTF-8 C strings.
+fn ort_string<'a>(name: &str, index: usize, e: &'a [u8]) -> Result<&'a str> {
+    if let Some(at) = e.iter().position(|&b| b == 0) {
+        return Err(Error::invalid_arg(format!(
+            "input '{name}': element {index} has a NUL byte at position {at}; \
+             ONNX string tensors cannot hold NUL bytes"
+        )));
+    }
+    std::str::from_utf8(e).map_err(|_| {
+        Error::invalid_arg(format!(
+            "input '{name}': element {index} is not valid UTF-8, which ONNX string tensors require"
+        ))
+    })
 }
 
 /// An ORT string tensor.
@@ -444,5 +466,28 @@ mod tests {
             .unwrap_err()
             .message
             .contains("batch size 3"));
+    }
+
+    #[test]
+    fn strings_ort_cannot_hold_are_refused_per_request() {
+        let req = |elements: &[&[u8]]| InferRequest {
+            inputs: vec![Tensor::new(
+                "T",
+                DataType::Bytes,
+                vec![elements.len() as i64],
+                bytes_tensor::encode(elements.iter().copied()),
+            )],
+            ..Default::default()
+        };
+        assert!(check_strings(&req(&[b"ok", "é".as_bytes(), b""])).is_ok());
+        let e = check_strings(&req(&[b"ok", b"a\0b"])).unwrap_err();
+        assert!(
+            e.message
+                .contains("input 'T': element 1 has a NUL byte at position 1"),
+            "{e}"
+        );
+        let e = check_strings(&req(&[b"\xff"])).unwrap_err();
+        assert!(e.message.contains("element 0 is not valid UTF-8"), "{e}");
+        assert!(gather_strings(&[req(&[b"x"]), req(&[b"\0"])], "T").is_err());
     }
 }

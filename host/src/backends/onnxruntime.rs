@@ -524,6 +524,33 @@ impl Instance for OnnxInstance {
         batch: &[InferRequest],
         timing: &mut ExecTiming,
     ) -> Vec<Result<InferResponse>> {
+        // A request whose strings ORT cannot take fails alone, not its whole batch.
+        if batch.len() > 1 && batch[0].inputs.iter().any(|t| t.dtype == DataType::Bytes) {
+            let checks: Vec<Result<()>> = batch.iter().map(onnx_io::check_strings).collect();
+            if checks.iter().any(|c| c.is_err()) {
+                let good: Vec<InferRequest> = batch
+                    .iter()
+                    .zip(&checks)
+                    .filter(|(_, c)| c.is_ok())
+                    .map(|(r, _)| r.clone())
+                    .collect();
+                let mut ran = if good.is_empty() {
+                    Vec::new()
+                } else {
+                    self.execute(&good, timing)
+                }
+                .into_iter();
+                return checks
+                    .into_iter()
+                    .map(|c| match c {
+                        Err(e) => Err(e),
+                        Ok(()) => ran.next().unwrap_or_else(|| {
+                            Err(Error::internal("a batch returned too few responses"))
+                        }),
+                    })
+                    .collect();
+            }
+        }
         match self.run_batch(batch, timing) {
             Ok(responses) => responses.into_iter().map(Ok).collect(),
             Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
