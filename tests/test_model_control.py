@@ -178,6 +178,12 @@ def test_explicit_load_unload_http(xsrv, explicit_repo):
         c.load_model("identity_fp32", config='{"max_batch_size": "many"}')
     assert c.get_model_config("identity_fp32")["max_batch_size"] == 2
     np.testing.assert_array_equal(c.infer("identity_fp32", [inp]).as_numpy("OUTPUT0"), a)
+    # A placement this machine cannot serve is a bad argument too (as in Triton), not a 500.
+    gpu = dict(cfg, instance_group=[{"kind": "KIND_GPU", "count": 1}])
+    with pytest.raises(InferenceServerException, match="KIND_GPU but no GPU") as e:
+        c.load_model("identity_fp32", config=json.dumps(gpu))
+    assert e.value.status() == "400"
+    assert c.get_model_config("identity_fp32")["max_batch_size"] == 2
     with pytest.raises(InferenceServerException, match="no such model"):
         c.load_model("no_such_model")
     c.unload_model("identity_fp32")

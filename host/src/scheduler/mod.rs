@@ -117,7 +117,9 @@ fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<Vec<Instance
     for group in &config.instance_group {
         let devices: Vec<DeviceKind> = if group.kind == Kind::Gpu as i32 {
             if gpu_count == 0 {
-                return Err(Error::unavailable(format!(
+                // Triton answers this as an invalid argument too ("instance group ... specifies
+                // invalid or unsupported gpu id"), so a load through the API gets a 400.
+                return Err(Error::invalid_arg(format!(
                     "model '{}': instance_group '{}' is KIND_GPU but no GPU is available on this machine \
                      (use KIND_CPU or KIND_AUTO)",
                     config.name, group.name
