@@ -8,6 +8,7 @@
 //! Every offset and size is checked against the region before any access.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -246,16 +247,28 @@ impl SharedMemory {
             )));
         }
         let path = std::path::Path::new("/dev/shm").join(file_name);
+        // As glibc's shm_open: a symlink planted in /dev/shm is not followed.
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| {
                 Error::invalid_arg(format!(
                     "Unable to open shared memory region: '{key}' (region '{name}'): {e}"
                 ))
             })?;
-        let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let meta = file.metadata().map_err(|e| {
+            Error::invalid_arg(format!(
+                "Unable to open shared memory region: '{key}' (region '{name}'): {e}"
+            ))
+        })?;
+        if !meta.is_file() {
+            return Err(Error::invalid_arg(format!(
+                "shared memory region '{name}': '{key}' is not a shared memory object"
+            )));
+        }
+        let file_len = meta.len();
         if byte_size == 0
             || offset
                 .checked_add(byte_size)
@@ -506,6 +519,28 @@ mod tests {
         use std::sync::atomic::{AtomicU64, Ordering};
         static N: AtomicU64 = AtomicU64::new(0);
         N.fetch_add(1, Ordering::Relaxed)
+    }
+
+    #[test]
+    fn symlinks_and_non_files_in_dev_shm_are_refused() {
+        let shm = SharedMemory::new(true);
+        let (_, target) = object(64);
+        let link = format!("/tern_test_{}_{}", std::process::id(), rand_suffix());
+        let link_path = std::path::Path::new("/dev/shm").join(&link[1..]);
+        std::os::unix::fs::symlink(&target, &link_path).unwrap();
+        let e = shm.register_system("l", &link, 0, 8).unwrap_err();
+        assert!(
+            e.message.contains("Unable to open shared memory region"),
+            "{e}"
+        );
+        let dir = format!("/tern_test_{}_{}", std::process::id(), rand_suffix());
+        let dir_path = std::path::Path::new("/dev/shm").join(&dir[1..]);
+        std::fs::create_dir(&dir_path).unwrap();
+        assert!(shm.register_system("d", &dir, 0, 8).is_err());
+        for p in [&link_path, &target] {
+            std::fs::remove_file(p).unwrap();
+        }
+        std::fs::remove_dir(&dir_path).unwrap();
     }
 
     #[test]
