@@ -207,3 +207,70 @@ fn list_colon_is_optional_outside_strings() {
         "input :[ {name: \"a [b\"} ] # c [d\ndims: [1]"
     );
 }
+
+/// Mutated corpus configs (bytes deleted, duplicated, replaced by pbtxt
+/// tokens) must come back as `Ok` or `Err` from parse / normalize / validate /
+/// JSON round trip, never panic: a broken config.pbtxt fails its model only.
+#[test]
+fn mutated_configs_never_panic() {
+    const TOKENS: &[&str] = &[
+        "-1",
+        "0",
+        "-9223372036854775808",
+        "99999999999999999999",
+        "[",
+        "]",
+        "{",
+        "}",
+        ":",
+        "\"",
+        "dims: [ -5 ]",
+        "max_batch_size: -3",
+        "count: -1",
+        "KIND_GPU",
+        "TYPE_STRING",
+        "reshape { shape: [ ] }",
+        "preferred_batch_size: [ 0 ]",
+        "max_queue_delay_microseconds: 18446744073709551615",
+        "\\",
+        "#",
+        "\n",
+    ];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n.max(1) as u64) as usize
+    };
+    for (name, text) in CORPUS {
+        for _ in 0..400 {
+            let mut s = text.to_string();
+            for _ in 0..1 + next(3) {
+                let at = s.floor_char_boundary(next(s.len()));
+                let end = s.floor_char_boundary((at + next(12)).min(s.len()));
+                match next(3) {
+                    0 => s.replace_range(at..end, ""),
+                    1 => {
+                        let copy = s[at..end].to_string();
+                        s.insert_str(at, &copy)
+                    }
+                    _ => s.replace_range(at..end, TOKENS[next(TOKENS.len())]),
+                }
+            }
+            let Ok(mut cfg) = std::panic::catch_unwind(|| parse_pbtxt(&s))
+                .unwrap_or_else(|_| panic!("{name}: parse panicked on:\n{s}"))
+            else {
+                continue;
+            };
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                normalize(&mut cfg, 1);
+                let _ = validate(&cfg, name);
+                let _ = check_supported(&cfg);
+                let _ = json::from_json(&json::to_json(&cfg).to_string());
+                let _ = parse_pbtxt(&to_pbtxt(&cfg));
+            }));
+            assert!(outcome.is_ok(), "{name}: panicked on:\n{s}");
+        }
+    }
+}
