@@ -195,6 +195,31 @@ def test_explicit_load_unload_http(xsrv, explicit_repo):
         c.infer("identity_fp32", [inp])
 
 
+@pytest.mark.parametrize("name", ["..%2F..%2F..%2Ftmp%2Ftern_escape_probe", "%2Ftmp%2Ftern_escape_probe", ".."])
+def test_load_refuses_names_that_leave_the_folder(xsrv, name):
+    """Files given with a load are written under <tmp>/<model name>/: the name must not escape it."""
+    import base64
+    import urllib.parse
+
+    from test_http import raw
+
+    probe = "/tmp/tern_escape_probe"
+    shutil.rmtree(probe, ignore_errors=True)
+    cfg = {"backend": "identity", "max_batch_size": 0, "input": [{"name": "I", "data_type": "TYPE_FP32", "dims": [1]}], "output": [{"name": "O", "data_type": "TYPE_FP32", "dims": [1]}]}
+    body = {"parameters": {"config": json.dumps(cfg), "file:1/hello.txt": base64.b64encode(b"escaped").decode()}}
+    status, _, data = raw(xsrv, "POST", f"/v2/repository/models/{name}/load", json.dumps(body).encode())
+    if name != "..":  # ".." is resolved by the URL router before it reaches the handler
+        assert status == 400, data
+        assert "must be a single folder name" in json.loads(data)["error"]
+        assert urllib.parse.unquote(name) in json.loads(data)["error"]
+    assert status in (400, 404, 405), data
+    assert not os.path.exists(probe), "a file was written outside the server's private folder"
+    # The same through gRPC.
+    with pytest.raises(InferenceServerException, match="must be a single folder name"):
+        grpcclient.InferenceServerClient(xsrv.grpc_url).load_model("../../../tmp/tern_escape_probe", config=json.dumps(cfg), files={"file:1/hello.txt": b"escaped"})
+    assert not os.path.exists(probe)
+
+
 def test_explicit_load_with_files_grpc(xsrv, explicit_repo):
     c = grpcclient.InferenceServerClient(xsrv.grpc_url)
     with open(f"{explicit_repo}/onnx_identity_fp32/1/model.onnx", "rb") as f:

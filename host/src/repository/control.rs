@@ -543,6 +543,7 @@ impl Repository {
     /// `POST /v2/repository/models/{name}/load`: loads or reloads a model
     /// from the repository, or from a config and files given in the request.
     pub fn load_model(&self, name: &str, overrides: LoadOverride) -> Result<()> {
+        check_model_name(name)?;
         let _control = self.control.lock().expect("control lock");
         let (dir, temp) = if overrides.files.is_empty() {
             let found = self.scan()?;
@@ -766,6 +767,20 @@ fn load_code(e: &Error) -> Code {
     }
 }
 
+/// A model name as a repository holds it: one folder name, so it can never
+/// point outside the folder it is joined to (`..`, `/x`, `a/b`, NUL).
+fn check_model_name(name: &str) -> Result<()> {
+    let mut parts = Path::new(name).components();
+    let single = matches!(parts.next(), Some(Component::Normal(_))) && parts.next().is_none();
+    if !single || name.contains(['/', '\0']) {
+        return Err(Error::invalid_arg(format!(
+            "failed to load '{}': a model name must be a single folder name",
+            name.escape_debug()
+        )));
+    }
+    Ok(())
+}
+
 /// Writes files delivered over the API into a private folder `<tmp>/<name>/`.
 fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::TempDir> {
     let temp = tempfile::Builder::new()
@@ -847,6 +862,20 @@ mod tests {
         );
         assert_eq!(ControlMode::parse("poll").unwrap(), ControlMode::Poll);
         assert!(ControlMode::parse("sometimes").is_err());
+    }
+
+    #[test]
+    fn model_names_are_single_folder_names() {
+        for good in ["m", "my.model", "a-b_c", "é"] {
+            assert!(check_model_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", ".", "..", "../x", "/tmp/x", "a/b", "a/", "./a", "a\0b"] {
+            let e = check_model_name(bad).unwrap_err();
+            assert!(
+                e.message.contains("must be a single folder name"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]
