@@ -323,3 +323,34 @@ def test_large_tensors_through_the_host_pool(start_tern, test_repo, pool):
     m = scrape(t)
     assert value(m, "tern_host_memory_pool_total_bytes") == pool
     assert value(m, "tern_host_memory_pool_used_bytes") == 0
+
+
+def test_stalled_clients_are_disconnected(start_tern, test_repo):
+    """--http-read-timeout-secs: unfinished headers close the connection, a
+    stalled body gets a 400, idle pooled connections are closed and clients
+    reconnect, and the server keeps serving throughout."""
+    import socket
+    import time
+
+    t = start_tern([f"--model-repository={test_repo}", "--exit-on-error=false", "--http-read-timeout-secs=1"])
+    host, port = t.url.split(":")
+    c = httpclient.InferenceServerClient(t.url)
+    a = np.ones((1, 16), dtype=np.int32)
+    np.testing.assert_array_equal(infer_simple(c, a, a).as_numpy("OUTPUT0"), a * 2)
+
+    headers = socket.create_connection((host, int(port)))
+    headers.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\n")
+    body = socket.create_connection((host, int(port)))
+    body.sendall(b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"in")
+    began = time.time()
+    headers.settimeout(10)
+    assert headers.recv(100) == b"", "unfinished headers: closed without an answer"
+    body.settimeout(10)
+    answer = b""
+    while chunk := body.recv(1000):
+        answer += chunk
+    assert time.time() - began < 8
+    assert answer.startswith(b"HTTP/1.1 400") and b"the request body stalled: no data for 1 s" in answer, answer
+
+    time.sleep(1.5)  # longer than the timeout: the pooled connection was closed while idle
+    np.testing.assert_array_equal(infer_simple(c, a, a).as_numpy("OUTPUT0"), a * 2)

@@ -155,6 +155,12 @@ pub struct Args {
     #[arg(long, env = "TERN_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
     pub http_max_input_size: usize,
 
+    /// Seconds an HTTP client may take to send a request's headers, or leave
+    /// its body without new data, before the connection is closed (Tern-specific;
+    /// 0 = wait forever). Stalled clients then cannot hold connections open.
+    #[arg(long, env = "TERN_HTTP_READ_TIMEOUT_SECS", default_value_t = 60)]
+    pub http_read_timeout_secs: u64,
+
     /// Verbose logging level (0 = off, 1 = debug, 2+ = trace).
     #[arg(long, env = "TERN_LOG_VERBOSE", default_value_t = 0)]
     pub log_verbose: u32,

@@ -133,12 +133,21 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     if args.allow_http {
         let (listener, addr) = bind("HTTP", &args.http_address, args.http_port).await?;
         http_addr = Some(addr);
+        let read_timeout = (args.http_read_timeout_secs > 0)
+            .then(|| Duration::from_secs(args.http_read_timeout_secs));
         let app = router(Arc::new(HttpState {
             info: info.clone(),
             max_input_size: args.http_max_input_size,
+            read_timeout,
             restrictions: http_restrictions,
         }));
-        tasks.push(serve_axum("HTTP", listener, app, stopped(stop_rx.clone())));
+        tasks.push(serve_axum(
+            "HTTP",
+            listener,
+            app,
+            read_timeout,
+            stopped(stop_rx.clone()),
+        ));
         tracing::info!("started HTTP service at {addr}");
     }
     let mut grpc_addr = None;
@@ -163,6 +172,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
             "metrics",
             listener,
             app,
+            Some(Duration::from_secs(60)),
             stopped(stop_rx.clone()),
         ));
         tracing::info!("started Metrics Service at {addr}");
@@ -186,20 +196,68 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     })
 }
 
-/// Serves an axum router on a bound listener until `shutdown` resolves.
+/// Serves an axum router over HTTP/1.1 on a bound listener until `shutdown`
+/// resolves, then lets open connections finish their requests.
+///
+/// This is `axum::serve` plus hyper's header-read timeout
+/// (`header_timeout`): a client that opens a connection and never finishes
+/// its headers is disconnected instead of holding a socket forever.
 fn serve_axum(
     what: &'static str,
     listener: tokio::net::TcpListener,
     app: axum::Router,
+    header_timeout: Option<Duration>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!("{what} server error: {e}");
+        let mut shutdown = std::pin::pin!(shutdown);
+        let (closing, closing_rx) = watch::channel(false);
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            let stream = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait instead of spinning.
+                        tracing::warn!("{what} server: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+                // Reap finished connections as we go.
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            };
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new());
+            builder.header_read_timeout(header_timeout);
+            let service = TowerToHyperService::new(app.clone());
+            let mut closing = closing_rx.clone();
+            connections.spawn(async move {
+                let conn = builder.serve_connection(TokioIo::new(stream), service);
+                let mut conn = std::pin::pin!(conn);
+                let finished = tokio::select! {
+                    r = conn.as_mut() => Some(r),
+                    _ = closing.wait_for(|c| *c) => None,
+                };
+                let result = match finished {
+                    Some(r) => r,
+                    None => {
+                        // Finish the request in flight, then close.
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                };
+                if let Err(e) = result {
+                    tracing::debug!("{what} connection ended: {e}");
+                }
+            });
         }
+        let _ = closing.send(true);
+        while connections.join_next().await.is_some() {}
     })
 }
 

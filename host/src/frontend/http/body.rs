@@ -73,7 +73,7 @@ pub async fn read(
     let mut body = body;
     let mut frames = Frames::Empty;
     let mut total = 0;
-    while let Some(frame) = body.frame().await {
+    while let Some(frame) = next_frame(&mut body, s.read_timeout).await? {
         let frame = frame
             .map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
@@ -178,6 +178,22 @@ fn aligned_block(len: usize, binary_at: usize) -> Result<(Block, usize)> {
     let block = pools().host.take(len + ALIGN)?;
     let pad = (ALIGN - (block.ptr() + binary_at) % ALIGN) % ALIGN;
     Ok((block, pad))
+}
+
+/// The next body frame, failing when none arrives within `timeout`.
+async fn next_frame(
+    body: &mut Body,
+    timeout: Option<std::time::Duration>,
+) -> Result<Option<std::result::Result<http_body::Frame<Bytes>, axum::Error>>> {
+    match timeout {
+        None => Ok(body.frame().await),
+        Some(t) => tokio::time::timeout(t, body.frame()).await.map_err(|_| {
+            Error::invalid_arg(format!(
+                "the request body stalled: no data for {} s (--http-read-timeout-secs)",
+                t.as_secs()
+            ))
+        }),
+    }
 }
 
 /// Reads and discards what is left of an oversized body (up to a cap) so the

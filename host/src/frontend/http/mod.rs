@@ -29,6 +29,8 @@ pub struct HttpState {
     pub info: Arc<ServerInfo>,
     /// `--http-max-input-size`.
     pub max_input_size: usize,
+    /// `--http-read-timeout-secs`: longest wait for the next piece of a body.
+    pub read_timeout: Option<std::time::Duration>,
     /// `--http-restricted-api`.
     pub restrictions: Restrictions,
 }
