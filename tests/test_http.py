@@ -342,15 +342,26 @@ def test_stalled_clients_are_disconnected(start_tern, test_repo):
     headers.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\n")
     body = socket.create_connection((host, int(port)))
     body.sendall(b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"in")
+    # Declared over --http-max-input-size: the rest is drained (so the client can read
+    # the answer), but not waited for forever.
+    huge = socket.create_connection((host, int(port)))
+    huge.sendall(b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\nxx")
     began = time.time()
     headers.settimeout(10)
     assert headers.recv(100) == b"", "unfinished headers: closed without an answer"
-    body.settimeout(10)
-    answer = b""
-    while chunk := body.recv(1000):
-        answer += chunk
+
+    def answer(sock):
+        sock.settimeout(10)
+        out = b""
+        while chunk := sock.recv(1000):
+            out += chunk
+        return out
+
+    stalled = answer(body)
+    assert stalled.startswith(b"HTTP/1.1 400") and b"the request body stalled: no data for 1 s" in stalled, stalled
+    too_big = answer(huge)
+    assert too_big.startswith(b"HTTP/1.1 400") and b"exceeds the maximum input size" in too_big, too_big
     assert time.time() - began < 8
-    assert answer.startswith(b"HTTP/1.1 400") and b"the request body stalled: no data for 1 s" in answer, answer
 
     time.sleep(1.5)  # longer than the timeout: the pooled connection was closed while idle
     np.testing.assert_array_equal(infer_simple(c, a, a).as_numpy("OUTPUT0"), a * 2)

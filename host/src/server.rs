@@ -256,6 +256,8 @@ fn serve_axum(
                 }
             });
         }
+        // New connections are refused from here on; open ones finish.
+        drop(listener);
         let _ = closing.send(true);
         while connections.join_next().await.is_some() {}
     })

@@ -67,7 +67,7 @@ pub async fn read(
     };
     let declared = headers.declared;
     if declared.is_some_and(|len| len > limit) {
-        drain(body).await;
+        drain(body, s.read_timeout).await;
         return Err(too_big());
     }
     let mut body = body;
@@ -79,7 +79,7 @@ pub async fn read(
         if let Ok(data) = frame.into_data() {
             total += data.len();
             if total > limit {
-                drain(body).await;
+                drain(body, s.read_timeout).await;
                 return Err(too_big());
             }
             frames.push(data, declared, binary_at)?;
@@ -197,11 +197,12 @@ async fn next_frame(
 }
 
 /// Reads and discards what is left of an oversized body (up to a cap) so the
-/// client can read the error response instead of seeing a reset connection.
-async fn drain(mut body: Body) {
+/// client can read the error response instead of seeing a reset connection;
+/// stops early when the body stalls for `timeout`.
+async fn drain(mut body: Body, timeout: Option<std::time::Duration>) {
     const CAP: usize = 1 << 30;
     let mut seen = 0usize;
-    while let Some(Ok(frame)) = body.frame().await {
+    while let Ok(Some(Ok(frame))) = next_frame(&mut body, timeout).await {
         seen += frame.data_ref().map(|d| d.len()).unwrap_or(0);
         if seen > CAP {
             break;
