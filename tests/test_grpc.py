@@ -419,3 +419,26 @@ def test_bad_tls_material_fails_startup(good_repo, tmp_path):
     t = Tern([f"--model-repository={good_repo}", "--grpc-use-ssl"], wait_ready=False)
     assert t.wait(60) != 0
     assert "TLS for gRPC needs --grpc-server-cert" in t.log()
+
+
+def test_silent_connections_are_closed(server, gclient):
+    """A plaintext connection that never sends the HTTP/2 preface (or only part
+    of it) is closed after the handshake timeout (10 s) instead of holding a
+    socket forever; everyone else is served meanwhile."""
+    import socket
+    import time
+
+    host, port = server.grpc_url.split(":")
+    silent = socket.create_connection((host, int(port)))
+    partial = socket.create_connection((host, int(port)))
+    partial.sendall(b"PRI * HTTP/2.0\r\n")
+    began = time.time()
+    b = np.ones((1, 16), dtype=np.int32)
+    np.testing.assert_array_equal(gclient.infer("simple", simple_inputs(b, b)).as_numpy("OUTPUT0"), b * 2)
+    for s in (silent, partial):
+        s.settimeout(20)
+        try:
+            assert s.recv(100) == b""
+        except ConnectionResetError:
+            pass  # closed with the partial preface unread: a reset
+    assert 9 <= time.time() - began < 15

@@ -21,8 +21,24 @@ use super::pings::{PingGuard, PingPolicy};
 use super::TlsSettings;
 use crate::error::{Error, Result};
 
-/// How long a client gets to finish the TLS handshake.
+/// How long a client gets to finish the TLS handshake, or on plaintext to
+/// send the HTTP/2 preface: a connection that stays silent is closed instead
+/// of holding a socket forever.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Waits until the 24-byte HTTP/2 client preface has arrived (without
+/// consuming it: tonic reads it next).
+async fn preface(tcp: &TcpStream) -> io::Result<()> {
+    let mut buf = [0u8; 24];
+    loop {
+        match tcp.peek(&mut buf).await? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n if n >= buf.len() => return Ok(()),
+            // Part of it: peek would answer at once again, so poll gently.
+            _ => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
 
 /// A connection's byte stream, plain or TLS.
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {
@@ -120,10 +136,20 @@ pub fn accept(
             let _ = tcp.set_nodelay(true);
             match &tls {
                 None => {
-                    let conn: Conn = PingGuard::new(Box::new(tcp), policy);
-                    if tx.send(Ok(conn)).await.is_err() {
-                        return;
-                    }
+                    let tx = tx.clone();
+                    tokio::spawn(async move {
+                        let peer = tcp.peer_addr().ok();
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, preface(&tcp)).await {
+                            Ok(Ok(())) => {
+                                let conn: Conn = PingGuard::new(Box::new(tcp), policy);
+                                let _ = tx.send(Ok(conn)).await;
+                            }
+                            Ok(Err(e)) => tracing::debug!("gRPC connection from {peer:?}: {e}"),
+                            Err(_) => tracing::debug!(
+                                "gRPC connection from {peer:?} sent no HTTP/2 preface in time"
+                            ),
+                        }
+                    });
                 }
                 Some(acceptor) => {
                     let (acceptor, tx) = (acceptor.clone(), tx.clone());
