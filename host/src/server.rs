@@ -172,7 +172,9 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
             "metrics",
             listener,
             app,
-            Some(Duration::from_secs(60)),
+            // Longer than Prometheus' default 1 min scrape interval, so its kept-alive
+            // connection is not closed just as the next scrape starts.
+            Some(Duration::from_secs(300)),
             stopped(stop_rx.clone()),
         ));
         tracing::info!("started Metrics Service at {addr}");
