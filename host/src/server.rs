@@ -220,15 +220,7 @@ fn serve_axum(
         let mut connections = tokio::task::JoinSet::new();
         loop {
             let stream = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        // Out of file descriptors and the like: wait instead of spinning.
-                        tracing::warn!("{what} server: accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
+                stream = crate::frontend::common::accept(&listener, what) => stream,
                 () = &mut shutdown => break,
                 // Reap finished connections as we go.
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,

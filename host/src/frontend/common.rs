@@ -1,5 +1,6 @@
 //! What every frontend answers the same way: server readiness and model
-//! metadata, computed once here and rendered by each protocol.
+//! metadata, computed once here and rendered by each protocol; and how the
+//! listeners accept connections.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -158,5 +159,20 @@ fn check_control(info: &ServerInfo) -> Result<()> {
         Err(crate::error::Error::unavailable(
             "explicit model load / unload is not allowed if polling is enabled",
         ))
+    }
+}
+
+/// The next connection on `listener`. Accept errors (out of file
+/// descriptors and the like) are logged and retried after a short pause
+/// instead of spinning or stopping the listener.
+pub async fn accept(listener: &tokio::net::TcpListener, what: &str) -> tokio::net::TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => return stream,
+            Err(e) => {
+                tracing::warn!("{what}: accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
     }
 }

@@ -123,15 +123,7 @@ pub fn accept(
         loop {
             let tcp = tokio::select! {
                 _ = tx.closed() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok((tcp, _)) => tcp,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off, keep serving.
-                        tracing::warn!("gRPC accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
+                tcp = crate::frontend::common::accept(&listener, "gRPC") => tcp,
             };
             let _ = tcp.set_nodelay(true);
             match &tls {
