@@ -183,6 +183,13 @@ def test_explicit_load_unload_http(xsrv, explicit_repo):
     with pytest.raises(InferenceServerException, match="KIND_GPU but no GPU") as e:
         c.load_model("identity_fp32", config=json.dumps(gpu))
     assert e.value.status() == "400"
+    # A config from a client cannot make the server read its other files (labels are
+    # returned to clients by classification).
+    leak = json.loads(json.dumps(cfg))
+    leak["output"][0]["label_filename"] = "/etc/passwd"
+    with pytest.raises(InferenceServerException, match="label_filename '/etc/passwd' must be a relative path inside the model's folder") as e:
+        c.load_model("identity_fp32", config=json.dumps(leak))
+    assert e.value.status() == "400"
     assert c.get_model_config("identity_fp32")["max_batch_size"] == 2
     with pytest.raises(InferenceServerException, match="no such model"):
         c.load_model("no_such_model")

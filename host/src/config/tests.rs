@@ -120,6 +120,33 @@ fn validation_errors_name_model_and_field() {
     );
     let e = checked(&format!("name: \"m\" max_batch_size: -1 {io}")).unwrap_err();
     assert!(e.message.contains("max_batch_size must be >= 0"), "{e}");
+    // File names stay inside the model's folder.
+    let label = |f: &str| {
+        checked(&format!("name: \"m\" input [{{name: \"a\" data_type: TYPE_FP32 dims: [4]}}] output [{{name: \"b\" data_type: TYPE_FP32 dims: [4] label_filename: \"{f}\"}}]"))
+    };
+    assert!(label("labels.txt").is_ok() && label("sub/labels.txt").is_ok());
+    for bad in ["/etc/passwd", "../../etc/passwd", "a/../../b"] {
+        let e = label(bad).unwrap_err();
+        assert!(
+            e.message.contains(&format!(
+                "label_filename '{bad}' must be a relative path inside the model's folder"
+            )),
+            "{e}"
+        );
+    }
+    let e = checked(&format!(
+        "name: \"m\" default_model_filename: \"../x.onnx\" {io}"
+    ))
+    .unwrap_err();
+    assert!(
+        e.message.contains("default_model_filename '../x.onnx'"),
+        "{e}"
+    );
+    let e = checked(&format!(
+        "name: \"m\" cc_model_filenames {{ key: \"8.7\" value: \"/x\" }} {io}"
+    ))
+    .unwrap_err();
+    assert!(e.message.contains("cc_model_filenames '/x'"), "{e}");
     let e = checked("name: \"m\" input [{name: \"a\" data_type: TYPE_FP32}]").unwrap_err();
     assert!(
         e.message

@@ -64,6 +64,29 @@ pub fn validate(cfg: &ModelConfig, folder: &str) -> Result<()> {
             cfg.max_batch_size
         ));
     }
+    // File names are joined to the model's folders: they must stay inside them
+    // (a config given through the load API must not read the server's other files).
+    let files = std::iter::once(("default_model_filename", &cfg.default_model_filename))
+        .chain(
+            cfg.cc_model_filenames
+                .values()
+                .map(|f| ("cc_model_filenames", f)),
+        )
+        .chain(
+            cfg.output
+                .iter()
+                .map(|o| ("label_filename", &o.label_filename)),
+        );
+    for (field, file) in files {
+        let inside = std::path::Path::new(file)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside {
+            return err(format!(
+                "{field} '{file}' must be a relative path inside the model's folder"
+            ));
+        }
+    }
     let mut seen = HashSet::new();
     for input in &cfg.input {
         check_io(
