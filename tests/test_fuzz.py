@@ -7,6 +7,7 @@ matched an empty tensor), NUL bytes in ONNX strings (500 and a failed
 batch), KIND_GPU loads answered 500."""
 
 import json
+import os
 import random
 import socket
 import http.client
@@ -49,11 +50,11 @@ def elements(rng, dt, n):
     return [rng.randint(0, 30) for _ in range(n)]
 
 
-def http_request(rng):
+def http_request(rng, models=MODELS):
     """(model, body, headers): a valid request with one to three mutations."""
-    model = rng.choice(list(MODELS))
+    model = rng.choice(list(models))
     body, binary = {"inputs": []}, b""
-    for name, dt, shape in MODELS[model]:
+    for name, dt, shape in models[model]:
         t = {"name": name, "datatype": dt, "shape": list(shape)}
         n = int(np.prod(shape))
         if dt != "BYTES" and rng.random() < 0.3:
@@ -139,19 +140,25 @@ def check_success(data, headers, where):
 def fuzz_server(test_repo):
     """A server of its own (the fuzz would skew other tests' statistics) with
     a 4 KiB system shared-memory region "r" that requests may name."""
-    import os
-
-    import tritonclient.http as httpclient
     import tritonclient.utils.shared_memory as shm
     from conftest import Tern
 
     t = Tern([f"--model-repository={test_repo}", "--exit-on-error=false", "--http-max-input-size=1048576", "--allow-client-shm=true"])
-    key = f"/tern_fuzz_{os.getpid()}"
-    region = shm.create_shared_memory_region("r", key, 4096)
-    httpclient.InferenceServerClient(t.url).register_system_shared_memory("r", key, 4096)
+    region = register_region(t, "a")
     yield t
     t.stop()
     shm.destroy_shared_memory_region(region)
+
+
+def register_region(t, suffix):
+    """Registers a 4 KiB system shared-memory region "r" that requests may name."""
+    import tritonclient.http as httpclient
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/tern_fuzz_{os.getpid()}_{suffix}"
+    region = shm.create_shared_memory_region("r", key, 4096)
+    httpclient.InferenceServerClient(t.url).register_system_shared_memory("r", key, 4096)
+    return region
 
 
 def still_serving(t):
@@ -168,13 +175,13 @@ def still_serving(t):
     assert "panicked" not in t.log()
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_http_fuzz(fuzz_server, seed):
+def http_fuzz(t, seed, count, models=MODELS):
+    """Sends `count` fuzzed requests; returns how many got each status."""
     rng = random.Random(seed)
-    host, port = fuzz_server.url.rsplit(":", 1)
+    host, port = t.url.rsplit(":", 1)
     seen = {}
-    for i in range(1500):
-        model, payload, headers = http_request(rng)
+    for i in range(count):
+        model, payload, headers = http_request(rng, models)
         where = f"seed {seed} request {i} ({model}): {payload[:300]!r} {headers}"
         c = http.client.HTTPConnection(host, int(port), timeout=30)
         try:
@@ -193,15 +200,21 @@ def test_http_fuzz(fuzz_server, seed):
         assert status in (400, 404, 500), f"{where}: {status} {err}"
         if status == 500:
             assert any(m in err for m in MODEL_ERRORS), f"{where}: 500 {err}"
+    return seen
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_http_fuzz(fuzz_server, seed):
+    seen = http_fuzz(fuzz_server, seed, 1500)
     assert seen.get(200, 0) > 20 and seen.get(400, 0) > 500, seen
     still_serving(fuzz_server)
 
 
-def grpc_request(rng):
-    model = rng.choice(list(MODELS))
+def grpc_request(rng, models=MODELS):
+    model = rng.choice(list(models))
     r = pb.ModelInferRequest(model_name=model)
     raw = rng.random() < 0.6
-    for name, dt, shape in MODELS[model]:
+    for name, dt, shape in models[model]:
         t = r.inputs.add(name=name, datatype=dt, shape=shape)
         n = int(np.prod(shape))
         if dt == "BYTES":
@@ -257,14 +270,14 @@ def grpc_request(rng):
     return r
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_grpc_fuzz(fuzz_server, seed):
+def grpc_fuzz(t, seed, count, models=MODELS):
+    """Sends `count` fuzzed unary requests and a stream of 300; returns how many got each code."""
     rng = random.Random(seed)
     seen = {}
-    with grpc.insecure_channel(fuzz_server.grpc_url) as ch:
+    with grpc.insecure_channel(t.grpc_url) as ch:
         stub = pbg.GRPCInferenceServiceStub(ch)
-        for i in range(1500):
-            req = grpc_request(rng)
+        for i in range(count):
+            req = grpc_request(rng, models)
             where = f"seed {seed} request {i}: {str(req)[:400]}"
             try:
                 stub.ModelInfer(req, timeout=30)
@@ -277,8 +290,47 @@ def test_grpc_fuzz(fuzz_server, seed):
                     assert any(m in e.details() for m in MODEL_ERRORS), f"{where}: {e.details()}"
             seen[code] = seen.get(code, 0) + 1
         # A stream of the same mix: every request gets exactly one answer.
-        reqs = [grpc_request(rng) for _ in range(300)]
+        reqs = [grpc_request(rng, models) for _ in range(300)]
         answers = list(stub.ModelStreamInfer(iter(reqs), timeout=60))
         assert len(answers) == len(reqs)
+    return seen
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_grpc_fuzz(fuzz_server, seed):
+    seen = grpc_fuzz(fuzz_server, seed, 1500)
     assert seen.get("OK", 0) > 20 and seen.get("INVALID_ARGUMENT", 0) > 500, seen
     still_serving(fuzz_server)
+
+
+# WebAssembly plugins of the example repository (Rust, C, a BLS caller): a
+# malformed request must come back as an error from the host or the plugin,
+# never a trap or a hang.
+PLUGIN_MODELS = {
+    "add_sub": [("INPUT0", "FP32", [1, 4]), ("INPUT1", "FP32", [1, 4])],
+    "prep_rust": [("INPUT0", "FP32", [1, 4]), ("INPUT1", "FP32", [1, 4]), ("TEXT", "BYTES", [1, 1])],
+    "prep_c": [("INPUT0", "FP32", [1, 4]), ("INPUT1", "FP32", [1, 4]), ("TEXT", "BYTES", [1, 1])],
+    "bert_tokenizer": [("TEXT", "BYTES", [2, 1])],
+    "greedy_decoder": [("input_ids", "INT64", [1, 3])],
+}
+
+
+def test_plugin_fuzz(start_tern, tmp_path):
+    from conftest import ROOT
+
+    repo = os.path.join(ROOT, "model_repository")
+    if not os.path.exists(os.path.join(repo, "prep_c", "1", "model.wasm")):
+        pytest.fail("model_repository plugins are missing; run `make setup`")
+    loads = [f"--load-model={m}" for m in (*PLUGIN_MODELS, "tiny_lm", "simple")]
+    t = start_tern([f"--model-repository={repo}", "--model-control-mode=explicit", *loads, f"--wasm-cache-dir={tmp_path}", "--allow-client-shm=true"])
+    region = register_region(t, "plugins")
+    try:
+        http_seen = http_fuzz(t, 3, 600, PLUGIN_MODELS)
+        grpc_seen = grpc_fuzz(t, 3, 600, PLUGIN_MODELS)
+    finally:
+        import tritonclient.utils.shared_memory as shm
+
+        shm.destroy_shared_memory_region(region)
+    assert http_seen.get(200, 0) > 10 and grpc_seen.get("OK", 0) > 10, (http_seen, grpc_seen)
+    still_serving(t)
+    assert "trap" not in t.log().lower(), "a plugin trapped on a malformed request"
