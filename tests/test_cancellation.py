@@ -103,11 +103,16 @@ def queued(t, model="slow"):
     assert wait_for(lambda: pending(t, model) == 1), "the second request never queued"
 
 
-def hold_instance(t, c, results):
-    """Sends the first request (value 1) and waits until it holds the instance;
-    its result goes to `results` as ("first", result, error)."""
+@pytest.fixture
+def held(tern):
+    """(client, results): the first request (value 1) has been sent and holds
+    the instance; its result goes to `results` as ("first", result, error)."""
+    c = grpcclient.InferenceServerClient(tern.grpc_url)
+    results = queue.Queue()
     c.async_infer("slow", [grpc_input(1)], callback=lambda result, error: results.put(("first", result, error)))
-    running(t)
+    running(tern)
+    yield c, results
+    c.close()
 
 
 def wait_for(check, timeout=10.0):
@@ -128,10 +133,8 @@ def assert_one_cancelled(t, model="slow"):
     assert "request cancelled by its client before it executed" in t.log()
 
 
-def test_grpc_async_infer_cancelled_while_queued(tern):
-    c = grpcclient.InferenceServerClient(tern.grpc_url)
-    results = queue.Queue()
-    hold_instance(tern, c, results)
+def test_grpc_async_infer_cancelled_while_queued(tern, held):
+    c, results = held
     ctx = c.async_infer("slow", [grpc_input(2)], callback=lambda result, error: results.put(("second", result, error)))
     queued(tern)
     ctx.cancel()
@@ -147,20 +150,16 @@ def test_grpc_async_infer_cancelled_while_queued(tern):
     # The server goes on serving the model normally.
     out = c.infer("slow", [grpc_input(3)]).as_numpy("OUTPUT0")
     assert (out == data(3)).all()
-    c.close()
 
 
-def test_grpc_client_deadline_while_queued(tern):
-    c = grpcclient.InferenceServerClient(tern.grpc_url)
-    results = queue.Queue()
-    hold_instance(tern, c, results)
+def test_grpc_client_deadline_while_queued(tern, held):
+    c, results = held
     with pytest.raises(InferenceServerException) as e:
         c.infer("slow", [grpc_input(2)], client_timeout=0.2)
     assert "DEADLINE_EXCEEDED" in str(e.value.status())
     _, r, err = results.get(timeout=10)
     assert err is None
     assert_one_cancelled(tern)
-    c.close()
 
 
 def test_grpc_aio_task_cancelled_while_queued(tern):
@@ -197,10 +196,8 @@ def test_stream_stopped_with_cancel_requests(tern):
     c.close()
 
 
-def test_http_connection_closed_while_queued(tern):
-    c = grpcclient.InferenceServerClient(tern.grpc_url)
-    results = queue.Queue()
-    hold_instance(tern, c, results)
+def test_http_connection_closed_while_queued(tern, held):
+    c, results = held
     body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "INT32", "data": [2, 2, 2, 2]}]}).encode()
     host, port = tern.url.split(":")
     s = socket.create_connection((host, int(port)))
@@ -214,14 +211,11 @@ def test_http_connection_closed_while_queued(tern):
     _, r, e = results.get(timeout=10)
     assert e is None
     assert_one_cancelled(tern)
-    c.close()
 
 
-def test_ensemble_abandoned_between_steps(tern):
+def test_ensemble_abandoned_between_steps(tern, held):
     """Cancelled while its first step waits behind another request: no step runs."""
-    c = grpcclient.InferenceServerClient(tern.grpc_url)
-    results = queue.Queue()
-    hold_instance(tern, c, results)
+    c, results = held
     ctx = c.async_infer("slow_chain", [grpc_input(2, "IN")], callback=lambda result, error: results.put(("second", result, error)))
     queued(tern)
     ctx.cancel()
@@ -234,7 +228,6 @@ def test_ensemble_abandoned_between_steps(tern):
     # A complete ensemble request afterwards runs both steps.
     out = c.infer("slow_chain", [grpc_input(4, "IN")]).as_numpy("OUT")
     assert (out == data(4)).all()
-    c.close()
 
 
 def test_request_not_cancelled_is_unaffected(tern):
