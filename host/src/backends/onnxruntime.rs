@@ -524,7 +524,12 @@ impl Instance for OnnxInstance {
         batch: &[InferRequest],
         timing: &mut ExecTiming,
     ) -> Vec<Result<InferResponse>> {
-        // A request whose strings ORT cannot take fails alone, not its whole batch.
+        let e = match self.run_batch(batch, timing) {
+            Ok(responses) => return responses.into_iter().map(Ok).collect(),
+            Err(e) => e,
+        };
+        // A request whose strings ORT cannot take (found while gathering, before ORT ran)
+        // fails alone, not its whole batch: the others run without it.
         if batch.len() > 1 && batch[0].inputs.iter().any(|t| t.dtype == DataType::Bytes) {
             let checks: Vec<Result<()>> = batch.iter().map(onnx_io::check_strings).collect();
             if checks.iter().any(|c| c.is_err()) {
@@ -551,10 +556,7 @@ impl Instance for OnnxInstance {
                     .collect();
             }
         }
-        match self.run_batch(batch, timing) {
-            Ok(responses) => responses.into_iter().map(Ok).collect(),
-            Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
-        }
+        batch.iter().map(|_| Err(e.clone())).collect()
     }
 }
 
