@@ -32,7 +32,7 @@ def test_health_metadata_config(gclient):
     assert gclient.is_server_live()
     assert not gclient.is_server_ready()  # the broken models are in this repository
     meta = gclient.get_server_metadata(as_json=True)
-    assert meta["name"] == "tern" and "binary_tensor_data" in meta["extensions"]
+    assert meta["name"] == "triton" and "tern" in meta["extensions"] and "binary_tensor_data" in meta["extensions"]
     m = gclient.get_model_metadata("simple", as_json=True)
     assert m["versions"] == ["1"] and m["platform"] == "onnxruntime_onnx"
     assert m["inputs"][0] == {"name": "INPUT0", "datatype": "INT32", "shape": ["-1", "16"]}
@@ -120,8 +120,10 @@ def test_errors_and_codes(server, gclient):
         gclient.load_model("simple")
     assert e.value.status() == "StatusCode.UNAVAILABLE", "model control mode none, as Triton answers"
     assert "explicit model load / unload is not allowed" in e.value.message()
+    # Client shared memory is off: no regions to report, and registering is refused.
+    assert not gclient.get_system_shared_memory_status().regions
     with pytest.raises(InferenceServerException) as e:
-        gclient.get_system_shared_memory_status()
+        gclient.register_system_shared_memory("r", "/r", 8)
     assert e.value.status() == "StatusCode.UNIMPLEMENTED"
     # The server keeps serving.
     b = np.ones((1, 16), dtype=np.int32)

@@ -78,7 +78,7 @@ def test_health_and_server_metadata(client, server):
     # Broken models are in this repository and strict readiness is on.
     assert not client.is_server_ready()
     meta = client.get_server_metadata()
-    assert meta["name"] == "tern"
+    assert meta["name"] == "triton" and "tern" in meta["extensions"]
     assert "binary_tensor_data" in meta["extensions"] and "classification" in meta["extensions"]
     assert raw(server, "GET", "/v2/health/live")[0] == 200
     assert raw(server, "GET", "/v2/health/ready")[0] == 400

@@ -15,6 +15,10 @@ use crate::error::{Error, Result};
     name = "tern",
     version,
     about,
+    // As tritonserver's getopt_long: `--log-warn` for `--log-warning`, and a
+    // repeated flag takes its last value.
+    infer_long_args = true,
+    args_override_self = true,
     after_help = "Plugins: `tern plugin new <dir> --lang rust|python|js|c`, `tern plugin build <dir>` (see `tern plugin --help`)."
 )]
 pub struct Args {
@@ -45,7 +49,7 @@ pub struct Args {
     pub grpc_address: String,
 
     /// Serve gRPC.
-    #[arg(long, env = "TERN_ALLOW_GRPC", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_ALLOW_GRPC", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_grpc: bool,
 
     /// Interval of gRPC keepalive pings, in milliseconds.
@@ -57,7 +61,7 @@ pub struct Args {
     pub grpc_keepalive_timeout: u64,
 
     /// Accept client keepalive pings (and send server ones) while no call is open.
-    #[arg(long, env = "TERN_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub grpc_keepalive_permit_without_calls: bool,
 
     /// Most server keepalive pings sent without data in between (0 = unlimited).
@@ -89,11 +93,11 @@ pub struct Args {
     pub grpc_max_connection_age_grace: u64,
 
     /// Serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key).
-    #[arg(long, env = "TERN_GRPC_USE_SSL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_GRPC_USE_SSL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub grpc_use_ssl: bool,
 
     /// Require client certificates signed by --grpc-root-cert (implies --grpc-use-ssl).
-    #[arg(long, env = "TERN_GRPC_USE_SSL_MUTUAL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_GRPC_USE_SSL_MUTUAL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub grpc_use_ssl_mutual: bool,
 
     /// PEM file with the server certificate chain.
@@ -128,19 +132,20 @@ pub struct Args {
     pub grpc_restricted_protocol: Vec<String>,
 
     /// Serve HTTP.
-    #[arg(long, env = "TERN_ALLOW_HTTP", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_ALLOW_HTTP", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_http: bool,
 
-    /// Server identifier reported by `GET /v2`.
-    #[arg(long, env = "TERN_ID", default_value = "tern")]
+    /// Server identifier reported by `GET /v2` (`triton`, as in tritonserver, so
+    /// scripts that check it keep working; the `tern` extension identifies Tern).
+    #[arg(long, env = "TERN_ID", default_value = "triton")]
     pub id: String,
 
     /// Exit at startup when any model fails to load.
-    #[arg(long, env = "TERN_EXIT_ON_ERROR", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_EXIT_ON_ERROR", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub exit_on_error: bool,
 
     /// `/v2/health/ready` is 200 only when every model is ready.
-    #[arg(long, env = "TERN_STRICT_READINESS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_STRICT_READINESS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub strict_readiness: bool,
 
     /// Do not fill missing config fields from model files.
@@ -148,7 +153,7 @@ pub struct Args {
     pub disable_auto_complete_config: bool,
 
     /// Deprecated Triton spelling of --disable-auto-complete-config.
-    #[arg(long, env = "TERN_STRICT_MODEL_CONFIG", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_STRICT_MODEL_CONFIG", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub strict_model_config: bool,
 
     /// Maximum HTTP request body size in bytes (also after decompression).
@@ -174,15 +179,15 @@ pub struct Args {
     pub log_file: Option<PathBuf>,
 
     /// Enable info-level logging.
-    #[arg(long, env = "TERN_LOG_INFO", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_LOG_INFO", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub log_info: bool,
 
     /// Enable warning-level logging.
-    #[arg(long, env = "TERN_LOG_WARNING", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_LOG_WARNING", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub log_warning: bool,
 
     /// Enable error-level logging.
-    #[arg(long, env = "TERN_LOG_ERROR", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_LOG_ERROR", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub log_error: bool,
 
     /// On SIGINT/SIGTERM, how long in-flight requests may take before the server exits.
@@ -216,7 +221,7 @@ pub struct Args {
 
     /// Let clients register system and CUDA shared memory (off by default:
     /// a registered region gives the client a window into server memory).
-    #[arg(long, env = "TERN_ALLOW_CLIENT_SHM", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_ALLOW_CLIENT_SHM", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_client_shm: bool,
 
     /// Page-locked host memory for staging GPU inputs, in bytes (needs CUDA; 0 disables).
@@ -233,15 +238,15 @@ pub struct Args {
     pub cuda_memory_pool_byte_size: Vec<(usize, usize)>,
 
     /// Serve Prometheus metrics.
-    #[arg(long, env = "TERN_ALLOW_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_ALLOW_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_metrics: bool,
 
     /// Report CPU utilisation and memory.
-    #[arg(long, env = "TERN_ALLOW_CPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_ALLOW_CPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_cpu_metrics: bool,
 
     /// Report GPU metrics through NVML (where the driver provides it).
-    #[arg(long, env = "TERN_ALLOW_GPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "TERN_ALLOW_GPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_gpu_metrics: bool,
 
     /// Metrics port (0 = pick a free port).
@@ -272,6 +277,16 @@ pub struct Args {
     /// Path of libonnxruntime.so (default: $ORT_DYLIB_PATH, next to the binary, then the system loader).
     #[arg(long, env = "TERN_ONNXRUNTIME_LIBRARY")]
     pub onnxruntime_library: Option<PathBuf>,
+}
+
+/// A boolean flag value as tritonserver reads it: `true`/`on`/`1` or
+/// `false`/`off`/`0`, in any case.
+fn parse_bool(s: &str) -> std::result::Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "on" | "1" => Ok(true),
+        "false" | "off" | "0" => Ok(false),
+        _ => Err(format!("invalid value for bool option: {s}")),
+    }
 }
 
 /// `--cuda-memory-pool-byte-size <gpu>:<bytes>`.

@@ -70,10 +70,28 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     let metrics = args
         .allow_metrics
         .then(|| Arc::new(Metrics::new(repository.clone(), metrics_settings)));
-    let repo = repository.clone();
-    let errors = tokio::task::spawn_blocking(move || repo.load_startup(mode, &load_models))
-        .await
-        .map_err(|e| Error::internal(format!("model loading panicked: {e}")))??;
+    // As tritonserver: a repository folder that cannot be opened fails startup;
+    // with --exit-on-error=false the server comes up anyway, answering metadata
+    // but neither live nor ready, and loads nothing.
+    let initialized = match check_roots(&args.model_repository) {
+        Ok(()) => true,
+        Err(e) if args.exit_on_error => {
+            repository.shutdown();
+            return Err(e.context("error: creating server"));
+        }
+        Err(e) => {
+            tracing::error!("{}: {}", e.code.as_str(), e.message);
+            false
+        }
+    };
+    let errors = if initialized {
+        let repo = repository.clone();
+        tokio::task::spawn_blocking(move || repo.load_startup(mode, &load_models))
+            .await
+            .map_err(|e| Error::internal(format!("model loading panicked: {e}")))??
+    } else {
+        Vec::new()
+    };
     for row in repository.index() {
         let version = row
             .version
@@ -115,6 +133,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         shutting_down: AtomicBool::new(false),
         control_mode: mode,
         shm: Arc::new(crate::memory::shm::SharedMemory::new(args.allow_client_shm)),
+        initialized,
     });
     let (stop, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -123,15 +142,35 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     // Parsed and built before anything listens, so bad flags or TLS material fail startup cleanly.
     let http_restrictions =
         Restrictions::parse(&args.http_restricted_api, "--http-restricted-api")?;
-    let mut grpc_router = if args.allow_grpc {
+    let grpc_router = if args.allow_grpc {
         Some(grpc::build(info.clone(), &grpc_settings)?)
     } else {
         None
     };
+    // Bound in tritonserver's order (gRPC, HTTP, metrics) so a busy port is
+    // reported as it would be, and before any is served so none is left open.
+    let grpc_bound = match grpc_router {
+        Some(router) => Some((
+            router,
+            bind("GRPC", &args.grpc_address, args.grpc_port).await?,
+        )),
+        None => None,
+    };
+    let http_bound = if args.allow_http {
+        Some(bind("HTTP", &args.http_address, args.http_port).await?)
+    } else {
+        None
+    };
+    let metrics_bound = match metrics {
+        Some(metrics) => Some((
+            metrics,
+            bind("Metrics", &args.metrics_address, args.metrics_port).await?,
+        )),
+        None => None,
+    };
     let mut tasks = Vec::new();
     let mut http_addr = None;
-    if args.allow_http {
-        let (listener, addr) = bind("HTTP", &args.http_address, args.http_port).await?;
+    if let Some((listener, addr)) = http_bound {
         http_addr = Some(addr);
         let read_timeout = (args.http_read_timeout_secs > 0)
             .then(|| Duration::from_secs(args.http_read_timeout_secs));
@@ -151,11 +190,9 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         tracing::info!("started HTTP service at {addr}");
     }
     let mut grpc_addr = None;
-    if args.allow_grpc {
-        let (listener, addr) = bind("gRPC", &args.grpc_address, args.grpc_port).await?;
+    if let Some((router, (listener, addr))) = grpc_bound {
         grpc_addr = Some(addr);
         let shutdown = stopped(stop_rx.clone());
-        let router = grpc_router.take().expect("built when gRPC is allowed");
         tasks.push(tokio::spawn(async move {
             if let Err(e) = grpc::serve(router, listener, shutdown).await {
                 tracing::error!("gRPC server error: {e}");
@@ -164,8 +201,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         tracing::info!("started GRPCInferenceService at {addr}");
     }
     let mut metrics_addr = None;
-    if let Some(metrics) = metrics {
-        let (listener, addr) = bind("metrics", &args.metrics_address, args.metrics_port).await?;
+    if let Some((metrics, (listener, addr))) = metrics_bound {
         metrics_addr = Some(addr);
         let app = crate::frontend::metrics::router(metrics);
         tasks.push(serve_axum(
@@ -180,7 +216,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         tracing::info!("started Metrics Service at {addr}");
     }
     let stop_polling = Arc::new(AtomicBool::new(false));
-    if mode == ControlMode::Poll {
+    if mode == ControlMode::Poll && initialized {
         let interval = Duration::from_secs(args.repository_poll_secs);
         repository.spawn_poller(interval, stop_polling.clone())?;
         tracing::info!("polling the model repository every {interval:?}");
@@ -196,6 +232,28 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         tasks,
         exit_timeout: Duration::from_secs(args.exit_timeout_secs),
     })
+}
+
+/// Checks that every repository root is a folder, with tritonserver's errors.
+fn check_roots(roots: &[std::path::PathBuf]) -> Result<()> {
+    for root in roots {
+        match std::fs::metadata(root) {
+            Err(_) => {
+                return Err(Error::internal(format!(
+                    "failed to stat file {}",
+                    root.display()
+                )))
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(Error::invalid_arg(format!(
+                    "repository path is not a valid directory: {}",
+                    root.display()
+                )))
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Serves an axum router over HTTP/1.1 on a bound listener until `shutdown`
@@ -257,15 +315,26 @@ fn serve_axum(
     })
 }
 
+/// Binds a frontend's listener. Failures read as tritonserver's
+/// (`failed to start GRPC service: Unavailable - Socket '0.0.0.0:8001' already
+/// in use`), since operators grep for them.
 async fn bind(
     what: &str,
     address: &str,
     port: u16,
 ) -> Result<(tokio::net::TcpListener, SocketAddr)> {
     let addr = format!("{address}:{port}");
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|e| Error::unavailable(format!("cannot bind {what} on {addr}: {e}")))?;
+    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!("Socket '{addr}' already in use")
+        } else {
+            format!("Socket '{addr}' cannot be bound: {e}")
+        };
+        Error::unavailable(format!(
+            "failed to start {what} service: {} - {why}",
+            crate::error::Code::Unavailable.as_str()
+        ))
+    })?;
     let local = listener
         .local_addr()
         .map_err(|e| Error::internal(e.to_string()))?;

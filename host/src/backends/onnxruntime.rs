@@ -372,23 +372,15 @@ struct OnnxInstance {
     device: DeviceKind,
 }
 
-/// The ORT shape of a batched input: `rows` in front when the model batches,
-/// and the config's `reshape` applied.
-fn batched_shape(cfg: &ModelConfig, first: &Tensor, batched: bool, rows: i64) -> Vec<i64> {
-    let reshape = cfg
-        .input
-        .iter()
-        .find(|i| i.name == first.name)
-        .and_then(|i| i.reshape.as_ref());
-    match reshape {
-        Some(r) if batched => std::iter::once(rows)
-            .chain(r.shape.iter().copied())
-            .collect(),
-        Some(r) => r.shape.clone(),
-        None if batched => std::iter::once(rows)
+/// The ORT shape of a batched input: `rows` in front when the model batches
+/// (the config's `reshape` was applied when the request was validated).
+fn batched_shape(first: &Tensor, batched: bool, rows: i64) -> Vec<i64> {
+    if batched {
+        std::iter::once(rows)
             .chain(first.shape.iter().skip(1).copied())
-            .collect(),
-        None => first.shape.clone(),
+            .collect()
+    } else {
+        first.shape.clone()
     }
 }
 
@@ -442,7 +434,7 @@ impl OnnxInstance {
         let mut inputs: Vec<(&str, SessionInputValue<'static>)> =
             Vec::with_capacity(batch[0].inputs.len());
         for first in &batch[0].inputs {
-            let shape = batched_shape(cfg, first, batched, rows_total);
+            let shape = batched_shape(first, batched, rows_total);
             // SAFETY: `batch` outlives the run, and `staging` is dropped after `inputs`.
             let value =
                 unsafe { onnx_io::input(batch, &first.name, &shape, &place, &mut staging) }?;

@@ -193,11 +193,25 @@ fn normalize_fills_triton_defaults() {
     assert_eq!(cfg.instance_group[0].count, 1);
     assert_eq!(cfg.instance_group[0].kind, Kind::Cpu as i32);
     assert!(matches!(
-        cfg.version_policy.unwrap().policy_choice,
+        cfg.version_policy.clone().unwrap().policy_choice,
         Some(pb::model_version_policy::PolicyChoice::Latest(
             pb::model_version_policy::Latest { num_versions: 1 }
         ))
     ));
+    let v = json::to_json(&cfg);
+    assert_eq!(v["model_transaction_policy"]["decoupled"], false);
+    assert_eq!(v["optimization"]["input_pinned_memory"]["enable"], true);
+    assert_eq!(v["optimization"]["output_pinned_memory"]["enable"], true);
+    assert!(super::validate::not_acted_on(&cfg).is_empty());
+    let mut cfg =
+        parse_pbtxt("name: \"m\" max_batch_size: 8 dynamic_batching { }").unwrap();
+    normalize(&mut cfg, 0);
+    let v = json::to_json(&cfg);
+    assert_eq!(v["dynamic_batching"]["preferred_batch_size"], serde_json::json!([8]));
+    let mut cfg = parse_pbtxt("name: \"e\" platform: \"ensemble\"").unwrap();
+    normalize(&mut cfg, 0);
+    assert!(cfg.optimization.is_none(), "ensembles take no optimization");
+    assert!(cfg.model_transaction_policy.is_some());
 }
 
 #[test]

@@ -14,7 +14,34 @@ use crate::error::{Error, Result};
 /// one instance group when none is given, group names, counts and kinds
 /// (`KIND_AUTO` resolves to CPU when `gpu_count` is 0). Ensembles get no
 /// instance group: their steps run on the composing models' instances.
+/// Like Triton's `NormalizeModelConfig`, `dynamic_batching` without
+/// preferred sizes prefers `max_batch_size`, models other than ensembles get
+/// pinned input/output buffers enabled in `optimization`, and every model has
+/// a `model_transaction_policy` (`decoupled: false` unless configured), so
+/// the config a client reads matches tritonserver's field for field.
 pub fn normalize(cfg: &mut ModelConfig, gpu_count: usize) {
+    let ensemble = crate::scheduler::ensemble::is_ensemble(cfg);
+    if let Some(pb::model_config::SchedulingChoice::DynamicBatching(db)) =
+        &mut cfg.scheduling_choice
+    {
+        if db.preferred_batch_size.is_empty() && cfg.max_batch_size > 0 {
+            db.preferred_batch_size.push(cfg.max_batch_size);
+        }
+    }
+    if !ensemble {
+        let opt = cfg.optimization.get_or_insert_with(Default::default);
+        let enabled = || {
+            Some(pb::model_optimization_policy::PinnedMemoryBuffer { enable: true })
+        };
+        if opt.input_pinned_memory.is_none() {
+            opt.input_pinned_memory = enabled();
+        }
+        if opt.output_pinned_memory.is_none() {
+            opt.output_pinned_memory = enabled();
+        }
+    }
+    cfg.model_transaction_policy
+        .get_or_insert_with(Default::default);
     if cfg
         .version_policy
         .as_ref()
@@ -27,7 +54,7 @@ pub fn normalize(cfg: &mut ModelConfig, gpu_count: usize) {
             })),
         });
     }
-    if cfg.instance_group.is_empty() && !crate::scheduler::ensemble::is_ensemble(cfg) {
+    if cfg.instance_group.is_empty() && !ensemble {
         cfg.instance_group.push(pb::ModelInstanceGroup::default());
     }
     let name = cfg.name.clone();
@@ -237,8 +264,8 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
         cfg.optimization.as_ref().is_some_and(|o| {
             o.priority != 0
                 || o.cuda.is_some()
-                || o.input_pinned_memory.is_some()
-                || o.output_pinned_memory.is_some()
+                || o.input_pinned_memory.as_ref().is_some_and(|p| !p.enable)
+                || o.output_pinned_memory.as_ref().is_some_and(|p| !p.enable)
                 || o.gather_kernel_buffer_threshold != 0
                 || o.eager_batching
         }),

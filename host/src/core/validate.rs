@@ -1,7 +1,8 @@
 //! The one place where inference requests are checked against a model's
 //! configuration, for every frontend alike: input names, data types, shapes
 //! (variable dims, the batch dimension, `max_batch_size`), data sizes,
-//! optional inputs, requested outputs and duplicates.
+//! optional inputs, requested outputs and duplicates; and where a validated
+//! request's inputs get their configured `reshape`.
 
 use super::tensor::shape_str;
 use super::{DataType, InferRequest};
@@ -139,6 +140,43 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
     Ok(batch_size.unwrap_or(1) as usize)
 }
 
+/// Applies the config's input `reshape`s to a validated request, as Triton's
+/// request normalisation does: the backend (and an ensemble's steps) see the
+/// reshaped shape, with each `-1` of the reshape taking, in order, the value
+/// the request gave the corresponding `-1` of `dims`; the batch dimension
+/// stays in front. The data is not touched.
+pub fn apply_reshape(cfg: &ModelConfig, req: &mut InferRequest) {
+    let batched = cfg.max_batch_size > 0;
+    for t in &mut req.inputs {
+        let Some(spec) = cfg.input.iter().find(|i| i.name == t.name) else {
+            continue;
+        };
+        let Some(reshape) = &spec.reshape else {
+            continue;
+        };
+        let item = if batched { &t.shape[1..] } else { &t.shape[..] };
+        let mut variable = spec
+            .dims
+            .iter()
+            .zip(item)
+            .filter(|(d, _)| **d == -1)
+            .map(|(_, got)| *got);
+        let mut shape = Vec::with_capacity(reshape.shape.len() + 1);
+        if batched {
+            shape.push(t.shape[0]);
+        }
+        for &d in &reshape.shape {
+            // Validation made the -1 counts of dims and reshape equal.
+            shape.push(if d == -1 {
+                variable.next().unwrap_or(1)
+            } else {
+                d
+            });
+        }
+        t.shape = shape;
+    }
+}
+
 /// Checks the outputs a plugin (or any backend that builds its own tensors)
 /// returned for one request of `batch_size`: known, unique names, the
 /// configured data type, a shape matching the configured dims (with the
@@ -249,6 +287,30 @@ pub fn classification_param(output: &str, params: &super::Parameters) -> Result<
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reshape_resolves_variable_dims_in_order() {
+        let cfg = crate::config::parse_pbtxt(
+            r#"name: "m" max_batch_size: 4 input [{name: "X" data_type: TYPE_FP32 dims: [2,4,-1,6] reshape { shape: [8,-1,1,6] }},
+               {name: "Y" data_type: TYPE_FP32 dims: [8]}]"#,
+        )
+        .unwrap();
+        let mut req = InferRequest {
+            inputs: vec![
+                crate::core::Tensor::new(
+                    "X",
+                    DataType::Fp32,
+                    vec![3, 2, 4, 5, 6],
+                    vec![0u8; 3 * 240 * 4],
+                ),
+                crate::core::Tensor::new("Y", DataType::Fp32, vec![3, 8], vec![0u8; 3 * 8 * 4]),
+            ],
+            ..Default::default()
+        };
+        super::apply_reshape(&cfg, &mut req);
+        assert_eq!(req.inputs[0].shape, vec![3, 8, 5, 1, 6]);
+        assert_eq!(req.inputs[1].shape, vec![3, 8], "no reshape: unchanged");
+    }
+
     use super::*;
     use crate::config::parse_pbtxt;
     use crate::core::{bytes_tensor, RequestedOutput, Tensor};

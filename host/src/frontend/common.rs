@@ -20,6 +20,9 @@ pub const EXTENSIONS: &[&str] = &[
     "logging",
     "model_repository",
     "model_repository(unload_dependents)",
+    // Not a KServe/Triton extension: tells Tern apart from tritonserver, whose
+    // default `--id` (`triton`) Tern shares.
+    "tern",
 ];
 
 /// Server-wide state shared by the frontends.
@@ -36,12 +39,22 @@ pub struct ServerInfo {
     pub control_mode: ControlMode,
     /// Registered system and CUDA shared-memory regions.
     pub shm: Arc<SharedMemory>,
+    /// False when the model repository could not be opened at startup and
+    /// `--exit-on-error=false` kept the server up: as tritonserver, it then
+    /// answers metadata but is neither live nor ready.
+    pub initialized: bool,
 }
 
 impl ServerInfo {
+    /// Liveness: the server started (tritonserver's `IsLive`).
+    pub fn live(&self) -> bool {
+        self.initialized
+    }
+
     /// Readiness as `--strict-readiness` defines it.
     pub fn ready(&self) -> bool {
-        !self.shutting_down.load(Ordering::Relaxed)
+        self.initialized
+            && !self.shutting_down.load(Ordering::Relaxed)
             && (!self.strict_readiness || self.repository.all_ready())
     }
 }

@@ -434,7 +434,18 @@ impl Repository {
                     |m, v| self.get(m, v).map(|h| h.config.clone()),
                     self.me.clone(),
                 )?;
-                ModelHandle::ensemble(config.clone(), version, ensemble, prepared.labels.clone())
+                // An output without labels of its own classifies with the labels of
+                // the composing model output it comes from, as that model answers.
+                let mut labels = prepared.labels.clone();
+                for (output, model, v, key) in ensemble.output_producers() {
+                    if labels.contains_key(output) {
+                        continue;
+                    }
+                    if let Some(l) = self.get(model, v).ok().and_then(|h| h.labels().get(key).cloned()) {
+                        labels.insert(output.to_string(), l);
+                    }
+                }
+                ModelHandle::ensemble(config.clone(), version, ensemble, labels)
             }
         }
     }

@@ -82,8 +82,12 @@ fn step_call(handle: Arc<crate::scheduler::ModelHandle>, request: InferRequest) 
 struct Step {
     model: String,
     version: Option<i64>,
+    /// Whether the composing model batches (`max_batch_size > 0`).
+    batching: bool,
     /// (composing model input, ensemble tensor).
     inputs: Vec<(String, String)>,
+    /// The composing model's `dims` of each input (same order as `inputs`).
+    input_dims: Vec<Vec<i64>>,
     /// (composing model output, ensemble tensor).
     outputs: Vec<(String, String)>,
 }
@@ -91,8 +95,12 @@ struct Step {
 /// A validated ensemble, ready to run requests.
 pub struct Ensemble {
     name: String,
+    /// Whether the ensemble batches (`max_batch_size > 0`).
+    batching: bool,
     steps: Vec<Step>,
     outputs: Vec<String>,
+    /// The ensemble's shape of each output (`reshape`, else `dims`).
+    output_dims: Vec<Vec<i64>>,
     models: Weak<Repository>,
 }
 
@@ -102,6 +110,8 @@ struct Source {
     /// `None` = an ensemble input.
     step: Option<usize>,
     dtype: i32,
+    /// Shape without the batch dimension, as the producer declares it.
+    dims: Vec<i64>,
     /// Full shape (with `-1` as the batch dimension when the producer batches).
     shape: Vec<i64>,
     what: String,
@@ -123,8 +133,41 @@ fn full_shape(cfg: &ModelConfig, dims: &[i64]) -> Vec<i64> {
     }
 }
 
-fn shapes_agree(a: &[i64], b: &[i64]) -> bool {
+/// Triton's `CompareDimsWithWildcard`: same rank, `-1` matches anything.
+fn dims_agree(a: &[i64], b: &[i64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| *x == -1 || *y == -1 || x == y)
+}
+
+/// Triton's shape check along an ensemble edge: the shapes agree without
+/// the batch dimension or with it, so a batching and a non-batching model
+/// may be connected when the expanded shapes are consistent.
+fn shapes_agree(dims_a: &[i64], full_a: &[i64], dims_b: &[i64], full_b: &[i64]) -> bool {
+    dims_agree(dims_a, dims_b) || dims_agree(full_a, full_b)
+}
+
+/// The dims an ensemble tensor has by config: the `reshape` when there is one.
+fn io_dims(dims: &[i64], reshape: Option<&pb::ModelTensorReshape>) -> Vec<i64> {
+    reshape.map_or_else(|| dims.to_vec(), |r| r.shape.clone())
+}
+
+/// Triton's `ReshapeTensorDims`: converts a tensor between a batching and a
+/// non-batching model at an ensemble edge. `batch` is the batch size of the
+/// request that produced the tensor (0 when that model does not batch).
+/// A tensor from a non-batching producer that matches the consumer's dims
+/// gets a batch dimension of 1; a batched tensor of batch size 1 that does
+/// not match a non-batching consumer's dims loses its batch dimension;
+/// anything else passes as it is.
+fn convert_for(config_dims: &[i64], batching: bool, batch: usize, shape: &[i64]) -> Vec<i64> {
+    if batching != (batch != 0) {
+        if batching {
+            if dims_agree(config_dims, shape) {
+                return std::iter::once(1).chain(shape.iter().copied()).collect();
+            }
+        } else if !dims_agree(config_dims, shape) && batch == 1 && !shape.is_empty() {
+            return shape[1..].to_vec();
+        }
+    }
+    shape.to_vec()
 }
 
 impl Ensemble {
@@ -143,12 +186,15 @@ impl Ensemble {
         let bad = |msg: String| Error::invalid_arg(format!("ensemble '{e}': {msg}"));
         let mut sources: HashMap<String, Source> = HashMap::new();
         for input in &cfg.input {
+            // The steps see an ensemble input after its reshape.
+            let dims = io_dims(&input.dims, input.reshape.as_ref());
             sources.insert(
                 input.name.clone(),
                 Source {
                     step: None,
                     dtype: input.data_type,
-                    shape: full_shape(cfg, &input.dims),
+                    shape: full_shape(cfg, &dims),
+                    dims,
                     what: format!("ensemble input '{}'", input.name),
                 },
             );
@@ -167,10 +213,11 @@ impl Ensemble {
                 )
             })?;
             let where_ = format!("step {i} (model '{}')", s.model_name);
-            if cfg.max_batch_size > 0 && mcfg.max_batch_size < cfg.max_batch_size {
-                return Err(bad(format!(
-                    "{where_}: max_batch_size {} is smaller than the ensemble's max_batch_size {}",
-                    mcfg.max_batch_size, cfg.max_batch_size
+            // As Triton: a non-batching step (max_batch_size 0) is not compared.
+            if mcfg.max_batch_size != 0 && mcfg.max_batch_size < cfg.max_batch_size {
+                return Err(Error::invalid_arg(format!(
+                    "ensemble {e} allows maximum batch size {}, but it contains model {} which only allows maximum batch size to be {} (step {i})",
+                    cfg.max_batch_size, s.model_name, mcfg.max_batch_size
                 )));
             }
             if s.input_map.is_empty() || s.output_map.is_empty() {
@@ -214,15 +261,28 @@ impl Ensemble {
                     Source {
                         step: Some(i),
                         dtype: spec.data_type,
+                        dims: spec.dims.clone(),
                         shape: full_shape(&mcfg, &spec.dims),
                         what: format!("{where_} output '{key}'"),
                     },
                 );
             }
+            let input_dims = inputs
+                .iter()
+                .map(|(key, _)| {
+                    mcfg.input
+                        .iter()
+                        .find(|x| &x.name == key)
+                        .map(|x| x.dims.clone())
+                        .unwrap_or_default()
+                })
+                .collect();
             steps.push(Step {
                 model: s.model_name.clone(),
                 version,
+                batching: mcfg.max_batch_size > 0,
                 inputs,
+                input_dims,
                 outputs,
             });
             configs.push(mcfg);
@@ -251,13 +311,13 @@ impl Ensemble {
                         config_name(src.dtype)
                     )));
                 }
-                if !shapes_agree(&src.shape, &want) {
+                if !shapes_agree(&src.dims, &src.shape, &spec.dims, &want) {
                     return Err(bad(format!(
-                        "step {i} (model '{}') input '{key}' expects shape {}, but tensor '{tensor}' from {} has shape {}",
-                        step.model,
-                        shape_str(&want),
+                        "ensemble tensor {tensor}: inconsistent shape: {} is inferred from {} while {} is inferred from model {} (step {i} input '{key}')",
+                        shape_str(&src.shape),
                         src.what,
-                        shape_str(&src.shape)
+                        shape_str(&want),
+                        step.model,
                     )));
                 }
             }
@@ -269,8 +329,9 @@ impl Ensemble {
                     out.name
                 )));
             };
-            let want = full_shape(cfg, &out.dims);
-            if src.dtype != out.data_type || !shapes_agree(&src.shape, &want) {
+            let dims = io_dims(&out.dims, out.reshape.as_ref());
+            let want = full_shape(cfg, &dims);
+            if src.dtype != out.data_type || !shapes_agree(&src.dims, &src.shape, &dims, &want) {
                 return Err(bad(format!(
                     "output '{}' is declared as {} {}, but {} is {} {}",
                     out.name,
@@ -323,10 +384,31 @@ impl Ensemble {
         }
         Ok(Ensemble {
             name: e.clone(),
+            batching: cfg.max_batch_size > 0,
             steps,
             outputs: cfg.output.iter().map(|o| o.name.clone()).collect(),
+            output_dims: cfg
+                .output
+                .iter()
+                .map(|o| io_dims(&o.dims, o.reshape.as_ref()))
+                .collect(),
             models,
         })
+    }
+
+    /// Each ensemble output with the step model (and version) and that
+    /// model's output producing it, so classification can use the composing
+    /// model's labels when the ensemble has none of its own.
+    pub fn output_producers(&self) -> Vec<(&str, &str, Option<i64>, &str)> {
+        let mut out = Vec::new();
+        for name in &self.outputs {
+            for step in &self.steps {
+                if let Some((key, _)) = step.outputs.iter().find(|(_, t)| t == name) {
+                    out.push((name.as_str(), step.model.as_str(), step.version, key.as_str()));
+                }
+            }
+        }
+        out
     }
 
     /// Runs one (validated) request through the DAG and returns the ensemble's outputs.
@@ -335,15 +417,26 @@ impl Ensemble {
         let repo = self.models.upgrade().ok_or_else(|| {
             Error::unavailable(format!("ensemble '{e}': the server is shutting down"))
         })?;
-        let mut tensors: HashMap<String, Tensor> = request
+        // Each tensor with the batch size of the request that produced it (0
+        // when that model does not batch), for Triton's batch conversions.
+        let input_batch = if self.batching {
+            request
+                .inputs
+                .first()
+                .and_then(|t| t.shape.first())
+                .map_or(0, |&b| b.max(0) as usize)
+        } else {
+            0
+        };
+        let mut tensors: HashMap<String, (Tensor, usize)> = request
             .inputs
             .into_iter()
-            .map(|t| (t.name.clone(), t))
+            .map(|t| (t.name.clone(), (t, input_batch)))
             .collect();
         let mut callers = request.callers;
         callers.push(e.clone());
         let mut started = vec![false; self.steps.len()];
-        let mut running: Vec<(usize, StepFuture)> = Vec::new();
+        let mut running: Vec<(usize, usize, StepFuture)> = Vec::new();
         let mut compute = ComputeTimes::default();
         loop {
             for (i, step) in self.steps.iter().enumerate() {
@@ -354,19 +447,23 @@ impl Ensemble {
                 let handle = repo
                     .get(&step.model, step.version)
                     .map_err(|err| self.step_error(i, err))?;
+                let inputs: Vec<Tensor> = step
+                    .inputs
+                    .iter()
+                    .zip(&step.input_dims)
+                    .map(|((key, t), dims)| {
+                        let (tensor, batch) = &tensors[t];
+                        let mut tensor = tensor.clone();
+                        tensor.name = key.clone();
+                        tensor.shape = convert_for(dims, step.batching, *batch, &tensor.shape);
+                        tensor
+                    })
+                    .collect();
                 let sub = InferRequest {
                     model_name: step.model.clone(),
                     model_version: step.version,
                     id: request.id.clone(),
-                    inputs: step
-                        .inputs
-                        .iter()
-                        .map(|(key, t)| {
-                            let mut tensor = tensors[t].clone();
-                            tensor.name = key.clone();
-                            tensor
-                        })
-                        .collect(),
+                    inputs,
                     outputs: step
                         .outputs
                         .iter()
@@ -378,13 +475,21 @@ impl Ensemble {
                     parameters: request.parameters.clone(),
                     callers: callers.clone(),
                 };
-                running.push((i, step_call(handle, sub)));
+                let step_batch = if step.batching {
+                    sub.inputs
+                        .first()
+                        .and_then(|t| t.shape.first())
+                        .map_or(0, |&b| b.max(0) as usize)
+                } else {
+                    0
+                };
+                running.push((i, step_batch, step_call(handle, sub)));
             }
             if running.is_empty() {
                 break;
             }
             let (k, result) = poll_fn(|cx| {
-                for (k, (_, fut)) in running.iter_mut().enumerate() {
+                for (k, (_, _, fut)) in running.iter_mut().enumerate() {
                     if let Poll::Ready(r) = fut.as_mut().poll(cx) {
                         return Poll::Ready((k, r));
                     }
@@ -392,7 +497,7 @@ impl Ensemble {
                 Poll::Pending
             })
             .await;
-            let (i, _) = running.swap_remove(k);
+            let (i, step_batch, _) = running.swap_remove(k);
             let response = result.map_err(|err| self.step_error(i, err))?;
             compute += response.compute;
             let mut outputs = response.outputs;
@@ -405,7 +510,7 @@ impl Ensemble {
                 })?;
                 let mut tensor = outputs.swap_remove(pos);
                 tensor.name = t.clone();
-                tensors.insert(t.clone(), tensor);
+                tensors.insert(t.clone(), (tensor, step_batch));
             }
         }
         if let Some(i) = started.iter().position(|s| !s) {
@@ -426,10 +531,13 @@ impl Ensemble {
         let outputs = self
             .outputs
             .iter()
-            .map(|name| {
-                tensors.remove(name).ok_or_else(|| {
+            .zip(&self.output_dims)
+            .map(|(name, dims)| {
+                let (mut tensor, batch) = tensors.remove(name).ok_or_else(|| {
                     Error::internal(format!("ensemble '{e}': output '{name}' was not produced"))
-                })
+                })?;
+                tensor.shape = convert_for(dims, self.batching, batch, &tensor.shape);
+                Ok(tensor)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(InferResponse {
@@ -478,6 +586,19 @@ mod tests {
                        {name: "attention_mask" data_type: TYPE_INT64 dims: [-1]}]
                 output [{name: "hidden" data_type: TYPE_FP32 dims: [-1, 4]}]"#)),
         );
+        for (name, text) in [
+            ("ident_nobatch", r#"name: "ident_nobatch" max_batch_size: 0
+                input [{name: "INPUT0" data_type: TYPE_FP32 dims: [-1, -1]}]
+                output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1, -1]}]"#),
+            ("ident_batch", r#"name: "ident_batch" max_batch_size: 8
+                input [{name: "INPUT0" data_type: TYPE_FP32 dims: [-1]}]
+                output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1]}]"#),
+            ("ident_412", r#"name: "ident_412" max_batch_size: 8
+                input [{name: "INPUT0" data_type: TYPE_FP32 dims: [4, 1, 2]}]
+                output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [4, 1, 2]}]"#),
+        ] {
+            m.insert(name.into(), Arc::new(cfg(text)));
+        }
         m.insert(
             "loop".into(),
             Arc::new(cfg(r#"name: "loop" max_batch_size: 8
@@ -520,6 +641,59 @@ mod tests {
             Ok(_) => panic!("expected an error"),
             Err(e) => e.message,
         }
+    }
+
+    fn over(model: &str, head: &str) -> String {
+        format!(
+            r#"name: "e" platform: "ensemble" {head}
+            ensemble_scheduling {{ step [ {{model_name: "{model}" model_version: -1
+              input_map {{key: "INPUT0" value: "IN"}} output_map {{key: "OUTPUT0" value: "OUT"}}}} ] }}"#
+        )
+    }
+
+    #[test]
+    fn batching_and_non_batching_steps_mix_as_in_triton() {
+        // A batching ensemble over a non-batching step.
+        build(&over(
+            "ident_nobatch",
+            r#"max_batch_size: 8 input [{name: "IN" data_type: TYPE_FP32 dims: [16]}]
+               output [{name: "OUT" data_type: TYPE_FP32 dims: [16]}]"#,
+        ))
+        .unwrap();
+        // A non-batching ensemble over a batching step.
+        build(&over(
+            "ident_batch",
+            r#"max_batch_size: 0 input [{name: "IN" data_type: TYPE_FP32 dims: [16]}]
+               output [{name: "OUT" data_type: TYPE_FP32 dims: [16]}]"#,
+        ))
+        .unwrap();
+        // The steps see an ensemble input after its reshape.
+        build(&over(
+            "ident_412",
+            r#"max_batch_size: 8 input [{name: "IN" data_type: TYPE_FP32 dims: [8] reshape { shape: [4, 1, 2] }}]
+               output [{name: "OUT" data_type: TYPE_FP32 dims: [4, 1, 2]}]"#,
+        ))
+        .unwrap();
+        let m = message(&over(
+            "ident_412",
+            r#"max_batch_size: 8 input [{name: "IN" data_type: TYPE_FP32 dims: [8]}]
+               output [{name: "OUT" data_type: TYPE_FP32 dims: [4, 1, 2]}]"#,
+        ));
+        assert!(m.contains("ensemble tensor IN: inconsistent shape: [-1,8]"), "{m}");
+    }
+
+    #[test]
+    fn batch_conversion_at_edges() {
+        // Non-batching producer, batching consumer whose dims match: batch 1 in front.
+        assert_eq!(convert_for(&[-1], true, 0, &[16]), vec![1, 16]);
+        // Already batched-looking: unchanged.
+        assert_eq!(convert_for(&[-1], true, 0, &[2, 16]), vec![2, 16]);
+        // Batched producer, non-batching consumer taking the whole tensor.
+        assert_eq!(convert_for(&[-1, -1], false, 3, &[3, 16]), vec![3, 16]);
+        // Batch size 1 that the non-batching consumer cannot take whole: strip it.
+        assert_eq!(convert_for(&[16], false, 1, &[1, 16]), vec![16]);
+        // Same batching on both sides: unchanged.
+        assert_eq!(convert_for(&[16], true, 2, &[2, 16]), vec![2, 16]);
     }
 
     #[test]
@@ -580,7 +754,7 @@ mod tests {
             with_steps(&format!("{PRE}, {NET}")).replace("max_batch_size: 4", "max_batch_size: 16");
         let m = message(&text);
         assert!(
-            m.contains("smaller than the ensemble's max_batch_size 16"),
+            m.contains("ensemble e allows maximum batch size 16, but it contains model pre which only allows maximum batch size to be 8"),
             "{m}"
         );
         let text = with_steps(&format!("{PRE}, {NET}")).replace(

@@ -5,6 +5,7 @@
 //! is configured. Every request gets exactly one response, including on
 //! timeouts, full queues, backend panics and shutdown.
 
+pub mod deadlines;
 pub mod ensemble;
 pub mod policy;
 pub mod queue;
@@ -15,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -25,7 +26,7 @@ use crate::backends::{DeviceKind, ExecTiming, Instance, InstanceSpec, Model};
 use crate::config::pb::model_instance_group::Kind;
 use crate::config::ModelConfig;
 use crate::core::classification::classify;
-use crate::core::validate::validate_request;
+use crate::core::validate::{apply_reshape, validate_request};
 use crate::core::{InferRequest, InferResponse};
 use crate::error::{Error, Result};
 use policy::BatchPolicy;
@@ -352,14 +353,19 @@ impl ModelHandle {
         })
     }
 
+    /// Class labels per output (`label_filename`), for classification.
+    pub fn labels(&self) -> &HashMap<String, Vec<String>> {
+        &self.labels
+    }
+
     /// Validates and runs one request, returning its response with only the
     /// requested outputs (and classification applied).
-    pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
+    pub async fn infer(&self, mut request: InferRequest) -> Result<InferResponse> {
         let arrived = Instant::now();
         let s = &self.shared;
         let placed = validate_request(&self.config, &request).and_then(|batch| {
             s.policy
-                .placement(&self.config.name, &request)
+                .placement(&request)
                 .map(|(level, timeout)| (batch, level, timeout))
         });
         let (batch_size, level, timeout) = match placed {
@@ -369,6 +375,7 @@ impl ModelHandle {
                 return Err(e);
             }
         };
+        apply_reshape(&self.config, &mut request);
         let requested = request.outputs.clone();
         let mut response = match &self.ensemble {
             Some(e) => self.run_ensemble(e, request, batch_size, arrived).await?,
@@ -410,7 +417,7 @@ impl ModelHandle {
         &self,
         request: InferRequest,
         batch_size: usize,
-        level: usize,
+        level: u64,
         timeout: Option<std::time::Duration>,
         arrived: Instant,
     ) -> Result<InferResponse> {
@@ -424,12 +431,15 @@ impl ModelHandle {
                     .record_failure(arrived.elapsed(), FailReason::Rejected);
                 return Err(self.gone());
             }
+            let deadline = timeout.map(|t| arrived + t);
+            let reject_at = deadline
+                .filter(|_| s.policy.level_policy(level).on_timeout == policy::OnTimeout::Reject);
             let pending = Pending {
                 request,
                 batch_size,
                 level,
                 enqueued: arrived,
-                deadline: timeout.map(|t| arrived + t),
+                deadline,
                 seq: q.next_seq,
                 reply,
             };
@@ -443,6 +453,13 @@ impl ModelHandle {
                 )));
             }
             q.next_seq += 1;
+            if let Some(at) = reject_at {
+                // Instances may all be busy when it passes: the watcher answers it on time.
+                deadlines::watch(
+                    at,
+                    Arc::downgrade(&self.shared) as Weak<dyn deadlines::Expire>,
+                );
+            }
             let wake = q.waiting > q.woken;
             if wake {
                 q.woken += 1;
@@ -590,6 +607,29 @@ fn deliver(s: &Shared, seq: u64, reply: Reply, result: Result<InferResponse>) {
     }
 }
 
+/// Answers requests whose queue timeout expired (REJECT) with Triton's error.
+fn reject_expired(s: &Shared, expired: Vec<Pending>) {
+    for p in expired {
+        s.stats
+            .record_failure(p.enqueued.elapsed(), FailReason::Rejected);
+        let e = Error::unavailable(format!(
+            "Request timeout expired for model '{}'",
+            s.config.name
+        ));
+        deliver(s, p.seq, p.reply, Err(e));
+    }
+}
+
+impl deadlines::Expire for Shared {
+    fn expire_now(&self) {
+        let expired = {
+            let mut q = self.queue.lock().expect("queue lock");
+            q.queue.expire(&self.policy, Instant::now())
+        };
+        reject_expired(self, expired);
+    }
+}
+
 /// Waits for the next batch; `None` when the model is closed and drained, or this instance retires.
 fn next_batch(s: &Shared, retire: &AtomicBool) -> Option<Vec<Pending>> {
     let mut q = s.queue.lock().expect("queue lock");
@@ -601,15 +641,7 @@ fn next_batch(s: &Shared, retire: &AtomicBool) -> Option<Vec<Pending>> {
         let expired = q.queue.expire(&s.policy, now);
         if !expired.is_empty() {
             drop(q);
-            for p in expired {
-                s.stats
-                    .record_failure(p.enqueued.elapsed(), FailReason::Rejected);
-                let e = Error::unavailable(format!(
-                    "Request timeout expired for model '{}'",
-                    s.config.name
-                ));
-                deliver(s, p.seq, p.reply, Err(e));
-            }
+            reject_expired(s, expired);
             q = s.queue.lock().expect("queue lock");
             continue;
         }

@@ -3,7 +3,7 @@
 //! queue policies (timeouts, REJECT/DELAY, maximum queue size), plus the
 //! per-request priority and timeout parameters.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use crate::config::pb::{
@@ -64,12 +64,15 @@ pub struct BatchPolicy {
     pub max_delay: Duration,
     /// Release responses in arrival order.
     pub preserve_ordering: bool,
-    /// Number of priority levels (at least 1).
-    pub levels: usize,
+    /// Number of priority levels (at least 1; any `u64`, levels exist only
+    /// while requests are queued at them).
+    pub levels: u64,
     /// Level (1-based) of requests without a priority.
-    pub default_level: usize,
-    /// Policy per level (index = level - 1).
-    pub level_policies: Vec<LevelPolicy>,
+    pub default_level: u64,
+    /// Levels with their own `priority_queue_policy`.
+    pub level_policies: BTreeMap<u64, LevelPolicy>,
+    /// The policy of every other level (`default_queue_policy`).
+    pub default_policy: LevelPolicy,
     /// Inputs whose shapes may differ within a batch.
     pub ragged: HashSet<String>,
     /// `TRITONSERVER_DELAY_SCHEDULER`: hold requests until this many are queued (once).
@@ -94,21 +97,22 @@ impl BatchPolicy {
                 preserve_ordering: false,
                 levels: 1,
                 default_level: 1,
-                level_policies: vec![LevelPolicy::from(&ModelQueuePolicy::default())],
+                level_policies: BTreeMap::new(),
+                default_policy: LevelPolicy::from(&ModelQueuePolicy::default()),
                 ragged: HashSet::new(),
                 delay_hook: None,
             });
         };
-        let levels = db.priority_levels.max(1) as usize;
+        let levels = db.priority_levels.max(1);
         let default_level = if db.priority_levels == 0 {
             1
         } else {
-            db.default_priority_level as usize
+            db.default_priority_level
         };
         if default_level < 1 || default_level > levels {
             return Err(Error::invalid_arg(format!(
-                "model '{}': dynamic_batching default_priority_level {} must be between 1 and priority_levels {}",
-                cfg.name, db.default_priority_level, db.priority_levels
+                "default priority level must be in range [1, {levels}] for {}: dynamic_batching default_priority_level is {}",
+                cfg.name, db.default_priority_level
             )));
         }
         let default_policy = db
@@ -117,20 +121,17 @@ impl BatchPolicy {
             .map(LevelPolicy::from)
             .unwrap_or_else(|| LevelPolicy::from(&ModelQueuePolicy::default()));
         for level in db.priority_queue_policy.keys() {
-            if *level < 1 || *level as usize > levels {
+            if *level < 1 || *level > levels {
                 return Err(Error::invalid_arg(format!(
-                    "model '{}': dynamic_batching priority_queue_policy level {level} is outside 1..={levels}",
+                    "priority queue policy must have priority level in range [1, {levels}] for {}: priority_queue_policy names level {level}",
                     cfg.name
                 )));
             }
         }
-        let level_policies = (1..=levels)
-            .map(|l| {
-                db.priority_queue_policy
-                    .get(&(l as u64))
-                    .map(LevelPolicy::from)
-                    .unwrap_or_else(|| default_policy.clone())
-            })
+        let level_policies = db
+            .priority_queue_policy
+            .iter()
+            .map(|(l, p)| (*l, LevelPolicy::from(p)))
             .collect();
         let mut preferred: Vec<usize> = db
             .preferred_batch_size
@@ -161,26 +162,49 @@ impl BatchPolicy {
             levels,
             default_level,
             level_policies,
+            default_policy,
             ragged,
             delay_hook,
         })
     }
 
+    /// The largest preferred batch size (`max_batch_size` when none is given):
+    /// a batch that reaches it is sent at once.
+    pub fn max_preferred(&self) -> usize {
+        self.preferred
+            .last()
+            .copied()
+            .unwrap_or(self.max_batch_size)
+    }
+
+    /// The queue policy of a priority level.
+    pub fn level_policy(&self, level: u64) -> &LevelPolicy {
+        self.level_policies
+            .get(&level)
+            .unwrap_or(&self.default_policy)
+    }
+
     /// The priority level (1-based) and queue timeout of a request, from its
-    /// `priority` and `timeout` (microseconds) parameters.
-    pub fn placement(&self, model: &str, req: &InferRequest) -> Result<(usize, Option<Duration>)> {
+    /// `priority` and `timeout` (microseconds) parameters. As in Triton, a
+    /// priority of 0 or above the model's levels means the default level.
+    pub fn placement(&self, req: &InferRequest) -> Result<(u64, Option<Duration>)> {
         let level = match req.parameters.get("priority") {
-            None | Some(Parameter::Int(0)) => self.default_level,
-            Some(Parameter::Int(p)) if *p > 0 && (self.levels == 1 || *p as usize <= self.levels) => (*p as usize).min(self.levels),
-            Some(Parameter::Int(p)) => {
+            None => self.default_level,
+            Some(Parameter::Int(p)) if *p >= 0 => {
+                let p = *p as u64;
+                if p == 0 || p > self.levels {
+                    self.default_level
+                } else {
+                    p
+                }
+            }
+            Some(other) => {
                 return Err(Error::invalid_arg(format!(
-                    "priority {p} is not valid for model '{model}': it has {} priority level(s) (1 is highest, 0 = default)",
-                    self.levels
+                    "request parameter 'priority' must be a non-negative integer, got {other:?}"
                 )))
             }
-            Some(other) => return Err(Error::invalid_arg(format!("request parameter 'priority' must be an integer, got {other:?}"))),
         };
-        let policy = &self.level_policies[level - 1];
+        let policy = self.level_policy(level);
         let requested = match req.parameters.get("timeout") {
             None => None,
             Some(Parameter::Int(t)) if *t >= 0 => (*t > 0).then(|| Duration::from_micros(*t as u64)),
@@ -232,30 +256,41 @@ mod tests {
         assert_eq!(p.preferred, vec![2, 4]);
         assert!(p.ragged.contains("X"));
         assert_eq!(
-            p.placement("m", &req(&[])).unwrap(),
+            p.placement(&req(&[])).unwrap(),
             (2, Some(Duration::from_micros(1000)))
         );
         // Override may only shorten.
         assert_eq!(
-            p.placement("m", &req(&[("timeout", 10)])).unwrap().1,
+            p.placement(&req(&[("timeout", 10)])).unwrap().1,
             Some(Duration::from_micros(10))
         );
         assert_eq!(
-            p.placement("m", &req(&[("timeout", 5000)])).unwrap().1,
+            p.placement(&req(&[("timeout", 5000)])).unwrap().1,
             Some(Duration::from_micros(1000))
         );
         // Level 1 has its own policy, without override.
         assert_eq!(
-            p.placement("m", &req(&[("priority", 1), ("timeout", 10)]))
+            p.placement(&req(&[("priority", 1), ("timeout", 10)]))
                 .unwrap(),
             (1, Some(Duration::from_micros(50)))
         );
-        assert_eq!(p.level_policies[0].on_timeout, OnTimeout::Delay);
-        assert_eq!(p.level_policies[2].max_queue_size, Some(5));
-        assert!(p
-            .placement("m", &req(&[("priority", 4)]))
-            .unwrap_err()
-            .message
-            .contains("3 priority level"));
+        assert_eq!(p.level_policy(1).on_timeout, OnTimeout::Delay);
+        assert_eq!(p.level_policy(3).max_queue_size, Some(5));
+        // Out of range: the default level, as Triton.
+        assert_eq!(p.placement(&req(&[("priority", 4)])).unwrap().0, 2);
+        assert!(p.placement(&req(&[("priority", -1)])).is_err());
+    }
+
+    #[test]
+    fn huge_priority_levels_cost_nothing() {
+        let p = policy(
+            "dynamic_batching { priority_levels: 18446744073709551615 default_priority_level: 4294967296 }",
+        );
+        assert_eq!(p.levels, u64::MAX);
+        assert_eq!(p.default_level, 4_294_967_296);
+        assert_eq!(
+            p.placement(&req(&[("priority", i64::MAX)])).unwrap().0,
+            i64::MAX as u64
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! excepted), `max_queue_delay_microseconds`, per-level timeouts and queue
 //! sizes, and the `TRITONSERVER_DELAY_SCHEDULER` test hook.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use tokio::sync::oneshot;
@@ -21,7 +21,7 @@ pub struct Pending {
     /// Its batch size (first dim; 1 for models that do not batch).
     pub batch_size: usize,
     /// Priority level, 1-based.
-    pub level: usize,
+    pub level: u64,
     /// When it entered the queue.
     pub enqueued: Instant,
     /// When its queue timeout expires.
@@ -38,6 +38,12 @@ struct Level {
     delayed: VecDeque<Pending>,
 }
 
+impl Level {
+    fn is_empty(&self) -> bool {
+        self.live.is_empty() && self.delayed.is_empty()
+    }
+}
+
 /// What the scheduler should do next.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -49,7 +55,10 @@ pub enum Decision {
 
 /// Queued requests of one model version.
 pub struct Queue {
-    levels: Vec<Level>,
+    /// Levels with queued requests, highest priority (lowest number) first;
+    /// a level exists only while it holds requests, so `priority_levels`
+    /// may be any `u64`.
+    levels: BTreeMap<u64, Level>,
     len: usize,
     hook: Option<usize>,
     /// No new requests; drain what is queued without waiting.
@@ -69,7 +78,7 @@ impl Queue {
     /// An empty queue for `policy`.
     pub fn new(policy: &BatchPolicy) -> Queue {
         Queue {
-            levels: (0..policy.levels).map(|_| Level::default()).collect(),
+            levels: BTreeMap::new(),
             len: 0,
             hook: policy.delay_hook,
             closed: false,
@@ -92,11 +101,13 @@ impl Queue {
         p: Pending,
         policy: &BatchPolicy,
     ) -> std::result::Result<(), Box<Pending>> {
-        let level = &mut self.levels[p.level - 1];
-        if let Some(max) = policy.level_policies[p.level - 1].max_queue_size {
-            if level.live.len() + level.delayed.len() >= max {
-                return Err(Box::new(p));
+        let max = policy.level_policy(p.level).max_queue_size;
+        let level = self.levels.entry(p.level).or_default();
+        if max.is_some_and(|max| level.live.len() + level.delayed.len() >= max) {
+            if level.is_empty() {
+                self.levels.remove(&p.level);
             }
+            return Err(Box::new(p));
         }
         level.live.push_back(p);
         self.len += 1;
@@ -107,7 +118,7 @@ impl Queue {
     /// DELAY-ed ones move behind the live requests of their level.
     pub fn expire(&mut self, policy: &BatchPolicy, now: Instant) -> Vec<Pending> {
         let mut rejected = Vec::new();
-        for (i, level) in self.levels.iter_mut().enumerate() {
+        for (&i, level) in self.levels.iter_mut() {
             if !level
                 .live
                 .iter()
@@ -118,7 +129,7 @@ impl Queue {
             let mut keep = VecDeque::with_capacity(level.live.len());
             for p in level.live.drain(..) {
                 if p.deadline.is_some_and(|d| d <= now) {
-                    match policy.level_policies[i].on_timeout {
+                    match policy.level_policy(i).on_timeout {
                         OnTimeout::Reject => rejected.push(p),
                         OnTimeout::Delay => level.delayed.push_back(p),
                     }
@@ -129,6 +140,7 @@ impl Queue {
             level.live = keep;
         }
         self.len -= rejected.len();
+        self.levels.retain(|_, l| !l.is_empty());
         rejected
     }
 
@@ -137,7 +149,7 @@ impl Queue {
     /// closed HTTP connection, an abandoned ensemble), so they never execute.
     pub fn cancelled(&mut self) -> Vec<Pending> {
         let mut gone = Vec::new();
-        for level in &mut self.levels {
+        for level in self.levels.values_mut() {
             for list in [&mut level.live, &mut level.delayed] {
                 if list.iter().any(|p| p.reply.is_closed()) {
                     let mut keep = VecDeque::with_capacity(list.len());
@@ -153,12 +165,13 @@ impl Queue {
             }
         }
         self.len -= gone.len();
+        self.levels.retain(|_, l| !l.is_empty());
         gone
     }
 
     fn ordered(&self) -> impl Iterator<Item = &Pending> {
         self.levels
-            .iter()
+            .values()
             .flat_map(|l| l.live.iter().chain(l.delayed.iter()))
     }
 
@@ -185,14 +198,20 @@ impl Queue {
             }
             self.hook = None;
         }
+        // Triton's GetDynamicBatch: the best preferred batch unless the delay
+        // is over; at once when nothing better can come (a request would
+        // overflow the largest preferred size or max_batch_size, or the batch
+        // is already at the largest preferred size); else wait out the delay.
         let scan = self.scan(policy);
-        if scan.total == policy.max_batch_size {
-            return Decision::Send(scan.count);
-        }
-        if let Some(n) = scan.best_preferred {
+        let delay_over = !policy.max_delay.is_zero() && now >= delay_end;
+        if let Some(n) = scan.best_preferred.filter(|_| !delay_over) {
             return Decision::Send(n);
         }
-        if scan.blocked || policy.max_delay.is_zero() || now >= delay_end {
+        if scan.blocked
+            || scan.total >= policy.max_preferred()
+            || delay_over
+            || policy.max_delay.is_zero()
+        {
             return Decision::Send(scan.count);
         }
         Decision::Wait(earliest(next_deadline, Some(delay_end)))
@@ -201,12 +220,18 @@ impl Queue {
     fn scan(&self, policy: &BatchPolicy) -> Scan {
         let mut scan = Scan::default();
         let mut first: Option<&InferRequest> = None;
+        let max_preferred = policy.max_preferred();
         for p in self.ordered() {
-            if scan.total + p.batch_size > policy.max_batch_size
-                || first.is_some_and(|f| !compatible(f, &p.request, policy))
-            {
-                scan.blocked = true;
-                break;
+            if let Some(f) = first {
+                let total = scan.total + p.batch_size;
+                if total > max_preferred && scan.best_preferred.is_none() {
+                    // Cut before the request that overflows the largest preferred size.
+                    scan.best_preferred = Some(scan.count);
+                }
+                if total > policy.max_batch_size || !compatible(f, &p.request, policy) {
+                    scan.blocked = true;
+                    break;
+                }
             }
             first.get_or_insert(&p.request);
             scan.total += p.batch_size;
@@ -223,7 +248,7 @@ impl Queue {
     /// Removes the first `n` requests in queue order.
     pub fn take(&mut self, n: usize) -> Vec<Pending> {
         let mut out = Vec::with_capacity(n);
-        for level in &mut self.levels {
+        for level in self.levels.values_mut() {
             while out.len() < n {
                 match level.live.pop_front().or_else(|| level.delayed.pop_front()) {
                     Some(p) => out.push(p),
@@ -232,6 +257,7 @@ impl Queue {
             }
         }
         self.len -= out.len();
+        self.levels.retain(|_, l| !l.is_empty());
         out
     }
 }
@@ -273,7 +299,7 @@ mod tests {
         BatchPolicy::from_config(&cfg, true).unwrap()
     }
 
-    fn pending(batch: usize, width: i64, level: usize, at: Instant) -> Pending {
+    fn pending(batch: usize, width: i64, level: u64, at: Instant) -> Pending {
         let (reply, _rx) = oneshot::channel();
         let x = Tensor::new(
             "X",
@@ -412,6 +438,47 @@ mod tests {
             q.decide(&p, now + Duration::from_secs(2)),
             Decision::Send(3)
         );
+    }
+
+    #[test]
+    fn sends_at_once_when_waiting_cannot_reach_a_larger_preferred_size() {
+        let p = policy("dynamic_batching { preferred_batch_size: [2, 6] max_queue_delay_microseconds: 10000000 }");
+        let now = Instant::now();
+        // One request larger than every preferred size.
+        let mut q = queue_of(&p, vec![pending(7, 4, 1, now)]);
+        assert_eq!(q.decide(&p, now), Decision::Send(1));
+        // The next request would overflow the largest preferred size: cut before it.
+        let mut q = queue_of(&p, vec![pending(3, 4, 1, now), pending(4, 4, 1, now)]);
+        assert_eq!(q.decide(&p, now), Decision::Send(1));
+        // Exactly the largest preferred size.
+        let mut q = queue_of(&p, vec![pending(3, 4, 1, now), pending(3, 4, 1, now)]);
+        assert_eq!(q.decide(&p, now), Decision::Send(2));
+        // Below it, and no preferred size reached: wait for more.
+        let mut q = queue_of(&p, vec![pending(3, 4, 1, now), pending(1, 4, 1, now)]);
+        assert_eq!(
+            q.decide(&p, now),
+            Decision::Wait(Some(now + Duration::from_secs(10)))
+        );
+    }
+
+    #[test]
+    fn huge_level_numbers_are_sparse() {
+        let p = policy(
+            "dynamic_batching { priority_levels: 18446744073709551615 default_priority_level: 4294967296 }",
+        );
+        let now = Instant::now();
+        let mut q = queue_of(
+            &p,
+            vec![
+                pending(1, 4, u64::MAX, now),
+                pending(1, 5, 4_294_967_296, now),
+            ],
+        );
+        assert_eq!(q.levels.len(), 2);
+        let first = q.take(1);
+        assert_eq!(first[0].request.inputs[0].shape, vec![1, 5]);
+        q.take(1);
+        assert!(q.levels.is_empty(), "empty levels are dropped");
     }
 
     #[test]

@@ -134,6 +134,8 @@ pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
             ..Default::default()
         };
         validate_request(cfg, &request).map_err(|e| e.context(&what))?;
+        let mut request = request;
+        crate::core::validate::apply_reshape(cfg, &mut request);
         out.push(Sample {
             name: w.name.clone(),
             request,

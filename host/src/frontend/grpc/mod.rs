@@ -4,6 +4,7 @@
 //! frontends give the same answers and the same error messages.
 
 pub mod codec;
+pub mod deadline;
 pub mod listener;
 pub mod pings;
 
@@ -175,7 +176,9 @@ impl GrpcInferenceService for InferenceService {
         &self,
         _: Request<ServerLiveRequest>,
     ) -> std::result::Result<Response<ServerLiveResponse>, Status> {
-        Ok(Response::new(ServerLiveResponse { live: true }))
+        Ok(Response::new(ServerLiveResponse {
+            live: self.info.live(),
+        }))
     }
 
     async fn server_ready(
@@ -599,11 +602,11 @@ pub fn build(info: Arc<ServerInfo>, settings: &GrpcSettings) -> Result<GrpcServe
     let rules = Arc::new(settings.restrictions.clone());
     let router = builder
         .add_service(Restricted {
-            inner: inference,
+            inner: deadline::Deadline(inference),
             rules: rules.clone(),
         })
         .add_service(Restricted {
-            inner: HealthServer::new(HealthService { info }),
+            inner: deadline::Deadline(HealthServer::new(HealthService { info })),
             rules,
         });
     Ok(GrpcServer {

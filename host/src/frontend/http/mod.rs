@@ -60,7 +60,7 @@ fn respond(r: Result<Response>) -> Response {
 pub fn router(state: Arc<HttpState>) -> Router {
     Router::new()
         .route("/v2", get(server_metadata))
-        .route("/v2/health/live", get(|| async { StatusCode::OK }))
+        .route("/v2/health/live", get(server_live))
         .route("/v2/health/ready", get(server_ready))
         .route("/v2/models/{model}", get(model_metadata))
         .route(
@@ -136,6 +136,14 @@ async fn server_metadata(State(s): AppState) -> Response {
     json_response(
         json!({ "name": s.info.server_id, "version": env!("CARGO_PKG_VERSION"), "extensions": EXTENSIONS }),
     )
+}
+
+async fn server_live(State(s): AppState) -> StatusCode {
+    if s.info.live() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
 }
 
 async fn server_ready(State(s): AppState) -> StatusCode {
