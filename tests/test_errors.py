@@ -74,7 +74,7 @@ def raw_error(server, path, payload, headers):
 def test_truncated_binary_part(server):
     header = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "parameters": {"binary_data_size": 16}}]}).encode()
     status, message = raw_error(server, "/v2/models/identity_fp32/infer", header + b"\0" * 10, {"Inference-Header-Content-Length": str(len(header))})
-    assert status == 400 and "binary_data_size 16 exceeds the 10 byte(s)" in message
+    assert status == 400 and "unexpected size for input 'INPUT0', expecting 16 additional bytes for model 'identity_fp32'" in message
 
 
 def test_binary_size_disagrees_with_shape(server):

@@ -33,6 +33,7 @@ pub struct RunningServer {
     info: Arc<ServerInfo>,
     stop: watch::Sender<bool>,
     stop_polling: Arc<AtomicBool>,
+    poller: Option<std::thread::JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
     exit_timeout: Duration,
 }
@@ -216,9 +217,10 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         tracing::info!("started Metrics Service at {addr}");
     }
     let stop_polling = Arc::new(AtomicBool::new(false));
+    let mut poller = None;
     if mode == ControlMode::Poll && initialized {
         let interval = Duration::from_secs(args.repository_poll_secs);
-        repository.spawn_poller(interval, stop_polling.clone())?;
+        poller = Some(repository.spawn_poller(interval, stop_polling.clone())?);
         tracing::info!("polling the model repository every {interval:?}");
     }
     Ok(RunningServer {
@@ -229,6 +231,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         info,
         stop,
         stop_polling,
+        poller,
         tasks,
         exit_timeout: Duration::from_secs(args.exit_timeout_secs),
     })
@@ -358,10 +361,18 @@ impl RunningServer {
                 self.exit_timeout
             );
         }
+        // The poller finishes a poll in progress and stops before the models
+        // do; the repository then refuses any further load.
+        let poller = self.poller.take();
         let repo = self.repository.clone();
         let _ = tokio::time::timeout(
             self.exit_timeout,
-            tokio::task::spawn_blocking(move || repo.shutdown()),
+            tokio::task::spawn_blocking(move || {
+                if let Some(p) = poller {
+                    let _ = p.join();
+                }
+                repo.shutdown()
+            }),
         )
         .await;
     }

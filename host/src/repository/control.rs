@@ -555,7 +555,7 @@ impl Repository {
     /// from the repository, or from a config and files given in the request.
     pub fn load_model(&self, name: &str, overrides: LoadOverride) -> Result<()> {
         check_model_name(name)?;
-        let _control = self.control.lock().expect("control lock");
+        let _control = self.control_for_load()?;
         let (dir, temp) = if overrides.files.is_empty() {
             let found = self.scan()?;
             match found.get(name) {
@@ -653,7 +653,7 @@ impl Repository {
     /// (a failed load is retried only once its folder changes again) and
     /// unloads models whose folder is gone. Returns the load errors.
     pub fn poll(&self) -> Result<Vec<Error>> {
-        let _control = self.control.lock().expect("control lock");
+        let _control = self.control_for_load()?;
         let found = self.scan()?;
         let (changed, gone) = {
             let models = self.models.read().expect("models lock");
@@ -738,7 +738,7 @@ impl Repository {
                 let mut next = Instant::now() + interval;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     std::thread::sleep(tick);
-                    if Instant::now() < next {
+                    if Instant::now() < next || stop.load(std::sync::atomic::Ordering::Relaxed) {
                         continue;
                     }
                     let Some(repo) = repo.upgrade() else { break };

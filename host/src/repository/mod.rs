@@ -107,6 +107,8 @@ pub struct Repository {
     control: Mutex<()>,
     /// Failed loads per model since start (`tern_model_load_failures_total`).
     load_failures: Mutex<BTreeMap<String, u64>>,
+    /// Set by [`Repository::shutdown`]: nothing loads after it.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Repository {
@@ -119,6 +121,7 @@ impl Repository {
             options,
             control: Mutex::new(()),
             load_failures: Mutex::new(BTreeMap::new()),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -382,12 +385,28 @@ impl Repository {
     /// Stops every model: queued requests finish, instance threads are joined.
     pub fn shutdown(&self) {
         let _control = self.control.lock().expect("control lock");
+        self.closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let models = std::mem::take(&mut *self.models.write().expect("models lock"));
         for entry in models.values() {
             for handle in entry.ready.values() {
                 handle.shutdown();
             }
         }
+    }
+}
+
+impl Repository {
+    /// Takes the model-control lock for a change that loads models; refused
+    /// once shutdown has begun, so no model loads while the server stops.
+    fn control_for_load(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+        let guard = self.control.lock().expect("control lock");
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::unavailable(
+                "the server is shutting down: models are no longer loaded",
+            ));
+        }
+        Ok(guard)
     }
 }
 

@@ -39,10 +39,13 @@ impl Ord for Entry {
     }
 }
 
-fn sender() -> Option<Sender<(Instant, Weak<dyn Expire>)>> {
-    static TX: OnceLock<Option<Mutex<Sender<(Instant, Weak<dyn Expire>)>>>> = OnceLock::new();
+/// A request to call `expire_now` at an instant.
+type Watch = (Instant, Weak<dyn Expire>);
+
+fn sender() -> Option<Sender<Watch>> {
+    static TX: OnceLock<Option<Mutex<Sender<Watch>>>> = OnceLock::new();
     TX.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<(Instant, Weak<dyn Expire>)>();
+        let (tx, rx) = mpsc::channel::<Watch>();
         let spawned = std::thread::Builder::new()
             .name("tern-queue-deadlines".into())
             .spawn(move || {

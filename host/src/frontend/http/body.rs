@@ -19,6 +19,10 @@ use crate::memory::pool::{pools, Block};
 /// Alignment of the binary section in a joined body.
 const ALIGN: usize = 64;
 
+/// Triton's `kMaxChunkedChunks`: the most non-empty chunks a body without
+/// `Content-Length` (chunked) may arrive in.
+const MAX_CHUNKS: usize = 1 << 16;
+
 /// What reading a body needs from the request headers, so the handler can
 /// drop the headers first (they pin hyper's read buffer, which could then not
 /// be reused for the body).
@@ -48,48 +52,89 @@ impl BodyHeaders {
 /// Reads a request body up to `--http-max-input-size`, decompressing it when
 /// `Content-Encoding` says so (the limit applies after decompression too).
 pub async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Bytes> {
-    read(s, BodyHeaders::of(headers), body, 0).await
+    read_kind(s, BodyHeaders::of(headers), body, 0, "HTTP").await
 }
 
-/// [`read_body`] with the headers already taken apart; `binary_at` is where
-/// the binary tensor section starts (0 when none).
+/// [`read_body`] for an inference request, with the headers already taken
+/// apart; `binary_at` is where the binary tensor section starts (0 when none).
 pub async fn read(
     s: &HttpState,
     headers: BodyHeaders,
     body: Body,
     binary_at: usize,
 ) -> Result<Bytes> {
+    read_kind(s, headers, body, binary_at, "infer").await
+}
+
+/// Reads a body; `kind` names the request in Triton's chunk-limit error.
+async fn read_kind(
+    s: &HttpState,
+    headers: BodyHeaders,
+    body: Body,
+    binary_at: usize,
+    kind: &str,
+) -> Result<Bytes> {
     let limit = s.max_input_size;
+    let raw = gather(
+        body,
+        headers.declared,
+        limit,
+        s.read_timeout,
+        binary_at,
+        kind,
+    )
+    .await?;
+    match headers.coding? {
+        None => Ok(raw),
+        Some(c) => compression::decompress(c, &raw, limit).map(Bytes::from),
+    }
+}
+
+/// Collects the (still encoded) body of `declared` length, if known, up to
+/// `limit` bytes and, without a length, [`MAX_CHUNKS`] non-empty chunks; an
+/// oversized body is drained so the client reads the error.
+async fn gather(
+    mut body: Body,
+    declared: Option<usize>,
+    limit: usize,
+    timeout: Option<std::time::Duration>,
+    binary_at: usize,
+    kind: &str,
+) -> Result<Bytes> {
     let too_big = || {
         Error::invalid_arg(format!(
             "request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"
         ))
     };
-    let declared = headers.declared;
     if declared.is_some_and(|len| len > limit) {
-        drain(body, s.read_timeout).await;
+        drain(body, timeout).await;
         return Err(too_big());
     }
-    let mut body = body;
     let mut frames = Frames::Empty;
     let mut total = 0;
-    while let Some(frame) = next_frame(&mut body, s.read_timeout).await? {
+    while let Some(frame) = next_frame(&mut body, timeout).await? {
         let frame = frame
             .map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
-        if let Ok(data) = frame.into_data() {
-            total += data.len();
-            if total > limit {
-                drain(body, s.read_timeout).await;
-                return Err(too_big());
-            }
-            frames.push(data, declared, binary_at)?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if data.is_empty() {
+            continue;
+        }
+        total += data.len();
+        if total > limit {
+            drain(body, timeout).await;
+            return Err(too_big());
+        }
+        frames.push(data, declared, binary_at)?;
+        if frames.kept() > MAX_CHUNKS {
+            let chunks = frames.kept() + drain(body, timeout).await;
+            return Err(Error::invalid_arg(format!(
+                "Chunks in the {kind} request buffer exceed the limit {MAX_CHUNKS}, got {chunks} chunks"
+            )));
         }
     }
-    let raw = frames.finish(total, binary_at)?;
-    match headers.coding? {
-        None => Ok(raw),
-        Some(c) => compression::decompress(c, &raw, limit).map(Bytes::from),
-    }
+    frames.finish(total, binary_at)
 }
 
 /// The frames read so far.
@@ -108,6 +153,14 @@ enum Frames {
 }
 
 impl Frames {
+    /// How many frames are kept (a body without `Content-Length`).
+    fn kept(&self) -> usize {
+        match self {
+            Frames::Kept(v) => v.len(),
+            _ => 0,
+        }
+    }
+
     fn push(&mut self, data: Bytes, declared: Option<usize>, binary_at: usize) -> Result<()> {
         *self = match std::mem::replace(self, Frames::Empty) {
             // More to come: copy from the first frame on, so that no frame is held while hyper
@@ -198,16 +251,21 @@ async fn next_frame(
 
 /// Reads and discards what is left of an oversized body (up to a cap) so the
 /// client can read the error response instead of seeing a reset connection;
-/// stops early when the body stalls for `timeout`.
-async fn drain(mut body: Body, timeout: Option<std::time::Duration>) {
+/// stops early when the body stalls for `timeout`. Returns how many
+/// non-empty frames it read.
+async fn drain(mut body: Body, timeout: Option<std::time::Duration>) -> usize {
     const CAP: usize = 1 << 30;
     let mut seen = 0usize;
+    let mut frames = 0;
     while let Ok(Some(Ok(frame))) = next_frame(&mut body, timeout).await {
-        seen += frame.data_ref().map(|d| d.len()).unwrap_or(0);
+        let len = frame.data_ref().map(|d| d.len()).unwrap_or(0);
+        frames += usize::from(len > 0);
+        seen += len;
         if seen > CAP {
             break;
         }
     }
+    frames
 }
 
 #[cfg(test)]
@@ -222,6 +280,55 @@ mod tests {
             f.push(Bytes::copy_from_slice(d), declared, binary_at)?;
         }
         f.finish(total, binary_at)
+    }
+
+    /// A body of `n` frames of `size` bytes each.
+    struct Chunks {
+        n: usize,
+        size: usize,
+        sent: usize,
+    }
+
+    impl http_body::Body for Chunks {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<std::result::Result<http_body::Frame<Bytes>, Self::Error>>>
+        {
+            if self.sent == self.n {
+                return std::task::Poll::Ready(None);
+            }
+            self.sent += 1;
+            let data = Bytes::from(vec![b' '; self.size]);
+            let frame = http_body::Frame::data(data);
+            std::task::Poll::Ready(Some(Ok(frame)))
+        }
+    }
+
+    async fn collect_chunks(n: usize, size: usize, declared: Option<usize>) -> Result<Bytes> {
+        let body = Body::new(Chunks { n, size, sent: 0 });
+        gather(body, declared, 1 << 30, None, 0, "infer").await
+    }
+
+    #[tokio::test]
+    async fn chunk_limit_without_a_length() {
+        let ok = collect_chunks(MAX_CHUNKS, 1, None).await.unwrap();
+        assert_eq!(ok.len(), MAX_CHUNKS);
+        let e = collect_chunks(MAX_CHUNKS + 5, 1, None).await.unwrap_err();
+        assert_eq!(
+            e.message,
+            "Chunks in the infer request buffer exceed the limit 65536, got 65541 chunks"
+        );
+        // Empty frames do not count.
+        let ok = collect_chunks(2 * MAX_CHUNKS, 0, None).await.unwrap();
+        assert!(ok.is_empty());
+        // With a Content-Length the frames are copied as they come: no limit.
+        let n = MAX_CHUNKS + 5;
+        let ok = collect_chunks(n, 1, Some(n)).await.unwrap();
+        assert_eq!(ok.len(), n);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::nonfinite;
 use crate::config::ModelConfig;
 use crate::core::tensor::shape_str;
 use crate::core::validate::{classification_param, element_count_matches, input_header};
@@ -14,6 +15,14 @@ use crate::core::{
 };
 use crate::error::{Error, Result};
 use crate::memory::shm::{self, SharedMemory};
+
+/// Triton's `HTTP_MAX_JSON_NESTING_DEPTH`: how deep a tensor's `data` may nest.
+const MAX_JSON_NESTING_DEPTH: usize = 100;
+
+/// Triton's error for `data` nested too deeply.
+fn nesting_error() -> String {
+    format!("JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_NESTING_DEPTH})")
+}
 
 #[derive(Deserialize)]
 struct JsonRequest {
@@ -51,12 +60,21 @@ pub struct HttpOptions {
     pub binary_default: bool,
 }
 
-fn parse_parameters(map: Option<Map<String, Value>>, what: &str) -> Result<Parameters> {
+/// Reads a `parameters` object; with `special` (the request was
+/// [rewritten](nonfinite::rewrite)) a NaN/infinity sentinel is a double.
+fn parse_parameters(
+    map: Option<Map<String, Value>>,
+    what: &str,
+    special: bool,
+) -> Result<Parameters> {
     let mut out = Parameters::new();
     for (k, v) in map.into_iter().flatten() {
         let p = match v {
             Value::Bool(b) => Parameter::Bool(b),
-            Value::String(s) => Parameter::String(s),
+            Value::String(s) => match special.then(|| nonfinite::of_str(&s)).flatten() {
+                Some(d) => Parameter::Double(d),
+                None => Parameter::String(s),
+            },
             Value::Number(n) => match n.as_i64() {
                 Some(i) => Parameter::Int(i),
                 None => Parameter::Double(n.as_f64().unwrap_or(f64::NAN)),
@@ -72,21 +90,56 @@ fn parse_parameters(map: Option<Map<String, Value>>, what: &str) -> Result<Param
     Ok(out)
 }
 
-fn flatten<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
+/// Collects the leaves of `v`, an array at nesting `depth` (the `data`
+/// array itself is at 0), failing as Triton does at depth
+/// [`MAX_JSON_NESTING_DEPTH`].
+fn flatten<'a>(v: &'a Value, depth: usize, out: &mut Vec<&'a Value>) -> bool {
     match v {
-        Value::Array(items) => items.iter().for_each(|i| flatten(i, out)),
-        leaf => out.push(leaf),
+        Value::Array(items) => {
+            depth < MAX_JSON_NESTING_DEPTH && items.iter().all(|i| flatten(i, depth + 1, out))
+        }
+        leaf => {
+            out.push(leaf);
+            true
+        }
     }
 }
 
-/// Converts JSON `data` (flat or nested) into tensor bytes for `dtype`.
-fn json_to_bytes(name: &str, dtype: DataType, data: &Value) -> Result<(Vec<u8>, usize)> {
+/// Converts JSON `data` (flat or nested) into tensor bytes for `dtype`; with
+/// `special` (the request was [rewritten](nonfinite::rewrite)) FP32 and FP64
+/// take NaN/infinity sentinels.
+fn json_to_bytes(
+    name: &str,
+    dtype: DataType,
+    data: &Value,
+    special: bool,
+) -> Result<(Vec<u8>, usize)> {
+    if matches!(dtype, DataType::Fp16 | DataType::Bf16) {
+        return Err(Error::invalid_arg(format!(
+            "receiving {dtype} data via JSON is not supported. Please use the binary data format for input {name}"
+        )));
+    }
     let mut leaves = Vec::new();
-    flatten(data, &mut leaves);
+    if !flatten(data, 0, &mut leaves) {
+        return Err(Error::invalid_arg(format!(
+            "{} in 'data' of input '{name}'",
+            nesting_error()
+        )));
+    }
     let bad = |v: &Value| {
+        let v = if special {
+            nonfinite::show(v)
+        } else {
+            v.to_string()
+        };
         Error::invalid_arg(format!(
             "unable to parse 'data' of input '{name}': {v} is not a valid {dtype} value"
         ))
+    };
+    let float = |v: &Value| {
+        v.as_f64()
+            .or_else(|| special.then(|| nonfinite::of_value(v)).flatten())
+            .ok_or_else(|| bad(v))
     };
     let mut buf = Vec::with_capacity(leaves.len() * dtype.size().unwrap_or(8));
     macro_rules! ints {
@@ -120,26 +173,49 @@ fn json_to_bytes(name: &str, dtype: DataType, data: &Value) -> Result<(Vec<u8>, 
         DataType::Int64 => ints!(i64),
         DataType::Fp32 => {
             for v in &leaves {
-                buf.extend_from_slice(&(v.as_f64().ok_or_else(|| bad(v))? as f32).to_le_bytes());
+                buf.extend_from_slice(&(float(v)? as f32).to_le_bytes());
             }
         }
         DataType::Fp64 => {
             for v in &leaves {
-                buf.extend_from_slice(&v.as_f64().ok_or_else(|| bad(v))?.to_le_bytes());
+                buf.extend_from_slice(&float(v)?.to_le_bytes());
             }
         }
         DataType::Bytes => {
             for v in &leaves {
-                bytes_tensor::push(&mut buf, v.as_str().ok_or_else(|| bad(v))?.as_bytes());
+                let s = v
+                    .as_str()
+                    .filter(|s| !special || nonfinite::of_str(s).is_none())
+                    .ok_or_else(|| bad(v))?;
+                bytes_tensor::push(&mut buf, s.as_bytes());
             }
         }
-        DataType::Fp16 | DataType::Bf16 => {
-            return Err(Error::invalid_arg(format!(
-                "input '{name}': {dtype} data must be sent in binary form (binary tensor data extension), not as JSON"
-            )))
-        }
+        DataType::Fp16 | DataType::Bf16 => unreachable!("rejected above"),
     }
     Ok((buf, leaves.len()))
+}
+
+/// Parses the JSON request header. serde_json first; only when that fails,
+/// again with bare NaN/infinity tokens [rewritten](nonfinite::rewrite) to
+/// sentinels (`true` in the answer), as Triton reads them. A failure reports
+/// the first parse's error; serde_json's own nesting limit (128) keeps a
+/// deeply nested body from overflowing the stack.
+fn parse_json(text: &[u8]) -> Result<(JsonRequest, bool)> {
+    let first = match serde_json::from_slice(text) {
+        Ok(json) => return Ok((json, false)),
+        Err(e) => e,
+    };
+    if let Some(json) = nonfinite::rewrite(text).and_then(|t| serde_json::from_slice(&t).ok()) {
+        return Ok((json, true));
+    }
+    let detail = if first.to_string().starts_with("recursion limit exceeded") {
+        format!("{}: ", nesting_error())
+    } else {
+        String::new()
+    };
+    Err(Error::invalid_arg(format!(
+        "failed to parse the request JSON: {detail}{first}"
+    )))
 }
 
 /// Decodes an HTTP inference request: `header_len` is the
@@ -162,19 +238,19 @@ pub fn decode_request(
             body.len()
         )));
     }
-    let json: JsonRequest = serde_json::from_slice(&body[..split])
-        .map_err(|e| Error::invalid_arg(format!("failed to parse the request JSON: {e}")))?;
+    let (json, special) = parse_json(&body[..split])?;
     let mut binary = body.slice(split..);
     let id = match json.id {
         None => String::new(),
-        Some(Value::String(s)) => s,
+        Some(Value::String(s)) if !special || nonfinite::of_str(&s).is_none() => s,
         Some(other) => {
             return Err(Error::invalid_arg(format!(
-                "request 'id' must be a string, got {other}"
+                "request 'id' must be a string, got {}",
+                nonfinite::show(&other)
             )))
         }
     };
-    let mut parameters = parse_parameters(json.parameters, "request")?;
+    let mut parameters = parse_parameters(json.parameters, "request", special)?;
     let binary_default = match parameters.remove("binary_data_output") {
         None => false,
         Some(Parameter::Bool(b)) => b,
@@ -188,7 +264,7 @@ pub fn decode_request(
     for input in json.inputs {
         let name = input.name;
         let dtype = input_header(&name, &input.datatype, &input.shape)?;
-        let params = parse_parameters(input.parameters, &format!("input '{name}'"))?;
+        let params = parse_parameters(input.parameters, &format!("input '{name}'"), special)?;
         let binary_size = match params.get("binary_data_size") {
             None => None,
             Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
@@ -218,20 +294,25 @@ pub fn decode_request(
             (Some(n), None) => {
                 if n > binary.len() {
                     return Err(Error::invalid_arg(format!(
-                        "input '{name}': binary_data_size {n} exceeds the {} byte(s) of binary data left in the request",
+                        "unexpected size for input '{name}', expecting {n} additional bytes for model '{model}' (binary_data_size {n}, but only {} byte(s) of binary data are left in the request)",
                         binary.len()
                     )));
                 }
                 binary.split_to(n)
             }
             (None, Some(data)) => {
-                let (buf, count) = json_to_bytes(&name, dtype, &data)?;
-                element_count_matches(&name, &input.shape, count, "'data'")?;
+                let (buf, count) = json_to_bytes(&name, dtype, &data, special)?;
+                element_count_matches(&name, &input.shape, count, "'data'").map_err(|e| {
+                    Error::invalid_arg(format!(
+                        "Unable to parse 'data': Shape does not match true shape of 'data' field ({})",
+                        e.message
+                    ))
+                })?;
                 buf.into()
             }
             (None, None) => {
                 return Err(Error::invalid_arg(format!(
-                    "input '{name}' has neither 'data' nor 'binary_data_size'"
+                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set (input '{name}')"
                 )))
             }
         };
@@ -239,13 +320,13 @@ pub fn decode_request(
     }
     if !binary.is_empty() {
         return Err(Error::invalid_arg(format!(
-            "the request has {} byte(s) of binary data that no input claims (check binary_data_size)",
+            "unexpected additional input data for model '{model}' ({} byte(s) of binary data that no input claims; check binary_data_size)",
             binary.len()
         )));
     }
     let mut outputs = Vec::new();
     for out in json.outputs.into_iter().flatten() {
-        let params = parse_parameters(out.parameters, &format!("output '{}'", out.name))?;
+        let params = parse_parameters(out.parameters, &format!("output '{}'", out.name), special)?;
         let binary = match params.get("binary_data") {
             None => None,
             Some(Parameter::Bool(b)) => Some(*b),
@@ -278,7 +359,9 @@ pub fn decode_request(
 }
 
 /// The raw-binary request form (`Inference-Header-Content-Length: 0`): the
-/// whole body is the data of the model's single input.
+/// whole body is the data of the model's single input, its shape deduced from
+/// the configuration as in Triton. For BYTES the input must hold exactly one
+/// element and the body is that one string, without a length prefix.
 fn decode_raw(
     model: &str,
     version: Option<i64>,
@@ -287,7 +370,7 @@ fn decode_raw(
 ) -> Result<(InferRequest, HttpOptions)> {
     if cfg.input.len() != 1 {
         return Err(Error::invalid_arg(format!(
-            "raw binary requests (Inference-Header-Content-Length: 0) need a model with exactly one input; '{model}' has {}",
+            "Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{model}' model configuration",
             cfg.input.len()
         )));
     }
@@ -295,41 +378,75 @@ fn decode_raw(
     let dtype = DataType::from_config(spec.data_type)?;
     let mut shape: Vec<i64> = spec.dims.clone();
     let variable = shape.iter().filter(|&&d| d < 0).count();
-    if variable > 0 {
-        let elements = match dtype.size() {
-            Some(size) if body.len().is_multiple_of(size) => body.len() / size,
-            Some(size) => {
-                return Err(Error::invalid_arg(format!(
-                    "raw input of {} bytes is not a multiple of the {dtype} size {size}",
-                    body.len()
-                )))
-            }
-            None => bytes_tensor::count(&body)?,
-        };
-        let fixed: usize = shape
-            .iter()
-            .filter(|&&d| d > 0)
-            .map(|&d| d as usize)
-            .product();
-        if variable > 1 || fixed == 0 || elements % fixed != 0 {
-            return Err(Error::invalid_arg(format!(
-                "cannot infer the shape of input '{}' (dims {}) from {} raw bytes",
-                spec.name,
-                shape_str(&spec.dims),
-                body.len()
-            )));
-        }
-        for d in shape.iter_mut().filter(|d| **d < 0) {
-            *d = (elements / fixed) as i64;
-        }
+    if variable > 1 {
+        return Err(Error::invalid_arg(format!(
+            "The shape of the raw input '{}' can not be deduced because there are more than one variable-sized dimension (dims {})",
+            spec.name,
+            shape_str(&spec.dims)
+        )));
     }
+    let data = match dtype.size() {
+        None => {
+            let one = variable == 0
+                && shape
+                    .iter()
+                    .try_fold(1i64, |n, &d| n.checked_mul(d))
+                    .is_some_and(|n| n == 1);
+            if !one {
+                return Err(Error::invalid_arg(format!(
+                    "For BYTE datatype raw input '{}', the model must have input shape [1] (its dims are {})",
+                    spec.name,
+                    shape_str(&spec.dims)
+                )));
+            }
+            if u32::try_from(body.len()).is_err() {
+                return Err(Error::invalid_arg(format!(
+                    "raw BYTES input '{}' of {} bytes is longer than a BYTES element can be (4 GiB)",
+                    spec.name,
+                    body.len()
+                )));
+            }
+            // The one element, with the length prefix Tern keeps BYTES tensors in.
+            let mut buf = Vec::with_capacity(body.len() + 4);
+            bytes_tensor::push(&mut buf, &body);
+            Bytes::from(buf)
+        }
+        Some(size) => {
+            if variable == 1 {
+                if !body.len().is_multiple_of(size) {
+                    return Err(Error::invalid_arg(format!(
+                        "raw input of {} bytes is not a multiple of the {dtype} size {size}",
+                        body.len()
+                    )));
+                }
+                let elements = body.len() / size;
+                let fixed: usize = shape
+                    .iter()
+                    .filter(|&&d| d >= 0)
+                    .map(|&d| d as usize)
+                    .product();
+                if fixed == 0 || !elements.is_multiple_of(fixed) {
+                    return Err(Error::invalid_arg(format!(
+                        "cannot infer the shape of input '{}' (dims {}) from {} raw bytes",
+                        spec.name,
+                        shape_str(&spec.dims),
+                        body.len()
+                    )));
+                }
+                for d in shape.iter_mut().filter(|d| **d < 0) {
+                    *d = (elements / fixed) as i64;
+                }
+            }
+            body
+        }
+    };
     if cfg.max_batch_size > 0 {
         shape.insert(0, 1);
     }
     let request = InferRequest {
         model_name: model.into(),
         model_version: version,
-        inputs: vec![Tensor::new(spec.name.clone(), dtype, shape, body)],
+        inputs: vec![Tensor::new(spec.name.clone(), dtype, shape, data)],
         ..Default::default()
     };
     Ok((
@@ -353,6 +470,16 @@ fn data_to_json(t: &Tensor, out: &mut Vec<u8>) -> Option<()> {
             serde_json::to_writer(&mut *out, &v).ok()
         }};
     }
+    // As Triton (rapidjson's kWriteNanAndInfFlag): NaN, Infinity, -Infinity.
+    macro_rules! floats {
+        ($ty:ty, $n:expr) => {{
+            let v: Vec<$ty> = d
+                .chunks_exact($n)
+                .map(|c| <$ty>::from_le_bytes(c.try_into().expect("chunk")))
+                .collect();
+            nonfinite::write_floats(out, &v).ok()
+        }};
+    }
     match t.dtype {
         DataType::Bool => {
             serde_json::to_writer(&mut *out, &d.iter().map(|&b| b != 0).collect::<Vec<_>>()).ok()
@@ -367,8 +494,8 @@ fn data_to_json(t: &Tensor, out: &mut Vec<u8>) -> Option<()> {
         DataType::Int32 => nums!(i32, 4),
         DataType::Uint64 => nums!(u64, 8),
         DataType::Int64 => nums!(i64, 8),
-        DataType::Fp32 => nums!(f32, 4),
-        DataType::Fp64 => nums!(f64, 8),
+        DataType::Fp32 => floats!(f32, 4),
+        DataType::Fp64 => floats!(f64, 8),
         DataType::Fp16 | DataType::Bf16 => None,
         DataType::Bytes => {
             let elements = bytes_tensor::decode(d).ok()?;
@@ -487,7 +614,12 @@ pub fn encode_response(
             json.push(b'}');
             continue;
         }
-        let want_binary = asked.and_then(|r| r.binary).unwrap_or(opts.binary_default);
+        // As Triton: `binary_data_output` covers the outputs the request does not
+        // list; a listed output is JSON unless its own `binary_data` says otherwise.
+        let want_binary = match asked {
+            Some(r) => r.binary.unwrap_or(false),
+            None => opts.binary_default,
+        };
         let mark = json.len();
         let as_json = !want_binary && {
             json.extend_from_slice(b",\"data\":");
@@ -561,7 +693,13 @@ mod tests {
             Some(header.len()),
         )
         .unwrap_err();
-        assert!(e.message.contains("exceeds the 7 byte(s)"), "{e}");
+        assert!(
+            e.message.starts_with(
+                "unexpected size for input 'X', expecting 8 additional bytes for model 'm'"
+            ),
+            "{e}"
+        );
+        assert!(e.message.contains("only 7 byte(s)"), "{e}");
         let e = decode(Bytes::from(body.clone()), Some(body.len() + 1)).unwrap_err();
         assert!(e.message.contains("larger than the request body"), "{e}");
         let e = decode(Bytes::from(body.clone()), Some(header.len() - 3)).unwrap_err();
@@ -572,7 +710,18 @@ mod tests {
         let mut extra = body.clone();
         extra.push(0);
         let e = decode(Bytes::from(extra), Some(header.len())).unwrap_err();
-        assert!(e.message.contains("no input claims"), "{e}");
+        assert!(
+            e.message
+                .starts_with("unexpected additional input data for model 'm'"),
+            "{e}"
+        );
+        assert!(e.message.contains("1 byte(s) of binary data"), "{e}");
+        let none = br#"{"inputs":[{"name":"X","shape":[1,2],"datatype":"FP32"}]}"#;
+        let e = decode(Bytes::from_static(none), None).unwrap_err();
+        assert!(
+            e.message.starts_with("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -583,14 +732,169 @@ mod tests {
         let body = br#"{"inputs":[{"name":"X","shape":[1,3],"datatype":"FP32","data":[1,2]}]}"#;
         let e = decode(Bytes::from_static(body), None).unwrap_err();
         assert!(
+            e.message.starts_with(
+                "Unable to parse 'data': Shape does not match true shape of 'data' field"
+            ),
+            "{e}"
+        );
+        assert!(
             e.message.contains("has 3 element(s) but 'data' has 2"),
             "{e}"
         );
-        let body = br#"{"inputs":[{"name":"X","shape":[1],"datatype":"FP16","data":[1]}]}"#;
-        assert!(decode(Bytes::from_static(body), None)
-            .unwrap_err()
-            .message
-            .contains("binary form"));
+        for dt in ["FP16", "BF16"] {
+            let body = format!(
+                r#"{{"inputs":[{{"name":"X","shape":[1],"datatype":"{dt}","data":[1]}}]}}"#
+            );
+            let e = decode(Bytes::from(body), None).unwrap_err();
+            assert_eq!(
+                e.message,
+                format!("receiving {dt} data via JSON is not supported. Please use the binary data format for input X")
+            );
+        }
+    }
+
+    fn f32s(data: &[u8]) -> Vec<f32> {
+        data.chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn json_nan_and_infinities() {
+        let body = br#"{"id":"NaN","parameters":{"p":NaN,"q":-Infinity,"s":"Inf"},
+            "inputs":[{"name":"X","shape":[1,6],"datatype":"FP32","data":[NaN,Inf,-Inf,Infinity,-Infinity,1.5]},
+                      {"name":"Y","shape":[2],"datatype":"FP64","data":[-Infinity,NaN]},
+                      {"name":"S","shape":[1],"datatype":"BYTES","data":["NaN"]}]}"#;
+        let (req, _) = decode(Bytes::from_static(body), None).unwrap();
+        assert_eq!(req.id, "NaN");
+        assert!(matches!(req.parameters.get("p"), Some(Parameter::Double(d)) if d.is_nan()));
+        assert!(
+            matches!(req.parameters.get("q"), Some(Parameter::Double(d)) if *d == f64::NEG_INFINITY)
+        );
+        assert!(matches!(req.parameters.get("s"), Some(Parameter::String(s)) if s == "Inf"));
+        let x = f32s(&req.inputs[0].data);
+        assert!(x[0].is_nan());
+        let inf = f32::INFINITY;
+        assert_eq!(x[1..], [inf, -inf, inf, -inf, 1.5]);
+        let y: Vec<f64> = req.inputs[1]
+            .data
+            .chunks(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert!(y[0] == f64::NEG_INFINITY && y[1].is_nan());
+        assert_eq!(&req.inputs[2].data[4..], b"NaN");
+
+        // Every other type refuses them, and so do a string input and the id.
+        for (dt, token, shown) in [
+            ("INT32", "NaN", "NaN"),
+            ("BOOL", "Inf", "Infinity"),
+            ("UINT8", "-Infinity", "-Infinity"),
+            ("BYTES", "NaN", "NaN"),
+        ] {
+            let body = format!(
+                r#"{{"inputs":[{{"name":"X","shape":[1],"datatype":"{dt}","data":[{token}]}}]}}"#
+            );
+            let e = decode(Bytes::from(body), None).unwrap_err();
+            assert!(
+                e.message
+                    .contains(&format!("{shown} is not a valid {dt} value")),
+                "{e}"
+            );
+        }
+        let e = decode(Bytes::from_static(br#"{"id":NaN,"inputs":[]}"#), None).unwrap_err();
+        assert!(e.message.contains("'id' must be a string, got NaN"), "{e}");
+        // A string that could pass for a sentinel stays a string on the fast path...
+        let body = br#"{"id":"\u0000NaN","inputs":[{"name":"S","shape":[1],"datatype":"BYTES","data":["\u0000NaN"]}]}"#;
+        let (req, _) = decode(Bytes::from_static(body), None).unwrap();
+        assert_eq!(req.id, "\0NaN");
+        assert_eq!(&req.inputs[0].data[4..], b"\0NaN");
+        // ...and with bare tokens too the request is refused, not misread.
+        let body =
+            br#"{"id":"\u0000NaN","inputs":[{"name":"X","shape":[1],"datatype":"FP32","data":[NaN]}]}"#;
+        let e = decode(Bytes::from_static(body), None).unwrap_err();
+        assert!(
+            e.message.contains("failed to parse the request JSON"),
+            "{e}"
+        );
+        // Not a token: still the parse error, as serde_json says it.
+        let e = decode(
+            Bytes::from_static(
+                br#"{"inputs":[{"name":"X","shape":[1],"datatype":"FP32","data":[Nan]}]}"#,
+            ),
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            e.message
+                .starts_with("failed to parse the request JSON: expected value"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn writes_nan_and_infinities_as_triton() {
+        let values = [f32::NAN, 1.5, f32::INFINITY, f32::NEG_INFINITY];
+        let resp = InferResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            outputs: vec![
+                Tensor::new(
+                    "A",
+                    DataType::Fp32,
+                    vec![4],
+                    values
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect::<Vec<u8>>(),
+                ),
+                Tensor::new(
+                    "B",
+                    DataType::Fp64,
+                    vec![2],
+                    [0.25f64, f64::NAN]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect::<Vec<u8>>(),
+                ),
+            ],
+            ..Default::default()
+        };
+        let enc = encode_response(&resp, &[], &HttpOptions::default());
+        let body = String::from_utf8(enc.parts.concat()).unwrap();
+        assert!(
+            body.contains(r#""data":[NaN,1.5,Infinity,-Infinity]"#),
+            "{body}"
+        );
+        assert!(body.contains(r#""data":[0.25,NaN]"#), "{body}");
+    }
+
+    #[test]
+    fn data_nesting_limit() {
+        let nested = |depth: usize| {
+            format!(
+                r#"{{"inputs":[{{"name":"X","shape":[1],"datatype":"FP32","data":{}1{}}}]}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            )
+        };
+        // 100 arrays: the `data` array and 99 within it, as Triton allows.
+        let (req, _) = decode(Bytes::from(nested(100)), None).unwrap();
+        assert_eq!(f32s(&req.inputs[0].data), [1.0]);
+        let e = decode(Bytes::from(nested(101)), None).unwrap_err();
+        assert!(
+            e.message.starts_with(
+                "JSON nesting depth exceeds maximum allowed limit (100) in 'data' of input 'X'"
+            ),
+            "{e}"
+        );
+        // Deeper than serde_json's own limit: a parse error with Triton's words, no overflow.
+        for body in [nested(1000), "[".repeat(200_000)] {
+            let e = decode(Bytes::from(body), None).unwrap_err();
+            assert!(
+                e.message.starts_with("failed to parse the request JSON: JSON nesting depth exceeds maximum allowed limit (100): recursion limit exceeded"),
+                "{e}"
+            );
+        }
     }
 
     #[test]
@@ -602,6 +906,90 @@ mod tests {
         let (req, opts) = decode(Bytes::from(data), Some(0)).unwrap();
         assert_eq!(req.inputs[0].shape, vec![1, 3]);
         assert!(opts.binary_default);
+    }
+
+    fn decode_raw_with(config: &str, body: &'static [u8]) -> Result<InferRequest> {
+        let cfg = parse_pbtxt(config).unwrap();
+        decode_request(
+            "m",
+            None,
+            Bytes::from_static(body),
+            Some(0),
+            &cfg,
+            &SharedMemory::new(false),
+        )
+        .map(|(r, _)| r)
+    }
+
+    #[test]
+    fn raw_binary_as_triton() {
+        // BYTES: the whole body is the one element, the length prefix added here.
+        for (config, shape) in [
+            (
+                r#"name: "m" max_batch_size: 0 input [{name: "S" data_type: TYPE_STRING dims: [1]}]"#,
+                vec![1],
+            ),
+            (
+                r#"name: "m" max_batch_size: 8 input [{name: "S" data_type: TYPE_STRING dims: [1]}]"#,
+                vec![1, 1],
+            ),
+        ] {
+            let req = decode_raw_with(config, b"\x00\x01any bytes").unwrap();
+            assert_eq!(req.inputs[0].shape, shape);
+            assert_eq!(&req.inputs[0].data[..], b"\x0b\0\0\0\x00\x01any bytes");
+        }
+        let req = decode_raw_with(
+            r#"name: "m" input [{name: "S" data_type: TYPE_STRING dims: [1]}]"#,
+            b"",
+        )
+        .unwrap();
+        assert_eq!(&req.inputs[0].data[..], &[0u8; 4]);
+        for dims in ["-1", "2", "1, -1"] {
+            let config =
+                format!(r#"name: "m" input [{{name: "S" data_type: TYPE_STRING dims: [{dims}]}}]"#);
+            let cfg = parse_pbtxt(&config).unwrap();
+            let e = decode_request(
+                "m",
+                None,
+                Bytes::from_static(b"abc"),
+                Some(0),
+                &cfg,
+                &SharedMemory::new(false),
+            )
+            .unwrap_err();
+            assert!(
+                e.message.starts_with(
+                    "For BYTE datatype raw input 'S', the model must have input shape [1]"
+                ),
+                "{dims}: {e}"
+            );
+        }
+        let e = decode_raw_with(
+            r#"name: "m" input [{name: "A" data_type: TYPE_INT32 dims: [-1, -1]}]"#,
+            b"abcd",
+        )
+        .unwrap_err();
+        assert!(
+            e.message.starts_with("The shape of the raw input 'A' can not be deduced because there are more than one variable-sized dimension"),
+            "{e}"
+        );
+        let e = decode_raw_with(
+            r#"name: "m" input [{name: "A" data_type: TYPE_INT32 dims: [1]}, {name: "B" data_type: TYPE_INT32 dims: [1]}]"#,
+            b"abcd",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'm' model configuration"
+        );
+        // Fixed dims: the body as it is, its size checked later with the shape.
+        let req = decode_raw_with(
+            r#"name: "m" input [{name: "A" data_type: TYPE_INT32 dims: [2]}]"#,
+            b"abcdefgh",
+        )
+        .unwrap();
+        assert_eq!(req.inputs[0].shape, vec![2]);
+        assert_eq!(&req.inputs[0].data[..], b"abcdefgh");
     }
 
     #[test]

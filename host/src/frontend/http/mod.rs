@@ -5,6 +5,7 @@
 mod body;
 pub mod codec;
 pub mod compression;
+mod nonfinite;
 mod shm;
 
 use std::sync::Arc;

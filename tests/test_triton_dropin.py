@@ -1,0 +1,320 @@
+"""Triton drop-in behaviour, end to end through the binary with tritonclient:
+tritonserver command lines, startup failures, ensembles mixing batching and
+non-batching steps, reshape with variable dims, very large config values,
+normalised configs, dynamic-batcher timing, queue timeouts while busy, gRPC
+deadlines, ensemble classification labels and shutdown in poll mode. Each
+test is written from Triton's documented (or source) behaviour."""
+
+import json
+import os
+import socket
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto
+from tritonclient.utils import InferenceServerException
+
+from conftest import Tern
+from gen_models import identity_onnx, io_config, write
+
+
+def get(url, path):
+    try:
+        with urllib.request.urlopen(f"http://{url}{path}", timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def ident(root, name, max_batch, dims, extra=""):
+    write(f"{root}/{name}/config.pbtxt", io_config(name, "TYPE_FP32", dims, max_batch, "identity", extra))
+    write(f"{root}/{name}/1/.keep", "")
+
+
+def ensemble(root, name, max_batch, model, in_dims, out_dims, in_extra="", out_label=""):
+    d = lambda dims: ", ".join(str(x) for x in dims)  # noqa: E731
+    write(
+        f"{root}/{name}/config.pbtxt",
+        f'''name: "{name}"
+platform: "ensemble"
+max_batch_size: {max_batch}
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ {d(in_dims)} ] {in_extra} }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ {d(out_dims)} ] {out_label} }} ]
+ensemble_scheduling {{ step [ {{ model_name: "{model}" model_version: -1
+  input_map {{ key: "INPUT0" value: "IN" }} output_map {{ key: "OUTPUT0" value: "OUT" }} }} ] }}
+''',
+    )
+    write(f"{root}/{name}/1/.keep", "")
+
+
+@pytest.fixture(scope="module")
+def dropin_repo(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("dropin") / "models")
+    # The three ensembles of the issue: Triton serves them all.
+    ident(root, "ident_nobatch", 0, [-1, -1])
+    ident(root, "ident_batch", 8, [-1])
+    ident(root, "ident_412", 8, [4, 1, 2])
+    ensemble(root, "ens_batch_over_nobatch", 8, "ident_nobatch", [16], [16])
+    ensemble(root, "ens_nobatch_over_batch", 0, "ident_batch", [16], [1, 16])
+    ensemble(root, "ens_reshape", 8, "ident_412", [8], [4, 1, 2], in_extra="reshape { shape: [ 4, 1, 2 ] }")
+    # reshape with a variable dimension, served by ONNX Runtime.
+    identity_onnx(f"{root}/reshape_var/1/model.onnx", TensorProto.FLOAT, ["b", 8, "n", 1, 6])
+    write(
+        f"{root}/reshape_var/config.pbtxt",
+        '''name: "reshape_var"
+backend: "onnxruntime"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2, 4, -1, 6 ] reshape { shape: [ 8, -1, 1, 6 ] } } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 8, -1, 1, 6 ] } ]
+''',
+    )
+    # Very large but valid values.
+    ident(
+        root,
+        "huge_priorities",
+        8,
+        [-1],
+        "dynamic_batching { priority_levels: 18446744073709551615 default_priority_level: 4294967296 }",
+    )
+    # Preferred [2, 6], max 8, 10 s queue delay: a request of 7 must not wait.
+    ident(root, "batch_at_once", 8, [-1], "dynamic_batching { preferred_batch_size: [ 2, 6 ] max_queue_delay_microseconds: 10000000 }")
+    # One slow instance, and queued requests that time out after 200 ms.
+    ident(
+        root,
+        "slow_timeout",
+        8,
+        [-1],
+        'instance_group [ { kind: KIND_CPU count: 1 } ]\n'
+        'parameters { key: "execute_delay_ms" value: { string_value: "1500" } }\n'
+        "dynamic_batching { default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 200000 } }",
+    )
+    ident(root, "slow", 8, [-1], 'parameters { key: "execute_delay_ms" value: { string_value: "2000" } }')
+    # Classification through an ensemble: the composing model's labels.
+    ident(root, "labelled", 8, [20])
+    with open(f"{root}/labelled/config.pbtxt", "a") as f:
+        pass
+    cfg = open(f"{root}/labelled/config.pbtxt").read().replace(
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 20 ] } ]',
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 20 ] label_filename: "labels.txt" } ]',
+    )
+    write(f"{root}/labelled/config.pbtxt", cfg)
+    write(f"{root}/labelled/labels.txt", "".join(f"label{i}\n" for i in range(20)))
+    ensemble(root, "ens_labelled", 8, "labelled", [20], [20])
+    return root
+
+
+@pytest.fixture(scope="module")
+def dropin(dropin_repo):
+    t = Tern([f"--model-repository={dropin_repo}"])
+    yield t
+    t.stop()
+
+
+# --- the tritonserver command line ------------------------------------------
+
+
+def test_triton_command_line_forms(start_tern, dropin_repo):
+    # Booleans as 1/0/on/off in any case, a repeated flag (last wins), and
+    # unambiguous prefixes of long flags, as getopt_long accepts them.
+    t = start_tern(
+        [
+            f"--model-repository={dropin_repo}",
+            "--log-info=1",
+            "--log-verbose",
+            "2",
+            "--log-verbose",
+            "0",
+            "--log-warn=false",
+            "--strict-readiness=ON",
+            "--exit-on-err=Off",
+        ]
+    )
+    c = httpclient.InferenceServerClient(t.url)
+    meta = c.get_server_metadata()
+    assert meta["name"] == "triton", "Triton's default --id, which client examples check"
+    assert "tern" in meta["extensions"]
+    assert c.is_server_ready()
+
+
+def test_bad_boolean_is_refused_with_tritons_words(tmp_path):
+    t = Tern([f"--model-repository={tmp_path}", "--log-info=yes"], wait_ready=False)
+    assert t.wait() != 0
+    assert "invalid value for bool option: yes" in t.log()
+
+
+def test_missing_repository_without_exit_on_error(start_tern, tmp_path):
+    missing = tmp_path / "nowhere"
+    t = start_tern([f"--model-repository={missing}", "--exit-on-error=false"])
+    # As tritonserver: up and answering metadata, but not live (it failed to
+    # initialise) and not ready.
+    assert get(t.url, "/v2")[0] == 200
+    assert get(t.url, "/v2/health/live")[0] == 400
+    assert get(t.url, "/v2/health/ready")[0] == 400
+    g = grpcclient.InferenceServerClient(t.grpc_url)
+    assert not g.is_server_live()
+    assert not g.is_server_ready()
+    assert f"failed to stat file {missing}" in t.log()
+
+
+def test_missing_repository_exits_by_default(tmp_path):
+    t = Tern([f"--model-repository={tmp_path / 'nowhere'}"], wait_ready=False)
+    assert t.wait() != 0
+    assert "failed to stat file" in t.log()
+
+
+def test_port_in_use_is_reported_as_triton_does(tmp_path):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    try:
+        t = Tern([f"--model-repository={tmp_path}", f"--grpc-port={port}"], wait_ready=False)
+        assert t.wait() != 0
+        assert f"failed to start GRPC service: Unavailable - Socket '127.0.0.1:{port}' already in use" in t.log()
+    finally:
+        busy.close()
+
+
+# --- configurations Triton accepts --------------------------------------------
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_ensembles_mixing_batching_and_non_batching_steps(dropin, proto):
+    mod = httpclient if proto == "http" else grpcclient
+    c = mod.InferenceServerClient(dropin.url if proto == "http" else dropin.grpc_url)
+    cases = [
+        ("ens_batch_over_nobatch", np.arange(32, dtype=np.float32).reshape(2, 16), (2, 16)),
+        ("ens_nobatch_over_batch", np.arange(16, dtype=np.float32), (1, 16)),
+        ("ens_reshape", np.arange(24, dtype=np.float32).reshape(3, 8), (3, 4, 1, 2)),
+    ]
+    for model, x, out_shape in cases:
+        assert c.is_model_ready(model), model
+        inp = mod.InferInput("IN", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        out = c.infer(model, [inp]).as_numpy("OUT")
+        assert out.shape == out_shape, model
+        np.testing.assert_array_equal(out.reshape(-1), x.reshape(-1))
+
+
+def test_reshape_with_a_variable_dimension(dropin):
+    c = httpclient.InferenceServerClient(dropin.url)
+    x = np.random.rand(2, 2, 4, 5, 6).astype(np.float32)
+    inp = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    out = c.infer("reshape_var", [inp]).as_numpy("OUTPUT0")
+    assert out.shape == (2, 8, 5, 1, 6)
+    np.testing.assert_array_equal(out.reshape(-1), x.reshape(-1))
+
+
+def test_very_large_config_values_load_and_serve(dropin):
+    c = httpclient.InferenceServerClient(dropin.url)
+    x = np.ones((1, 3), dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+    inp.set_data_from_numpy(x)
+    for priority in (0, 1, 4294967296, 2**63 - 1):
+        out = c.infer("huge_priorities", [inp], priority=priority).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, x)
+    cfg = c.get_model_config("huge_priorities")
+    assert int(cfg["dynamic_batching"]["priority_levels"]) == 18446744073709551615
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_normalised_config_has_the_fields_triton_fills(dropin, proto):
+    if proto == "http":
+        cfg = httpclient.InferenceServerClient(dropin.url).get_model_config("batch_at_once")
+    else:
+        cfg = grpcclient.InferenceServerClient(dropin.grpc_url).get_model_config("batch_at_once", as_json=True)["config"]
+    assert "model_transaction_policy" in cfg
+    assert cfg["optimization"]["input_pinned_memory"]["enable"] is True
+    if proto == "http":
+        ens = httpclient.InferenceServerClient(dropin.url).get_model_config("ens_reshape")
+        assert ens["model_transaction_policy"] == {"decoupled": False}
+
+
+# --- scheduling ----------------------------------------------------------------
+
+
+def test_batcher_sends_at_once_when_no_larger_preferred_batch_can_form(dropin):
+    c = httpclient.InferenceServerClient(dropin.url)
+    x = np.ones((7, 2), dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", [7, 2], "FP32")
+    inp.set_data_from_numpy(x)
+    start = time.monotonic()
+    c.infer("batch_at_once", [inp])
+    assert time.monotonic() - start < 5, "waited for the 10 s queue delay"
+
+
+def test_queue_timeout_fires_while_the_instance_is_busy(dropin):
+    c = httpclient.InferenceServerClient(dropin.url, concurrency=2)
+    x = np.ones((1, 2), dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", [1, 2], "FP32")
+    inp.set_data_from_numpy(x)
+    first = c.async_infer("slow_timeout", [inp])
+    time.sleep(0.3)  # the first request holds the only instance for 1.5 s
+    start = time.monotonic()
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("slow_timeout", [inp])
+    elapsed = time.monotonic() - start
+    assert "Request timeout expired" in str(e.value)
+    assert elapsed < 0.9, f"answered after {elapsed:.2f}s, not at its 0.2 s deadline"
+    first.get_result()
+
+
+def test_grpc_client_deadline_is_deadline_exceeded(dropin):
+    g = grpcclient.InferenceServerClient(dropin.grpc_url)
+    inp = grpcclient.InferInput("INPUT0", [1, 2], "FP32")
+    inp.set_data_from_numpy(np.ones((1, 2), dtype=np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        g.infer("slow", [inp], client_timeout=0.3)
+    assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED", e.value.status()
+    assert "Deadline Exceeded" in str(e.value)
+
+
+# --- protocol details ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_ensemble_classification_uses_the_composing_models_labels(dropin, proto):
+    mod = httpclient if proto == "http" else grpcclient
+    c = mod.InferenceServerClient(dropin.url if proto == "http" else dropin.grpc_url)
+    x = np.arange(20, dtype=np.float32).reshape(1, 20)
+    inp = mod.InferInput("IN", [1, 20], "FP32")
+    inp.set_data_from_numpy(x)
+    if proto == "http":
+        out = [httpclient.InferRequestedOutput("OUT", binary_data=False, class_count=2)]
+    else:
+        out = [grpcclient.InferRequestedOutput("OUT", class_count=2)]
+    got = c.infer("ens_labelled", [inp], outputs=out).as_numpy("OUT")
+    top = [v.decode() if isinstance(v, bytes) else v for v in got.reshape(-1)]
+    assert top[0] == "19.000000:19:label19", top
+    # The composing model answers the same.
+    inp2 = mod.InferInput("INPUT0", [1, 20], "FP32")
+    inp2.set_data_from_numpy(x)
+    if proto == "http":
+        out2 = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=False, class_count=2)]
+    else:
+        out2 = [grpcclient.InferRequestedOutput("OUTPUT0", class_count=2)]
+    direct = c.infer("labelled", [inp2], outputs=out2).as_numpy("OUTPUT0")
+    assert [v.decode() if isinstance(v, bytes) else v for v in direct.reshape(-1)] == top
+
+
+# --- lifecycle -----------------------------------------------------------------------
+
+
+def test_poll_mode_stops_polling_before_shutdown(tmp_path):
+    root = str(tmp_path / "models")
+    ident(root, "first", 8, [-1])
+    t = Tern([f"--model-repository={root}", "--model-control-mode=poll", "--repository-poll-secs=1"])
+    # A model appears while the server stops: it must not load after SIGTERM.
+    ident(root, "second", 8, [-1])
+    rc = t.stop()
+    assert rc == 0, t.log()
+    log = t.log()
+    stop_at = log.index("shutting down")
+    assert "second" not in log[stop_at:], log[stop_at:]
+    assert "stopped" in log[stop_at:]
