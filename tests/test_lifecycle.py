@@ -29,7 +29,7 @@ def test_unknown_and_unimplemented_flags():
 def test_missing_repository_is_an_error(tmp_path):
     t = Tern([f"--model-repository={tmp_path / 'missing'}"], wait_ready=False)
     assert t.wait(30) != 0
-    assert "failed to open model repository" in t.log()
+    assert f"failed to stat file {tmp_path / 'missing'}" in t.log()
 
 
 def test_missing_onnxruntime_library_is_a_clean_load_error(start_tern, good_repo):

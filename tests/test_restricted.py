@@ -58,15 +58,18 @@ def test_grpc_restricted_categories(restricted):
     with pytest.raises(InferenceServerException) as e:
         c.infer("simple", simple_inputs(a, a))
     assert e.value.status() == "StatusCode.UNAVAILABLE"
-    assert "This protocol is restricted, expecting header 'infer-key'" in e.value.message()
-    r = c.infer("simple", simple_inputs(a, a), headers={"infer-key": "s3cret"})
+    assert e.value.message() == "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'"
+    # As in Triton, gRPC metadata carries the key with the `triton-grpc-protocol-` prefix.
+    with pytest.raises(InferenceServerException):
+        c.infer("simple", simple_inputs(a, a), headers={"infer-key": "s3cret"})
+    r = c.infer("simple", simple_inputs(a, a), headers={"triton-grpc-protocol-infer-key": "s3cret"})
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a * 2)
     with pytest.raises(InferenceServerException):
         c.get_model_config("simple")
-    assert c.get_model_config("simple", headers={"infer-key": "s3cret"}).config.name == "simple"
+    assert c.get_model_config("simple", headers={"triton-grpc-protocol-infer-key": "s3cret"}).config.name == "simple"
     with pytest.raises(InferenceServerException):
         c.is_server_live()
-    assert c.is_server_live(headers={"hk": "1"})
+    assert c.is_server_live(headers={"triton-grpc-protocol-hk": "1"})
     # Not restricted on gRPC (only on HTTP): statistics and the repository index.
     assert c.get_inference_statistics("simple") is not None
     # Streams are checked too.
@@ -83,7 +86,7 @@ def test_grpc_restricted_categories(restricted):
     c.close()
     c = grpcclient.InferenceServerClient(restricted.grpc_url)
     results = queue.Queue()
-    c.start_stream(callback=lambda result, error: results.put((result, error)), headers={"infer-key": "s3cret"})
+    c.start_stream(callback=lambda result, error: results.put((result, error)), headers={"triton-grpc-protocol-infer-key": "s3cret"})
     c.async_stream_infer("simple", simple_inputs(a, a))
     c.stop_stream()
     result, error = results.get(timeout=10)
@@ -95,6 +98,6 @@ def test_bad_restriction_flags(tmp_path, good_repo):
     from conftest import Tern
 
     t = Tern([f"--model-repository={good_repo}", "--http-restricted-api=bogus:a=b"], wait_ready=False)
-    assert t.wait(60) != 0 and "unknown category 'bogus'" in t.log()
+    assert t.wait(60) != 0 and "unknown restricted api 'bogus'" in t.log()
     t = Tern([f"--model-repository={good_repo}", "--grpc-restricted-protocol=health:a=b", "--grpc-restricted-protocol=health:c=d"], wait_ready=False)
-    assert t.wait(60) != 0 and "restricted more than once" in t.log()
+    assert t.wait(60) != 0 and "restricted protocol 'health' can not be specified in multiple config groups" in t.log()

@@ -128,7 +128,7 @@ def test_bad_regions_offsets_and_sizes(shm_server, regions):
         assert e.value.status() == "StatusCode.ALREADY_EXISTS"
         # Tensor outside the region: offset + size past the end.
         for client, mod in ((c, httpclient), (g, grpcclient)):
-            with pytest.raises(InferenceServerException, match="outside shared memory region") as e:
+            with pytest.raises(InferenceServerException, match="Invalid offset \\+ byte size for shared memory region") as e:
                 client.infer("simple", _inputs(mod, name, 0, name, 2 * ROW - 8))
             with pytest.raises(InferenceServerException, match="Unable to find shared memory region"):
                 client.infer("simple", _inputs(mod, name, 0, "nope", 0))
@@ -188,8 +188,10 @@ def test_unregister_during_traffic(shm_server, regions):
 
 def test_off_by_default_and_cuda_unsupported(server, shm_server):
     c = httpclient.InferenceServerClient(server.url)
+    # Off: the status calls report no regions; registering is refused.
+    assert c.get_system_shared_memory_status() == []
     with pytest.raises(InferenceServerException, match="--allow-client-shm") as e:
-        c.get_system_shared_memory_status()
+        c.register_system_shared_memory("r", "/x", 8)
     assert e.value.status() == "501"
     g = grpcclient.InferenceServerClient(server.grpc_url)
     with pytest.raises(InferenceServerException, match="--allow-client-shm") as e:

@@ -203,7 +203,7 @@ def main():
             c.infer("mlp_gpu", [bad])
             check(False, "CUDA shm out-of-range offset refused")
         except Exception as e:  # noqa: BLE001
-            check("outside shared memory region" in str(e), "CUDA shm out-of-range offset refused")
+            check("Invalid offset + byte size for shared memory region: 'in_gpu'" in str(e), "CUDA shm out-of-range offset refused")
         try:
             c.register_cuda_shared_memory("too_big", cudashm.get_raw_handle(h_in), 0, nbytes_in * 4)
             check(False, "CUDA shm byte_size beyond the allocation refused")

@@ -185,11 +185,23 @@ fn validation_errors_name_model_and_field() {
 }
 
 #[test]
+fn huge_dims_are_errors_not_overflows() {
+    let cfg = parse_pbtxt(
+        "name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [9223372036854775807, 4] reshape: {shape: [9223372036854775807, 4]}}]",
+    )
+    .unwrap();
+    assert!(validate(&cfg, "m").is_err());
+}
+
+#[test]
 fn normalize_fills_triton_defaults() {
     let mut cfg = parse_pbtxt("name: \"m\"").unwrap();
     normalize(&mut cfg, 0);
     assert_eq!(cfg.instance_group.len(), 1);
-    assert_eq!(cfg.instance_group[0].name, "m_0");
+    assert_eq!(
+        cfg.instance_group[0].name, "m",
+        "Triton names the added group after the model"
+    );
     assert_eq!(cfg.instance_group[0].count, 1);
     assert_eq!(cfg.instance_group[0].kind, Kind::Cpu as i32);
     assert!(matches!(
@@ -203,11 +215,13 @@ fn normalize_fills_triton_defaults() {
     assert_eq!(v["optimization"]["input_pinned_memory"]["enable"], true);
     assert_eq!(v["optimization"]["output_pinned_memory"]["enable"], true);
     assert!(super::validate::not_acted_on(&cfg).is_empty());
-    let mut cfg =
-        parse_pbtxt("name: \"m\" max_batch_size: 8 dynamic_batching { }").unwrap();
+    let mut cfg = parse_pbtxt("name: \"m\" max_batch_size: 8 dynamic_batching { }").unwrap();
     normalize(&mut cfg, 0);
     let v = json::to_json(&cfg);
-    assert_eq!(v["dynamic_batching"]["preferred_batch_size"], serde_json::json!([8]));
+    assert_eq!(
+        v["dynamic_batching"]["preferred_batch_size"],
+        serde_json::json!([8])
+    );
     let mut cfg = parse_pbtxt("name: \"e\" platform: \"ensemble\"").unwrap();
     normalize(&mut cfg, 0);
     assert!(cfg.optimization.is_none(), "ensembles take no optimization");

@@ -30,9 +30,7 @@ pub fn normalize(cfg: &mut ModelConfig, gpu_count: usize) {
     }
     if !ensemble {
         let opt = cfg.optimization.get_or_insert_with(Default::default);
-        let enabled = || {
-            Some(pb::model_optimization_policy::PinnedMemoryBuffer { enable: true })
-        };
+        let enabled = || Some(pb::model_optimization_policy::PinnedMemoryBuffer { enable: true });
         if opt.input_pinned_memory.is_none() {
             opt.input_pinned_memory = enabled();
         }
@@ -55,7 +53,11 @@ pub fn normalize(cfg: &mut ModelConfig, gpu_count: usize) {
         });
     }
     if cfg.instance_group.is_empty() && !ensemble {
-        cfg.instance_group.push(pb::ModelInstanceGroup::default());
+        // Triton names the group it adds after the model itself.
+        cfg.instance_group.push(pb::ModelInstanceGroup {
+            name: cfg.name.clone(),
+            ..Default::default()
+        });
     }
     let name = cfg.name.clone();
     for (i, group) in cfg.instance_group.iter_mut().enumerate() {
@@ -238,8 +240,16 @@ fn check_io(
             ));
         }
         let variable = |s: &[i64]| s.iter().filter(|&&d| d == -1).count();
-        let fixed = |s: &[i64]| s.iter().filter(|&&d| d != -1).product::<i64>();
-        if variable(dims) != variable(&r.shape) || fixed(dims) != fixed(&r.shape) {
+        // Checked: huge dims must be an error, not an overflow.
+        let fixed = |s: &[i64]| {
+            s.iter()
+                .filter(|&&d| d != -1)
+                .try_fold(1i64, |n, &d| n.checked_mul(d))
+        };
+        if variable(dims) != variable(&r.shape)
+            || fixed(dims).is_none()
+            || fixed(dims) != fixed(&r.shape)
+        {
             return err(format!(
                 "reshape {} has a different element count than dims {}",
                 shape_str(&r.shape),

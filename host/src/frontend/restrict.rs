@@ -1,7 +1,9 @@
 //! Restricted APIs, Triton's only access control: `--http-restricted-api` and
 //! `--grpc-restricted-protocol` take `<category>[,<category>...]:<key>=<value>`;
-//! a call to an endpoint of a restricted category must carry the header (gRPC:
-//! metadata) `<key>: <value>`, else it gets HTTP 403 / gRPC UNAVAILABLE. Every
+//! a call to an endpoint of a restricted category must carry the header
+//! `<key>: <value>` (gRPC, as in Triton: the metadata
+//! `triton-grpc-protocol-<key>: <value>`), else it gets HTTP 403 / gRPC
+//! UNAVAILABLE. Every
 //! endpoint of both frontends, streams included, belongs to exactly one category.
 
 use std::collections::HashMap;
@@ -34,44 +36,78 @@ const NAMES: &[(&str, Category)] = &[
     ("logging", Category::Logging),
 ];
 
+/// The prefix Triton puts before a `--grpc-restricted-protocol` key: the
+/// metadata a gRPC call must carry is `triton-grpc-protocol-<key>`.
+pub const GRPC_KEY_PREFIX: &str = "triton-grpc-protocol-";
+
+/// One restricted category: the header (gRPC: metadata) it needs.
+#[derive(Debug, Clone)]
+struct Rule {
+    /// The header name as configured (with the gRPC prefix), for messages.
+    key: String,
+    /// The same, lower case, for the lookup (header names are case-insensitive).
+    lookup: String,
+    /// The value the header must have.
+    value: String,
+}
+
 /// The restrictions of one frontend.
 #[derive(Debug, Clone, Default)]
 pub struct Restrictions {
-    rules: HashMap<Category, (String, String)>,
+    rules: HashMap<Category, Rule>,
 }
 
 impl Restrictions {
     /// Parses the values of `flag` (each `<categories>:<key>=<value>`).
+    /// `--grpc-restricted-protocol` keys get Triton's [`GRPC_KEY_PREFIX`];
+    /// `--http-restricted-api` keys are used as given. Errors start with
+    /// Triton's wording (`unknown restricted protocol 'x'`, `restricted api
+    /// 'x' can not be specified in multiple config groups`).
     pub fn parse(specs: &[String], flag: &str) -> Result<Restrictions> {
+        let grpc = flag.contains("grpc");
+        let (feature, prefix) = if grpc {
+            ("protocol", GRPC_KEY_PREFIX)
+        } else {
+            ("api", "")
+        };
         let mut rules = HashMap::new();
         for spec in specs {
-            let bad = |why: &str| {
+            let bad_format = |why: &str| {
                 Error::invalid_arg(format!(
-                    "{flag} '{spec}': {why} (expected <category>[,<category>...]:<key>=<value>)"
+                    "{flag} option format is '<config name>:<setting>=<value>'. Got {spec} \
+                     ({why}; expected <category>[,<category>...]:<key>=<value>)"
                 ))
             };
-            let (cats, kv) = spec.split_once(':').ok_or_else(|| bad("missing ':'"))?;
-            let (key, value) = kv.split_once('=').ok_or_else(|| bad("missing '='"))?;
+            let (cats, kv) = spec
+                .split_once(':')
+                .ok_or_else(|| bad_format("missing ':'"))?;
+            let (key, value) = kv
+                .split_once('=')
+                .ok_or_else(|| bad_format("missing '='"))?;
             if key.is_empty() {
-                return Err(bad("empty header name"));
+                return Err(bad_format("empty header name"));
             }
+            let key = format!("{prefix}{key}");
             for name in cats.split(',').map(str::trim) {
                 let cat = NAMES
                     .iter()
                     .find(|(n, _)| *n == name)
                     .map(|(_, c)| *c)
                     .ok_or_else(|| {
-                        bad(&format!(
-                            "unknown category '{name}'; categories are {}",
+                        Error::invalid_arg(format!(
+                            "unknown restricted {feature} '{name}' ({flag} '{spec}'; categories are {})",
                             NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
                         ))
                     })?;
-                if rules
-                    .insert(cat, (key.to_ascii_lowercase(), value.to_string()))
-                    .is_some()
-                {
-                    return Err(bad(&format!(
-                        "category '{name}' is restricted more than once"
+                let rule = Rule {
+                    lookup: key.to_ascii_lowercase(),
+                    key: key.clone(),
+                    value: value.to_string(),
+                };
+                if rules.insert(cat, rule).is_some() {
+                    return Err(Error::invalid_arg(format!(
+                        "restricted {feature} '{name}' can not be specified in multiple config groups \
+                         ({flag} '{spec}')"
                     )));
                 }
             }
@@ -84,14 +120,16 @@ impl Restrictions {
         self.rules.is_empty()
     }
 
-    /// Checks a call; `Err(key)` names the header that was missing or wrong.
+    /// Checks a call; `header` is asked for the lower-case header name.
+    /// `Err(key)` names the header that was missing or wrong, as configured
+    /// (for gRPC with its `triton-grpc-protocol-` prefix).
     pub fn check<'a>(
         &'a self,
         category: Category,
         header: impl Fn(&str) -> Option<&'a str>,
     ) -> std::result::Result<(), &'a str> {
         match self.rules.get(&category) {
-            Some((key, value)) if header(key) != Some(value.as_str()) => Err(key),
+            Some(rule) if header(&rule.lookup) != Some(rule.value.as_str()) => Err(&rule.key),
             _ => Ok(()),
         }
     }
@@ -150,30 +188,76 @@ mod tests {
                 "inference,model-config:X-Key=secret".into(),
                 "health:a=b".into(),
             ],
-            "--x",
+            "--http-restricted-api",
         )
         .unwrap();
-        assert_eq!(r.check(Category::Inference, |_| None), Err("x-key"));
+        // HTTP: the key as given (looked up case-insensitively).
+        assert_eq!(r.check(Category::Inference, |_| None), Err("X-Key"));
         assert_eq!(
             r.check(Category::Inference, |k| (k == "x-key").then_some("secret")),
             Ok(())
         );
         assert_eq!(
             r.check(Category::Inference, |_| Some("wrong")),
-            Err("x-key")
+            Err("X-Key")
         );
         assert_eq!(r.check(Category::Statistics, |_| None), Ok(()));
-        assert!(Restrictions::parse(&["bogus:a=b".into()], "--x")
+        assert!(Restrictions::parse(&["health:ab".into()], "--x").is_err());
+        assert!(Restrictions::parse(&["health=ab".into()], "--x")
             .unwrap_err()
             .message
-            .contains("unknown category 'bogus'"));
-        assert!(
-            Restrictions::parse(&["health:a=b".into(), "health:c=d".into()], "--x")
-                .unwrap_err()
-                .message
-                .contains("more than once")
+            .starts_with("--x option format is '<config name>:<setting>=<value>'. Got health=ab"));
+    }
+
+    #[test]
+    fn grpc_keys_get_tritons_prefix() {
+        let r = Restrictions::parse(
+            &["inference:infer-key=secret".into()],
+            "--grpc-restricted-protocol",
+        )
+        .unwrap();
+        assert_eq!(
+            r.check(Category::Inference, |k| (k == "infer-key")
+                .then_some("secret")),
+            Err("triton-grpc-protocol-infer-key")
         );
-        assert!(Restrictions::parse(&["health:ab".into()], "--x").is_err());
+        assert_eq!(
+            r.check(Category::Inference, |k| {
+                (k == "triton-grpc-protocol-infer-key").then_some("secret")
+            }),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn parse_errors_use_tritons_wording() {
+        for (flag, feature) in [
+            ("--http-restricted-api", "api"),
+            ("--grpc-restricted-protocol", "protocol"),
+        ] {
+            let e = Restrictions::parse(&["model-reposit,health:k1=v1".into()], flag)
+                .unwrap_err()
+                .message;
+            assert!(
+                e.starts_with(&format!("unknown restricted {feature} 'model-reposit' ")),
+                "{e}"
+            );
+            let e = Restrictions::parse(
+                &[
+                    "model-repository,health:k1=v1".into(),
+                    "metadata,health:k2=v2".into(),
+                ],
+                flag,
+            )
+            .unwrap_err()
+            .message;
+            assert!(
+                e.starts_with(&format!(
+                    "restricted {feature} 'health' can not be specified in multiple config groups"
+                )),
+                "{e}"
+            );
+        }
     }
 
     #[test]

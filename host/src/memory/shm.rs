@@ -46,14 +46,21 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
+    /// Bounds check of a tensor in the region, with the errors of Triton's
+    /// `SharedMemoryManager::GetMemoryInfo` (its words first, the numbers after).
     fn check(&self, offset: usize, len: usize, what: &str) -> Result<()> {
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > self.byte_size)
-        {
+        let size = self.byte_size;
+        if offset >= size {
             return Err(Error::invalid_arg(format!(
-                "{what}: offset {offset} + byte size {len} is outside shared memory region '{}' ({} bytes)",
-                self.name, self.byte_size
+                "Invalid offset for shared memory region: '{}' ({what}: offset {offset}, region of {size} bytes)",
+                self.name
+            )));
+        }
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(Error::invalid_arg(format!(
+                "Invalid offset + byte size for shared memory region: '{}' ({what}: offset {offset} + byte size \
+                 {len} is past the end of the region's {size} bytes)",
+                self.name
             )));
         }
         Ok(())
@@ -148,13 +155,34 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind as Triton's messages name it.
     fn label(self) -> &'static str {
+        match self {
+            Kind::System => "system",
+            Kind::Cuda => "cuda",
+        }
+    }
+
+    /// The kind as Triton's "registered as ... shared memory" message names it.
+    fn title(self) -> &'static str {
         match self {
             Kind::System => "system",
             Kind::Cuda => "CUDA",
         }
     }
+
+    fn other(self) -> Kind {
+        match self {
+            Kind::System => Kind::Cuda,
+            Kind::Cuda => Kind::System,
+        }
+    }
 }
+
+/// The error for a register or unregister call while client shared memory is off
+/// (the wording of the Triton releases that have `--allow-client-shm`).
+pub const DISABLED: &str =
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
 
 /// Status of one region, as the status calls report it.
 #[derive(Debug)]
@@ -195,32 +223,38 @@ impl SharedMemory {
         }
     }
 
-    /// Refuses every shared-memory call unless `--allow-client-shm` is on.
+    /// Refuses registering, unregistering and using regions unless
+    /// `--allow-client-shm` is on (status calls just report no regions).
     pub fn check_allowed(&self) -> Result<()> {
         if self.allowed {
             Ok(())
         } else {
-            Err(Error::unsupported(
-                "shared memory support is disabled on this server; start it with --allow-client-shm=true \
-                 to let clients register system or CUDA shared memory",
-            ))
+            Err(Error::unsupported(DISABLED))
         }
     }
 
-    /// Refuses a name already registered (checked before the costly open, and again on insert).
-    fn check_free(&self, kind: Kind, name: &str) -> Result<()> {
+    /// Refuses a name already registered, of either kind, as Triton's single
+    /// registry does (checked before the costly open, and again on insert).
+    fn check_free(&self, name: &str) -> Result<()> {
         self.check_allowed()?;
-        if self.map(kind).read().expect("poisoned").contains_key(name) {
+        let taken = |kind| self.map(kind).read().expect("poisoned").contains_key(name);
+        if taken(Kind::System) || taken(Kind::Cuda) {
             return Err(already_in_manager(name));
         }
         Ok(())
     }
 
     fn insert(&self, kind: Kind, region: Region) -> Result<()> {
-        let mut map = self.map(kind).write().expect("shm registry poisoned");
-        if map.contains_key(&region.name) {
+        // Both locks, always system first.
+        let mut system = self.system.write().expect("shm registry poisoned");
+        let mut cuda = self.cuda.write().expect("shm registry poisoned");
+        if system.contains_key(&region.name) || cuda.contains_key(&region.name) {
             return Err(already_in_manager(&region.name));
         }
+        let map = match kind {
+            Kind::System => &mut system,
+            Kind::Cuda => &mut cuda,
+        };
         tracing::info!(
             region = %region.name,
             kind = kind.label(),
@@ -239,7 +273,7 @@ impl SharedMemory {
         offset: u64,
         byte_size: u64,
     ) -> Result<()> {
-        self.check_free(Kind::System, name)?;
+        self.check_free(name)?;
         let file_name = key.strip_prefix('/').unwrap_or(key);
         if file_name.is_empty() || file_name.contains('/') || file_name == ".." {
             return Err(Error::invalid_arg(format!(
@@ -275,8 +309,8 @@ impl SharedMemory {
                 .is_none_or(|end| end > file_len)
         {
             return Err(Error::invalid_arg(format!(
-                "shared memory region '{name}': offset {offset} + byte size {byte_size} is outside \
-                 shm object '{key}' ({file_len} bytes)"
+                "failed to register shared memory region '{name}': invalid args (offset {offset} + \
+                 byte size {byte_size} is outside shm object '{key}' of {file_len} bytes)"
             )));
         }
         let map = memmap2::MmapOptions::new()
@@ -309,7 +343,7 @@ impl SharedMemory {
         device_id: i64,
         byte_size: u64,
     ) -> Result<()> {
-        self.check_free(Kind::Cuda, name)?;
+        self.check_free(name)?;
         let memory = IpcMemory::open(raw_handle, device_id, byte_size as usize)
             .map_err(|e| e.context(format!("CUDA shared memory region '{name}'")))?;
         self.insert(
@@ -344,9 +378,20 @@ impl SharedMemory {
         Ok(())
     }
 
-    /// Status of one region or all of a kind.
+    /// Status of one region or all of a kind. With client shared memory off
+    /// nothing can be registered, so this reports no regions rather than an error.
     pub fn status(&self, kind: Kind, name: Option<&str>) -> Result<Vec<RegionStatus>> {
-        self.check_allowed()?;
+        if let Some(n) = name {
+            // One lock at a time (`insert` takes both, in its own order).
+            let has = |k: Kind| self.map(k).read().expect("poisoned").contains_key(n);
+            if has(kind.other()) && !has(kind) {
+                return Err(Error::not_found(format!(
+                    "The region named '{n}' is registered as {} shared memory, not {} shared memory",
+                    kind.other().title(),
+                    kind.title()
+                )));
+            }
+        }
         let map = self.map(kind).read().expect("shm registry poisoned");
         let render = |r: &Region| RegionStatus {
             name: r.name.clone(),
@@ -558,13 +603,28 @@ mod tests {
             .input("x", "r", 30, 4)
             .unwrap_err()
             .message
-            .contains("outside"));
-        assert!(shm.input("x", "r", usize::MAX, 4).is_err());
+            .starts_with("Invalid offset + byte size for shared memory region: 'r'"));
+        for offset in [32, usize::MAX] {
+            assert!(shm
+                .input("x", "r", offset, 4)
+                .unwrap_err()
+                .message
+                .starts_with("Invalid offset for shared memory region: 'r'"));
+        }
         assert!(shm
-            .input("x", "nope", 0, 4)
+            .input("x", "r", 4, usize::MAX)
             .unwrap_err()
             .message
-            .contains("Unable to find"));
+            .starts_with("Invalid offset + byte size for shared memory region: 'r'"));
+        assert_eq!(
+            shm.input("x", "nope", 0, 4).unwrap_err().message,
+            "Unable to find shared memory region: 'nope'"
+        );
+        assert!(shm
+            .output("y", "r", 28, 8)
+            .unwrap_err()
+            .message
+            .starts_with("Invalid offset + byte size for shared memory region: 'r'"));
         let target = shm.output("y", "r", 0, 8).unwrap();
         let resp = InferResponse {
             outputs: vec![Tensor::new("y", DataType::Uint8, vec![4], vec![9u8; 4])],
@@ -583,24 +643,78 @@ mod tests {
             shm: Some(small),
             ..Default::default()
         }];
-        assert!(write_outputs(&resp, &req)
-            .unwrap_err()
-            .message
-            .contains("at least 4 bytes"));
+        assert_eq!(
+            write_outputs(&resp, &req).unwrap_err().message,
+            "shared memory size specified with the request for output 'y' (2 bytes) should be at \
+             least 4 bytes to hold the results"
+        );
         // A read outlives unregistration.
         shm.unregister(Kind::System, Some("r")).unwrap();
         assert_eq!(&b[..], &[12, 13, 14, 15]);
-        assert!(shm.status(Kind::System, Some("r")).is_err());
-        assert!(shm.register_system("big", &key, 0, 65).is_err());
+        let e = shm.status(Kind::System, Some("r")).unwrap_err();
+        assert_eq!(e.code, crate::error::Code::NotFound);
+        assert_eq!(e.message, "Unable to find system shared memory region: 'r'");
+        assert_eq!(
+            shm.status(Kind::Cuda, Some("r")).unwrap_err().message,
+            "Unable to find cuda shared memory region: 'r'"
+        );
+        // Unregistering an unknown name succeeds silently, as in Triton.
+        shm.unregister(Kind::System, Some("r")).unwrap();
+        assert!(shm
+            .register_system("big", &key, 0, 65)
+            .unwrap_err()
+            .message
+            .starts_with("failed to register shared memory region 'big': invalid args"));
+        assert!(shm
+            .register_system("missing", "/tern_no_such_object_here", 0, 1)
+            .unwrap_err()
+            .message
+            .starts_with("Unable to open shared memory region: '/tern_no_such_object_here'"));
         assert!(shm.register_system("bad", "/../etc", 0, 1).is_err());
         std::fs::remove_file(path).unwrap();
     }
 
     #[test]
-    fn disabled_refuses_everything() {
+    fn disabled_reports_no_regions_and_refuses_the_rest() {
         let shm = SharedMemory::new(false);
-        let e = shm.status(Kind::System, None).unwrap_err();
-        assert_eq!(e.code, crate::error::Code::Unsupported);
-        assert!(shm.input("x", "r", 0, 1).is_err());
+        for kind in [Kind::System, Kind::Cuda] {
+            assert!(shm.status(kind, None).unwrap().is_empty());
+            assert_eq!(
+                shm.status(kind, Some("r")).unwrap_err().code,
+                crate::error::Code::NotFound
+            );
+            let e = shm.unregister(kind, None).unwrap_err();
+            assert_eq!(e.code, crate::error::Code::Unsupported);
+            assert_eq!(e.message, DISABLED);
+        }
+        let e = shm.register_system("r", "/x", 0, 8).unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (crate::error::Code::Unsupported, DISABLED)
+        );
+        assert_eq!(
+            shm.register_cuda("r", &[0; 64], 0, 8).unwrap_err().message,
+            DISABLED
+        );
+        assert_eq!(shm.input("x", "r", 0, 1).unwrap_err().message, DISABLED);
+    }
+
+    #[test]
+    fn names_are_unique_across_kinds() {
+        let shm = SharedMemory::new(true);
+        let (key, path) = object(16);
+        shm.register_system("r", &key, 0, 16).unwrap();
+        // The CUDA registry refuses the name before it touches CUDA.
+        let e = shm.register_cuda("r", &[0; 64], 0, 16).unwrap_err();
+        assert_eq!(e.message, "shared memory region 'r' already in manager");
+        assert_eq!(
+            shm.status(Kind::Cuda, Some("r")).unwrap_err().message,
+            "The region named 'r' is registered as system shared memory, not CUDA shared memory"
+        );
+        // Unregistering it as the other kind leaves it alone, as in Triton.
+        shm.unregister(Kind::Cuda, Some("r")).unwrap();
+        assert_eq!(shm.status(Kind::System, Some("r")).unwrap().len(), 1);
+        shm.unregister(Kind::System, None).unwrap();
+        std::fs::remove_file(path).unwrap();
     }
 }

@@ -425,12 +425,13 @@ impl Metrics {
     }
 }
 
-/// `{model="m",version="1",<metric_tags>}`.
+/// `{model="m",version="1"}` plus the config's `metric_tags`, all sorted by
+/// label name as Triton prints them (see [`text::labels`]).
 fn model_labels(h: &ModelHandle) -> String {
     with_model(h, &[])
 }
 
-/// The model labels followed by `extra`.
+/// The model labels and `extra` (`reason` sorts in; `quantile` goes last).
 fn with_model(h: &ModelHandle, extra: &[(&str, &str)]) -> String {
     let version = h.version.to_string();
     let mut pairs: Vec<(&str, &str)> =

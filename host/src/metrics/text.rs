@@ -11,14 +11,27 @@ pub fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// `{k="v",...}` for the labels (empty string when there are none).
+/// Label names that prometheus-cpp appends after a sample's own labels
+/// instead of sorting them in: a histogram bucket's `le` and a summary's
+/// `quantile`.
+const TRAILING: [&str; 2] = ["le", "quantile"];
+
+/// `{k="v",...}` for the labels (empty string when there are none), in the
+/// order prometheus-cpp (so Triton) prints them: sorted by label name, with
+/// `le` / `quantile` last. Scrapers and scripts that match the text rely on it.
 pub fn labels<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> String {
     if pairs.is_empty() {
         return String::new();
     }
-    let parts: Vec<String> = pairs
+    let mut sorted: Vec<(&str, &str)> = pairs
         .iter()
-        .map(|(k, v)| format!("{}=\"{}\"", k.as_ref(), escape(v.as_ref())))
+        .map(|(k, v)| (k.as_ref(), v.as_ref()))
+        .collect();
+    // Stable: equal names (which callers do not produce) keep their order.
+    sorted.sort_by_key(|(k, _)| (TRAILING.contains(k), *k));
+    let parts: Vec<String> = sorted
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
         .collect();
     format!("{{{}}}", parts.join(","))
 }
@@ -61,5 +74,33 @@ mod tests {
             "# HELP x_total Things. More.\n# TYPE x_total counter\nx_total{model=\"a\\\"b\\\\c\\nd\"} 3\nx_total 0.5\n"
         );
         assert!(valid_name("nv_x:y") && !valid_name("9x") && !valid_name("a-b"));
+    }
+
+    #[test]
+    fn labels_are_sorted_by_name_as_prometheus_cpp_prints_them() {
+        assert_eq!(
+            labels(&[("version", "1"), ("model", "simple")]),
+            "{model=\"simple\",version=\"1\"}"
+        );
+        assert_eq!(
+            labels(&[("model", "m"), ("version", "2"), ("reason", "REJECTED")]),
+            "{model=\"m\",reason=\"REJECTED\",version=\"2\"}"
+        );
+        // Tags sort in with the rest; a summary's quantile and a bucket's le go last.
+        assert_eq!(
+            labels(&[
+                ("quantile", "0.5"),
+                ("version", "1"),
+                ("team", "edge"),
+                ("model", "m"),
+                ("area", "x"),
+            ]),
+            "{area=\"x\",model=\"m\",team=\"edge\",version=\"1\",quantile=\"0.5\"}"
+        );
+        assert_eq!(
+            labels(&[("route", "a"), ("le", "+Inf"), ("code", "200")]),
+            "{code=\"200\",route=\"a\",le=\"+Inf\"}"
+        );
+        assert_eq!(labels(&[("gpu_uuid", "GPU-1")]), "{gpu_uuid=\"GPU-1\"}");
     }
 }

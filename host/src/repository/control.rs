@@ -441,7 +441,11 @@ impl Repository {
                     if labels.contains_key(output) {
                         continue;
                     }
-                    if let Some(l) = self.get(model, v).ok().and_then(|h| h.labels().get(key).cloned()) {
+                    if let Some(l) = self
+                        .get(model, v)
+                        .ok()
+                        .and_then(|h| h.labels().get(key).cloned())
+                    {
                         labels.insert(output.to_string(), l);
                     }
                 }

@@ -385,8 +385,7 @@ impl Repository {
     /// Stops every model: queued requests finish, instance threads are joined.
     pub fn shutdown(&self) {
         let _control = self.control.lock().expect("control lock");
-        self.closed
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
         let models = std::mem::take(&mut *self.models.write().expect("models lock"));
         for entry in models.values() {
             for handle in entry.ready.values() {

@@ -404,7 +404,12 @@ impl Ensemble {
         for name in &self.outputs {
             for step in &self.steps {
                 if let Some((key, _)) = step.outputs.iter().find(|(_, t)| t == name) {
-                    out.push((name.as_str(), step.model.as_str(), step.version, key.as_str()));
+                    out.push((
+                        name.as_str(),
+                        step.model.as_str(),
+                        step.version,
+                        key.as_str(),
+                    ));
                 }
             }
         }
@@ -587,15 +592,24 @@ mod tests {
                 output [{name: "hidden" data_type: TYPE_FP32 dims: [-1, 4]}]"#)),
         );
         for (name, text) in [
-            ("ident_nobatch", r#"name: "ident_nobatch" max_batch_size: 0
+            (
+                "ident_nobatch",
+                r#"name: "ident_nobatch" max_batch_size: 0
                 input [{name: "INPUT0" data_type: TYPE_FP32 dims: [-1, -1]}]
-                output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1, -1]}]"#),
-            ("ident_batch", r#"name: "ident_batch" max_batch_size: 8
+                output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1, -1]}]"#,
+            ),
+            (
+                "ident_batch",
+                r#"name: "ident_batch" max_batch_size: 8
                 input [{name: "INPUT0" data_type: TYPE_FP32 dims: [-1]}]
-                output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1]}]"#),
-            ("ident_412", r#"name: "ident_412" max_batch_size: 8
+                output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1]}]"#,
+            ),
+            (
+                "ident_412",
+                r#"name: "ident_412" max_batch_size: 8
                 input [{name: "INPUT0" data_type: TYPE_FP32 dims: [4, 1, 2]}]
-                output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [4, 1, 2]}]"#),
+                output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [4, 1, 2]}]"#,
+            ),
         ] {
             m.insert(name.into(), Arc::new(cfg(text)));
         }
@@ -679,7 +693,10 @@ mod tests {
             r#"max_batch_size: 8 input [{name: "IN" data_type: TYPE_FP32 dims: [8]}]
                output [{name: "OUT" data_type: TYPE_FP32 dims: [4, 1, 2]}]"#,
         ));
-        assert!(m.contains("ensemble tensor IN: inconsistent shape: [-1,8]"), "{m}");
+        assert!(
+            m.contains("ensemble tensor IN: inconsistent shape: [-1,8]"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -55,6 +55,10 @@ fn random_bytes(dt: DataType, n: usize, rng: &mut Rng) -> Vec<u8> {
     out
 }
 
+/// Largest warmup input, in bytes: a config value must never make the
+/// server allocate without bound.
+const MAX_SAMPLE_BYTES: usize = 1 << 30;
+
 /// Builds the warmup samples of a config; errors name the sample and input.
 pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -63,7 +67,7 @@ pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
         let what = format!("model '{}' warmup sample '{}'", cfg.name, w.name);
         if w.batch_size < 1
             || (cfg.max_batch_size == 0 && w.batch_size != 1)
-            || (cfg.max_batch_size > 0 && w.batch_size as i32 > cfg.max_batch_size)
+            || (cfg.max_batch_size > 0 && i64::from(w.batch_size) > i64::from(cfg.max_batch_size))
         {
             return Err(Error::invalid_arg(format!(
                 "{what}: batch_size {} must be between 1 and {}",
@@ -90,6 +94,14 @@ pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
             }
             let per_item = element_count(&input.dims);
             let n = element_count(&shape);
+            let bytes = n.checked_mul(dt.size().unwrap_or(4));
+            if bytes.is_none_or(|b| b > MAX_SAMPLE_BYTES) {
+                return Err(Error::invalid_arg(format!(
+                    "{what} input '{name}': {} element(s) of shape {} exceed the {MAX_SAMPLE_BYTES}-byte limit of a warmup input",
+                    n,
+                    shape_str(&shape)
+                )));
+            }
             let data = match &input.input_data_type {
                 Some(InputDataType::ZeroData(_)) | None => match dt {
                     DataType::Bytes => bytes_tensor::encode(std::iter::repeat_n(b"", n)),
@@ -194,6 +206,8 @@ mod tests {
         };
         assert!(bad(r#"{ name: "v" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [-1] zero_data: true } } }"#).contains("must be fixed"));
         assert!(bad(r#"{ name: "b" batch_size: 9 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [3] zero_data: true } } }"#).contains("batch_size 9"));
+        assert!(bad(r#"{ name: "b" batch_size: 4294967295 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [3] zero_data: true } } }"#).contains("batch_size 4294967295"));
+        assert!(bad(r#"{ name: "h" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [9223372036854775807, 4] zero_data: true } } }"#).contains("byte limit of a warmup input"));
         assert!(bad(r#"{ name: "f" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [3] input_data_file: "x" } } }"#).contains("cannot read"));
         let e = bad(
             r#"{ name: "m" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [3] zero_data: true } } }"#,
