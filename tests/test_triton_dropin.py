@@ -62,6 +62,7 @@ def dropin_repo(tmp_path_factory):
     ensemble(root, "ens_batch_over_nobatch", 8, "ident_nobatch", [16], [16])
     ensemble(root, "ens_nobatch_over_batch", 0, "ident_batch", [16], [1, 16])
     ensemble(root, "ens_reshape", 8, "ident_412", [8], [4, 1, 2], in_extra="reshape { shape: [ 4, 1, 2 ] }")
+    ensemble(root, "ens_out_reshape", 8, "ident_412", [4, 1, 2], [8], out_label="reshape { shape: [ 4, 1, 2 ] }")
     # reshape with a variable dimension, served by ONNX Runtime.
     identity_onnx(f"{root}/reshape_var/1/model.onnx", TensorProto.FLOAT, ["b", 8, "n", 1, 6])
     write(
@@ -191,6 +192,8 @@ def test_ensembles_mixing_batching_and_non_batching_steps(dropin, proto):
         ("ens_batch_over_nobatch", np.arange(32, dtype=np.float32).reshape(2, 16), (2, 16)),
         ("ens_nobatch_over_batch", np.arange(16, dtype=np.float32), (1, 16)),
         ("ens_reshape", np.arange(24, dtype=np.float32).reshape(3, 8), (3, 4, 1, 2)),
+        # An output's reshape is what the steps produce; clients get its dims.
+        ("ens_out_reshape", np.arange(24, dtype=np.float32).reshape(3, 4, 1, 2), (3, 8)),
     ]
     for model, x, out_shape in cases:
         assert c.is_model_ready(model), model
@@ -247,6 +250,23 @@ def test_batcher_sends_at_once_when_no_larger_preferred_batch_can_form(dropin):
     start = time.monotonic()
     c.infer("batch_at_once", [inp])
     assert time.monotonic() - start < 5, "waited for the 10 s queue delay"
+
+
+def test_queue_timeouts_keep_firing_for_later_requests(dropin):
+    # One deadline watch per model: requests queued after an earlier one still
+    # time out on time.
+    c = httpclient.InferenceServerClient(dropin.url, concurrency=4)
+    inp = httpclient.InferInput("INPUT0", [1, 2], "FP32")
+    inp.set_data_from_numpy(np.ones((1, 2), dtype=np.float32))
+    first = c.async_infer("slow_timeout", [inp])
+    time.sleep(0.3)
+    for _ in range(3):
+        start = time.monotonic()
+        with pytest.raises(InferenceServerException) as e:
+            c.infer("slow_timeout", [inp])
+        assert "Request timeout expired" in str(e.value)
+        assert time.monotonic() - start < 0.9
+    first.get_result()
 
 
 def test_queue_timeout_fires_while_the_instance_is_busy(dropin):

@@ -12,8 +12,9 @@ use std::time::Instant;
 
 /// Something with a queue whose expired requests can be rejected.
 pub trait Expire: Send + Sync {
-    /// Rejects the requests whose queue deadline has passed.
-    fn expire_now(&self);
+    /// Rejects the requests whose queue deadline has passed (and asks to be
+    /// woken again for the next one).
+    fn expire_now(self: std::sync::Arc<Self>);
 }
 
 struct Entry {
@@ -103,7 +104,7 @@ mod tests {
 
     struct Count(AtomicUsize);
     impl Expire for Count {
-        fn expire_now(&self) {
+        fn expire_now(self: Arc<Self>) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
     }

@@ -101,6 +101,8 @@ pub struct Ensemble {
     outputs: Vec<String>,
     /// The ensemble's shape of each output (`reshape`, else `dims`).
     output_dims: Vec<Vec<i64>>,
+    /// The `dims` of each output that has a `reshape` (what clients see).
+    output_unreshape: Vec<Option<Vec<i64>>>,
     models: Weak<Repository>,
 }
 
@@ -148,6 +150,26 @@ fn shapes_agree(dims_a: &[i64], full_a: &[i64], dims_b: &[i64], full_b: &[i64]) 
 /// The dims an ensemble tensor has by config: the `reshape` when there is one.
 fn io_dims(dims: &[i64], reshape: Option<&pb::ModelTensorReshape>) -> Vec<i64> {
     reshape.map_or_else(|| dims.to_vec(), |r| r.shape.clone())
+}
+
+/// `dims` (after `batch`, when given) with a variable dim resolved from the
+/// element count.
+fn with_dims(dims: &[i64], batch: Option<i64>, elements: usize) -> Vec<i64> {
+    let mut shape: Vec<i64> = batch.into_iter().chain(dims.iter().copied()).collect();
+    let fixed = shape
+        .iter()
+        .filter(|&&d| d >= 0)
+        .fold(1i64, |n, &d| n.saturating_mul(d))
+        .max(1);
+    if let Some(pos) = shape.iter().position(|&d| d < 0) {
+        shape[pos] = elements as i64 / fixed;
+        for d in shape.iter_mut().skip(pos + 1) {
+            if *d < 0 {
+                *d = 1;
+            }
+        }
+    }
+    shape
 }
 
 /// Triton's `ReshapeTensorDims`: converts a tensor between a batching and a
@@ -392,6 +414,11 @@ impl Ensemble {
                 .iter()
                 .map(|o| io_dims(&o.dims, o.reshape.as_ref()))
                 .collect(),
+            output_unreshape: cfg
+                .output
+                .iter()
+                .map(|o| o.reshape.as_ref().map(|_| o.dims.clone()))
+                .collect(),
             models,
         })
     }
@@ -536,12 +563,19 @@ impl Ensemble {
         let outputs = self
             .outputs
             .iter()
-            .zip(&self.output_dims)
-            .map(|(name, dims)| {
+            .zip(self.output_dims.iter().zip(&self.output_unreshape))
+            .map(|(name, (dims, unreshape))| {
                 let (mut tensor, batch) = tensors.remove(name).ok_or_else(|| {
                     Error::internal(format!("ensemble '{e}': output '{name}' was not produced"))
                 })?;
                 tensor.shape = convert_for(dims, self.batching, batch, &tensor.shape);
+                if let Some(config_dims) = unreshape {
+                    // A reshaped output is returned with its configured dims.
+                    let batch = self
+                        .batching
+                        .then(|| tensor.shape.first().copied().unwrap_or(1));
+                    tensor.shape = with_dims(config_dims, batch, tensor.element_count());
+                }
                 Ok(tensor)
             })
             .collect::<Result<Vec<_>>>()?;
@@ -711,6 +745,9 @@ mod tests {
         assert_eq!(convert_for(&[16], false, 1, &[1, 16]), vec![16]);
         // Same batching on both sides: unchanged.
         assert_eq!(convert_for(&[16], true, 2, &[2, 16]), vec![2, 16]);
+        // A reshaped output goes back to its dims.
+        assert_eq!(with_dims(&[8], Some(3), 24), vec![3, 8]);
+        assert_eq!(with_dims(&[-1, 2], None, 8), vec![4, 2]);
     }
 
     #[test]

@@ -55,6 +55,9 @@ struct Shared {
     /// Handles sharing this queue (more than one after in-place instance changes);
     /// the last one dropped closes the queue and stops the instances.
     handles: AtomicUsize,
+    /// The earliest queue deadline the deadline watcher will wake this model
+    /// for: one watch per model at a time, not one per request.
+    armed: Mutex<Option<Instant>>,
 }
 
 impl Shared {
@@ -71,6 +74,7 @@ impl Shared {
             stats: ModelStats::default(),
             workers: Mutex::new(Vec::new()),
             handles: AtomicUsize::new(1),
+            armed: Mutex::new(None),
             config,
             version,
             policy,
@@ -455,10 +459,7 @@ impl ModelHandle {
             q.next_seq += 1;
             if let Some(at) = reject_at {
                 // Instances may all be busy when it passes: the watcher answers it on time.
-                deadlines::watch(
-                    at,
-                    Arc::downgrade(&self.shared) as Weak<dyn deadlines::Expire>,
-                );
+                arm(&self.shared, at);
             }
             let wake = q.waiting > q.woken;
             if wake {
@@ -620,13 +621,34 @@ fn reject_expired(s: &Shared, expired: Vec<Pending>) {
     }
 }
 
+/// Asks the deadline watcher to wake `s` at `at`, unless it will wake it
+/// earlier already.
+fn arm(s: &Arc<Shared>, at: Instant) {
+    let mut armed = s.armed.lock().expect("armed lock");
+    if armed.is_none_or(|a| at < a) {
+        *armed = Some(at);
+        deadlines::watch(at, Arc::downgrade(s) as Weak<dyn deadlines::Expire>);
+    }
+}
+
 impl deadlines::Expire for Shared {
-    fn expire_now(&self) {
-        let expired = {
+    fn expire_now(self: Arc<Self>) {
+        let now = Instant::now();
+        let (expired, next) = {
             let mut q = self.queue.lock().expect("queue lock");
-            q.queue.expire(&self.policy, Instant::now())
+            let expired = q.queue.expire(&self.policy, now);
+            (expired, q.queue.next_reject_deadline(&self.policy))
         };
-        reject_expired(self, expired);
+        {
+            let mut armed = self.armed.lock().expect("armed lock");
+            if armed.is_some_and(|a| a <= now) {
+                *armed = None;
+            }
+        }
+        if let Some(next) = next {
+            arm(&self, next);
+        }
+        reject_expired(&self, expired);
     }
 }
 

@@ -245,6 +245,16 @@ impl Queue {
         scan
     }
 
+    /// The earliest queue deadline that a REJECT policy will answer (for the
+    /// deadline watcher, which must wake then even if every instance is busy).
+    pub fn next_reject_deadline(&self, policy: &BatchPolicy) -> Option<Instant> {
+        self.levels
+            .iter()
+            .filter(|(&l, _)| policy.level_policy(l).on_timeout == OnTimeout::Reject)
+            .flat_map(|(_, l)| l.live.iter().filter_map(|p| p.deadline))
+            .min()
+    }
+
     /// Removes the first `n` requests in queue order.
     pub fn take(&mut self, n: usize) -> Vec<Pending> {
         let mut out = Vec::with_capacity(n);

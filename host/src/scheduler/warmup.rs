@@ -130,11 +130,22 @@ pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
                             raw.len()
                         )));
                     }
-                    raw.repeat(if cfg.max_batch_size > 0 {
+                    let times = if cfg.max_batch_size > 0 {
                         w.batch_size as usize
                     } else {
                         1
-                    })
+                    };
+                    if raw
+                        .len()
+                        .checked_mul(times)
+                        .is_none_or(|b| b > MAX_SAMPLE_BYTES)
+                    {
+                        return Err(Error::invalid_arg(format!(
+                            "{what} input '{name}': '{}' repeated {times} time(s) exceeds the {MAX_SAMPLE_BYTES}-byte limit of a warmup input",
+                            path.display()
+                        )));
+                    }
+                    raw.repeat(times)
                 }
             };
             inputs.push(Tensor::new(name.clone(), dt, shape, data));
