@@ -338,3 +338,28 @@ def test_poll_mode_stops_polling_before_shutdown(tmp_path):
     stop_at = log.index("shutting down")
     assert "second" not in log[stop_at:], log[stop_at:]
     assert "stopped" in log[stop_at:]
+
+
+def test_binary_data_output_covers_only_unlisted_outputs(dropin):
+    import http.client
+
+    def post(body):
+        conn = http.client.HTTPConnection(dropin.url, timeout=10)
+        raw = json.dumps(body).encode()
+        conn.request("POST", "/v2/models/ident_batch/infer", raw, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        data = r.read()
+        header_len = r.getheader("Inference-Header-Content-Length")
+        conn.close()
+        return r.status, json.loads(data[: int(header_len)] if header_len else data)
+
+    inputs = [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}]
+    # A listed output without its own binary_data is JSON, whatever binary_data_output says.
+    status, resp = post({"inputs": inputs, "outputs": [{"name": "OUTPUT0"}], "parameters": {"binary_data_output": True}})
+    assert status == 200 and resp["outputs"][0]["data"] == [1.0, 2.0], resp
+    # Unlisted outputs follow binary_data_output.
+    status, resp = post({"inputs": inputs, "parameters": {"binary_data_output": True}})
+    assert status == 200 and resp["outputs"][0]["parameters"]["binary_data_size"] == 8, resp
+    # The listed output's own binary_data wins.
+    status, resp = post({"inputs": inputs, "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]})
+    assert status == 200 and "data" not in resp["outputs"][0], resp
