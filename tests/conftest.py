@@ -157,3 +157,31 @@ def client(server):
     c = httpclient.InferenceServerClient(server.url, concurrency=4)
     yield c
     c.close()
+
+
+@pytest.fixture(scope="module")
+def shm_server(good_repo):
+    """A server over the good repository with client shared memory allowed."""
+    t = Tern([f"--model-repository={good_repo}", "--allow-client-shm=true"])
+    yield t
+    t.stop()
+
+
+@pytest.fixture
+def regions():
+    """Makes system shared-memory regions (`make(size)` -> name, key, handle); destroys them after the test."""
+    import uuid
+
+    import tritonclient.utils.shared_memory as shm
+
+    made = []
+
+    def make(size):
+        name = f"tern_{uuid.uuid4().hex[:10]}"
+        h = shm.create_shared_memory_region(name, "/" + name, size)
+        made.append(h)
+        return name, "/" + name, h
+
+    yield make
+    for h in made:
+        shm.destroy_shared_memory_region(h)

@@ -4,7 +4,6 @@ cleanly where CUDA is absent."""
 
 import base64
 import threading
-import uuid
 
 import numpy as np
 import pytest
@@ -16,28 +15,6 @@ from tritonclient.utils import InferenceServerException
 ROW = 16 * 4  # one INT32 row of the `simple` model
 
 
-@pytest.fixture(scope="module")
-def shm_server(good_repo):
-    from conftest import Tern
-
-    t = Tern([f"--model-repository={good_repo}", "--allow-client-shm=true"])
-    yield t
-    t.stop()
-
-
-@pytest.fixture
-def regions():
-    made = []
-
-    def make(size):
-        name = f"tern_{uuid.uuid4().hex[:10]}"
-        h = shm.create_shared_memory_region(name, "/" + name, size)
-        made.append(h)
-        return name, "/" + name, h
-
-    yield make
-    for h in made:
-        shm.destroy_shared_memory_region(h)
 
 
 def _inputs(mod, a_region, a_off, b_region, b_off):

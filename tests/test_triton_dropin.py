@@ -303,24 +303,19 @@ def test_ensemble_classification_uses_the_composing_models_labels(dropin, proto)
     mod = httpclient if proto == "http" else grpcclient
     c = mod.InferenceServerClient(dropin.url if proto == "http" else dropin.grpc_url)
     x = np.arange(20, dtype=np.float32).reshape(1, 20)
-    inp = mod.InferInput("IN", [1, 20], "FP32")
-    inp.set_data_from_numpy(x)
-    if proto == "http":
-        out = [httpclient.InferRequestedOutput("OUT", binary_data=False, class_count=2)]
-    else:
-        out = [grpcclient.InferRequestedOutput("OUT", class_count=2)]
-    got = c.infer("ens_labelled", [inp], outputs=out).as_numpy("OUT")
-    top = [v.decode() if isinstance(v, bytes) else v for v in got.reshape(-1)]
+
+    def top2(model, inp_name, out_name):
+        inp = mod.InferInput(inp_name, [1, 20], "FP32")
+        inp.set_data_from_numpy(x)
+        kw = {"binary_data": False} if proto == "http" else {}
+        out = [mod.InferRequestedOutput(out_name, class_count=2, **kw)]
+        got = c.infer(model, [inp], outputs=out).as_numpy(out_name)
+        return [v.decode() if isinstance(v, bytes) else v for v in got.reshape(-1)]
+
+    top = top2("ens_labelled", "IN", "OUT")
     assert top[0] == "19.000000:19:label19", top
     # The composing model answers the same.
-    inp2 = mod.InferInput("INPUT0", [1, 20], "FP32")
-    inp2.set_data_from_numpy(x)
-    if proto == "http":
-        out2 = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=False, class_count=2)]
-    else:
-        out2 = [grpcclient.InferRequestedOutput("OUTPUT0", class_count=2)]
-    direct = c.infer("labelled", [inp2], outputs=out2).as_numpy("OUTPUT0")
-    assert [v.decode() if isinstance(v, bytes) else v for v in direct.reshape(-1)] == top
+    assert top2("labelled", "INPUT0", "OUTPUT0") == top
 
 
 # --- lifecycle -----------------------------------------------------------------------

@@ -219,32 +219,12 @@ def test_shm_disabled_status_is_empty_and_the_rest_refused(server):
 # --- 4. Shared-memory errors in Triton's words -----------------------------------------
 
 
-@pytest.fixture(scope="module")
-def shm_on(good_repo):
-    t = Tern([f"--model-repository={good_repo}", "--allow-client-shm=true"])
-    yield t
-    t.stop()
-
-
-@pytest.fixture
-def region():
-    made = []
-
-    def make(size):
-        name = f"tern_{uuid.uuid4().hex[:10]}"
-        h = shm.create_shared_memory_region(name, "/" + name, size)
-        made.append(h)
-        return name, "/" + name, h
-
-    yield make
-    for h in made:
-        shm.destroy_shared_memory_region(h)
 
 
 @pytest.mark.parametrize("proto", ["http", "grpc"])
-def test_shm_errors_use_tritons_words(shm_on, region, proto):
+def test_shm_errors_use_tritons_words(shm_server, regions, proto):
     mod = httpclient if proto == "http" else grpcclient
-    c = httpclient.InferenceServerClient(shm_on.url) if proto == "http" else grpcclient.InferenceServerClient(shm_on.grpc_url)
+    c = httpclient.InferenceServerClient(shm_server.url) if proto == "http" else grpcclient.InferenceServerClient(shm_server.grpc_url)
 
     def error(call):
         with pytest.raises(InferenceServerException) as e:
@@ -255,7 +235,7 @@ def test_shm_errors_use_tritons_words(shm_on, region, proto):
     assert error(lambda: c.register_system_shared_memory("m", missing, 8)).startswith(
         f"Unable to open shared memory region: '{missing}'"
     )
-    name, key, h = region(2 * ROW)
+    name, key, h = regions(2 * ROW)
     assert error(lambda: c.register_system_shared_memory("too_big", key, 4 * ROW)).startswith(
         "failed to register shared memory region 'too_big': invalid args"
     )

@@ -150,25 +150,31 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     };
     // Bound in tritonserver's order (gRPC, HTTP, metrics) so a busy port is
     // reported as it would be, and before any is served so none is left open.
-    let grpc_bound = match grpc_router {
-        Some(router) => Some((
-            router,
-            bind("GRPC", &args.grpc_address, args.grpc_port).await?,
-        )),
-        None => None,
+    let bound = async {
+        let grpc = match &grpc_router {
+            Some(_) => Some(bind("GRPC", &args.grpc_address, args.grpc_port).await?),
+            None => None,
+        };
+        let http = match args.allow_http {
+            true => Some(bind("HTTP", &args.http_address, args.http_port).await?),
+            false => None,
+        };
+        let metrics_l = match &metrics {
+            Some(_) => Some(bind("Metrics", &args.metrics_address, args.metrics_port).await?),
+            None => None,
+        };
+        Ok::<_, Error>((grpc, http, metrics_l))
+    }
+    .await;
+    let (grpc_listener, http_bound, metrics_listener) = match bound {
+        Ok(b) => b,
+        Err(e) => {
+            repository.shutdown();
+            return Err(e);
+        }
     };
-    let http_bound = if args.allow_http {
-        Some(bind("HTTP", &args.http_address, args.http_port).await?)
-    } else {
-        None
-    };
-    let metrics_bound = match metrics {
-        Some(metrics) => Some((
-            metrics,
-            bind("Metrics", &args.metrics_address, args.metrics_port).await?,
-        )),
-        None => None,
-    };
+    let grpc_bound = grpc_router.zip(grpc_listener);
+    let metrics_bound = metrics.zip(metrics_listener);
     let mut tasks = Vec::new();
     let mut http_addr = None;
     if let Some((listener, addr)) = http_bound {
@@ -368,8 +374,8 @@ impl RunningServer {
         let _ = tokio::time::timeout(
             self.exit_timeout,
             tokio::task::spawn_blocking(move || {
-                if let Some(p) = poller {
-                    let _ = p.join();
+                if poller.is_some_and(|p| p.join().is_err()) {
+                    tracing::error!("the repository poll thread panicked");
                 }
                 repo.shutdown()
             }),

@@ -146,6 +146,9 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
 /// the request gave the corresponding `-1` of `dims`; the batch dimension
 /// stays in front. The data is not touched.
 pub fn apply_reshape(cfg: &ModelConfig, req: &mut InferRequest) {
+    if cfg.input.iter().all(|i| i.reshape.is_none()) {
+        return;
+    }
     let batched = cfg.max_batch_size > 0;
     for t in &mut req.inputs {
         let Some(spec) = cfg.input.iter().find(|i| i.name == t.name) else {

@@ -1,64 +1,42 @@
 //! Client deadlines (`grpc-timeout`) end with `DEADLINE_EXCEEDED`, as with
 //! tritonserver (whose gRPC runtime answers so). tonic's own deadline layer
-//! answers `CANCELLED "Timeout expired"` instead; this wrapper sits inside it
-//! and fires first (1 ms earlier), so clients see the status they expect.
+//! answers `CANCELLED "Timeout expired"` instead; the service wrapper
+//! (`Restricted`) runs each call through [`bounded`], inside tonic's layer,
+//! which fires first (1 ms earlier), so clients see the status they expect.
 //! The dropped call future cancels the work still queued for it.
 
+use std::future::Future;
 use std::time::Duration;
 
-use tonic::codegen::http::{HeaderMap, Request, Response};
+use tonic::body::Body;
+use tonic::codegen::http::{HeaderMap, Response};
+use tonic::codegen::BoxFuture;
 use tonic::Status;
 
 /// How much earlier than tonic's own deadline layer this one fires.
 const AHEAD: Duration = Duration::from_millis(1);
 
-/// Wraps a gRPC service with the client-deadline check.
-#[derive(Clone)]
-pub struct Deadline<S>(pub S);
-
-impl<S: tonic::server::NamedService> tonic::server::NamedService for Deadline<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-impl<S, B> tonic::codegen::Service<Request<B>> for Deadline<S>
+/// Runs a call, ending it with `DEADLINE_EXCEEDED` when `timeout` passes
+/// first (dropping the call future cancels its queued work).
+pub fn bounded<F, E>(call: F, timeout: Option<Duration>) -> BoxFuture<Response<Body>, E>
 where
-    S: tonic::codegen::Service<
-        Request<B>,
-        Response = Response<tonic::body::Body>,
-        Error = std::convert::Infallible,
-    >,
-    S::Future: Send + 'static,
+    F: Future<Output = Result<Response<Body>, E>> + Send + 'static,
 {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::result::Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let timeout = grpc_timeout(req.headers());
-        let call = self.0.call(req);
-        match timeout {
-            None => Box::pin(call),
-            Some(t) => Box::pin(async move {
-                match tokio::time::timeout(t.saturating_sub(AHEAD), call).await {
-                    Ok(r) => r,
-                    Err(_) => Ok(Status::deadline_exceeded("Deadline Exceeded").into_http()),
-                }
-            }),
-        }
+    match timeout {
+        None => Box::pin(call),
+        Some(t) => Box::pin(async move {
+            match tokio::time::timeout(t.saturating_sub(AHEAD), call).await {
+                Ok(r) => r,
+                Err(_) => Ok(Status::deadline_exceeded("Deadline Exceeded").into_http()),
+            }
+        }),
     }
 }
 
 /// The `grpc-timeout` header (gRPC over HTTP/2: up to 8 digits and a unit
 /// `H`, `M`, `S`, `m`, `u` or `n`); `None` when absent or malformed (then
 /// there is no deadline, as in tonic).
-fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
+pub fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get("grpc-timeout")?.to_str().ok()?;
     if v.len() < 2 || v.len() > 9 {
         return None;

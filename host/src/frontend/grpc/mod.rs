@@ -602,11 +602,11 @@ pub fn build(info: Arc<ServerInfo>, settings: &GrpcSettings) -> Result<GrpcServe
     let rules = Arc::new(settings.restrictions.clone());
     let router = builder
         .add_service(Restricted {
-            inner: deadline::Deadline(inference),
+            inner: inference,
             rules: rules.clone(),
         })
         .add_service(Restricted {
-            inner: deadline::Deadline(HealthServer::new(HealthService { info })),
+            inner: HealthServer::new(HealthService { info }),
             rules,
         });
     Ok(GrpcServer {
@@ -617,7 +617,8 @@ pub fn build(info: Arc<ServerInfo>, settings: &GrpcSettings) -> Result<GrpcServe
 }
 
 /// Wraps a gRPC service with the `--grpc-restricted-protocol` check, which
-/// runs before the call reaches the service (unary and streaming alike).
+/// runs before the call reaches the service (unary and streaming alike), and
+/// with the client deadline ([`deadline`]).
 #[derive(Clone)]
 pub struct Restricted<S> {
     inner: S,
@@ -661,7 +662,8 @@ where
                 return Box::pin(async move { Ok(status.into_http()) });
             }
         }
-        Box::pin(self.inner.call(req))
+        let timeout = deadline::grpc_timeout(req.headers());
+        deadline::bounded(self.inner.call(req), timeout)
     }
 }
 

@@ -67,7 +67,13 @@ pub fn rewrite(text: &[u8]) -> Option<Vec<u8>> {
             out.extend_from_slice(&text[start..i]);
             continue;
         }
-        if matches!(b, b'-' | b'I' | b'N') && (i == 0 || !word_byte(text[i - 1])) {
+        // Only where a value may stand (not as an object key).
+        let value_position = matches!(
+            out.iter().rev().find(|c| !c.is_ascii_whitespace()),
+            Some(b'[' | b',' | b':') | None
+        );
+        if matches!(b, b'-' | b'I' | b'N') && value_position && (i == 0 || !word_byte(text[i - 1]))
+        {
             let rest = &text[i..];
             let token = TOKENS.iter().find(|(t, _)| {
                 rest.starts_with(t) && rest.get(t.len()).is_none_or(|&n| !word_byte(n))
@@ -170,6 +176,8 @@ mod tests {
         assert_eq!(rewritten(r#"{"a":[1,"NaN"]}"#), None);
         // Not whole tokens.
         assert_eq!(rewritten("[NaNa,Infinit,xInf,1Inf,Info]"), None);
+        // Not in a value position (an object key).
+        assert_eq!(rewritten(r#"{NaN:1}"#), None);
         // A NUL escape: such a string could pass for a sentinel.
         assert_eq!(rewritten(r#"["\u0000NaN",NaN]"#), None);
         // Other escapes are fine, and an unterminated string ends the text.
