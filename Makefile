@@ -12,7 +12,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test setup build release unit e2e lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test test-fast setup build release unit e2e lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -84,7 +84,13 @@ run: release
 
 lint:
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features tern/bench -- -D warnings
+
+# The edit loop: every crate's unit tests, the Rust integration tests and the
+# component tests; no Python, no language toolchains, no e2e (tests/README.md).
+test-fast:
+	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+	$(CARGO) test --workspace
 
 # Unit + Rust integration tests (debug profile); the same build's binary drives the e2e tests.
 unit: setup
@@ -101,7 +107,7 @@ test: setup lint unit e2e
 # Load benchmark (release build): see docs/PERFORMANCE.md.
 bench: release
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
-	$(CARGO) build --release -p tern --example baseline
+	$(CARGO) build --release -p tern --features bench --example baseline
 	$(PY) tests/bench/http_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/baseline
 
 bench-reload: release
@@ -117,18 +123,18 @@ bench-batching: release
 
 # Heap allocations per request on the CPU path (baseline numbers in docs/PERFORMANCE.md).
 bench-alloc: setup
-	$(CARGO) build --release -p tern --example alloc_bench
+	$(CARGO) build --release -p tern --features bench --example alloc_bench
 	rm -rf .cache/bench-alloc && $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import gen_models; gen_models.test(".cache/bench-alloc")'
 	$(CARGO_TARGET_DIR)/release/examples/alloc_bench .cache/bench-alloc 2000
 	$(CARGO_TARGET_DIR)/release/examples/alloc_bench .cache/bench-alloc 2000 --host-memory-pool-byte-size=0
 
 bench-grpc: release
 	@command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
-	$(CARGO) build --release -p tern --example grpc_baseline
+	$(CARGO) build --release -p tern --features bench --example grpc_baseline
 	$(PY) tests/bench/grpc_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/grpc_baseline
 
 bench-plugins: setup
-	$(CARGO) build --release -p tern --example plugin_bench
+	$(CARGO) build --release -p tern --features bench --example plugin_bench
 	rm -rf .cache/bench-plugins && $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import gen_models; gen_models.plugin_repo(".cache/bench-plugins", "$(WASM_OUT)")'
 	$(CARGO_TARGET_DIR)/release/examples/plugin_bench .cache/bench-plugins
 
@@ -136,7 +142,7 @@ bench-plugins: setup
 BENCH_LANG := .cache/bench-lang
 bench-lang: release
 	$(MAKE) lang-plugins $(foreach l,python js c,$(WASM_OUT)/empty_$(l).wasm) TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
-	$(CARGO) build --release -p tern --example lang_bench
+	$(CARGO) build --release -p tern --features bench --example lang_bench
 	rm -rf $(BENCH_LANG) && for l in rust python js c; do \
 		for k in empty prep; do mkdir -p $(BENCH_LANG)/$${k}_$$l/1 && cp $(WASM_OUT)/$${k}_$$l.wasm $(BENCH_LANG)/$${k}_$$l/1/model.wasm; done; \
 		cp model_repository/prep_$$l/config.pbtxt $(BENCH_LANG)/prep_$$l/; \
@@ -145,7 +151,7 @@ bench-lang: release
 	$(CARGO_TARGET_DIR)/release/examples/lang_bench $(BENCH_LANG)
 
 bench-tokenizer: setup
-	$(CARGO) build --release -p tern --example tokenizer_bench
+	$(CARGO) build --release -p tern --features bench --example tokenizer_bench
 	$(CARGO_TARGET_DIR)/release/examples/tokenizer_bench model_repository
 
 bench-embedding: release

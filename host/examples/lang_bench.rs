@@ -17,12 +17,12 @@ use std::time::Instant;
 
 use common::{per_call_us, strings};
 
-use tern::backends::{
+use tern::repository::{Repository, RepositoryOptions};
+use tern_core::backend::{
     Backend, BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext, Model,
 };
-use tern::config::parse_pbtxt;
-use tern::core::{DataType, InferRequest, Tensor};
-use tern::repository::{Repository, RepositoryOptions};
+use tern_core::config::parse_pbtxt;
+use tern_core::{DataType, InferRequest, Tensor};
 
 fn request(model: &str) -> InferRequest {
     let f32s: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
@@ -67,7 +67,7 @@ fn load(
         version: 1,
         version_dir: &dir.join("1"),
         settings,
-        models: Arc::downgrade(repo),
+        models: Arc::downgrade(repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
     })
     .unwrap_or_else(|e| panic!("{model}: {e}"))
 }

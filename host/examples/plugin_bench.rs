@@ -14,11 +14,10 @@ use std::sync::Arc;
 
 use common::{per_call_us, strings};
 
-use tern::backends::{
-    BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext, Registry,
-};
-use tern::core::{DataType, InferRequest, Tensor};
+use tern::backends::Registry;
 use tern::repository::{Repository, RepositoryOptions};
+use tern_core::backend::{BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext};
+use tern_core::{DataType, InferRequest, Tensor};
 
 fn req(model: &str, inputs: Vec<Tensor>) -> InferRequest {
     InferRequest {
@@ -87,7 +86,7 @@ fn main() {
                 version: 1,
                 version_dir: &dir,
                 settings: &settings,
-                models: Arc::downgrade(&repo),
+                models: Arc::downgrade(&repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
             })
             .expect("load");
         let mut inst = loaded.create_instance(&spec).expect("instance");

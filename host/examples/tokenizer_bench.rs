@@ -15,11 +15,10 @@ use std::sync::Arc;
 
 use common::{per_call_us, strings};
 
-use tern::backends::{
-    BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext, Registry,
-};
-use tern::core::{DataType, InferRequest, Tensor};
+use tern::backends::Registry;
 use tern::repository::{Repository, RepositoryOptions};
+use tern_core::backend::{BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext};
+use tern_core::{DataType, InferRequest, Tensor};
 
 const TEXTS: &[&str] = &[
     "This is an example sentence",
@@ -69,8 +68,8 @@ fn main() {
     let text =
         std::fs::read_to_string(std::path::Path::new(&root).join("bert_tokenizer/config.pbtxt"))
             .expect("config");
-    let mut cfg = tern::config::parse_pbtxt(&text).expect("config parses");
-    tern::config::validate::normalize(&mut cfg, 0);
+    let mut cfg = tern_core::config::parse_pbtxt(&text).expect("config parses");
+    tern_core::config::validate::normalize(&mut cfg, 0);
     let wasm = Registry::default().get("wasm").expect("wasm backend");
     let model = wasm
         .load(&LoadContext {
@@ -78,7 +77,7 @@ fn main() {
             version: 1,
             version_dir: &dir,
             settings: &settings,
-            models: Arc::downgrade(&repo),
+            models: Arc::downgrade(&repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
         })
         .expect("load bert_tokenizer");
     let mut inst = model

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Parser};
 
-use crate::error::{Error, Result};
+use tern_core::error::{Error, Result};
 
 /// Tern: a Triton-compatible inference server.
 #[derive(Debug, Clone, Parser)]
@@ -225,12 +225,12 @@ pub struct Args {
     pub allow_client_shm: bool,
 
     /// Page-locked host memory for staging GPU inputs, in bytes (needs CUDA; 0 disables).
-    #[arg(long, default_value_t = crate::memory::pool::DEFAULT_PINNED_POOL)]
+    #[arg(long, default_value_t = tern_memory::pool::DEFAULT_PINNED_POOL)]
     pub pinned_memory_pool_byte_size: usize,
 
     /// Recycled host memory for request bodies and CPU input batches, in bytes
     /// (Tern-specific; 0 = allocate per request).
-    #[arg(long, default_value_t = crate::memory::pool::DEFAULT_HOST_POOL)]
+    #[arg(long, default_value_t = tern_memory::pool::DEFAULT_HOST_POOL)]
     pub host_memory_pool_byte_size: usize,
 
     /// Device memory pool per GPU, `<gpu>:<bytes>` (repeatable; default 64 MiB per GPU).
@@ -449,15 +449,31 @@ impl Args {
         !self.disable_auto_complete_config && !self.strict_model_config
     }
 
+    /// The logging settings from the `--log-*` flags.
+    pub fn log_settings(&self) -> crate::logging::Settings {
+        crate::logging::Settings {
+            log_file: self
+                .log_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            log_info: self.log_info,
+            log_warning: self.log_warning,
+            log_error: self.log_error,
+            log_verbose_level: self.log_verbose,
+            log_format: self.log_format.clone(),
+        }
+    }
+
     /// Parses `--backend-config` into backend settings.
-    pub fn backend_settings(&self) -> Result<crate::backends::BackendSettings> {
-        let mut settings = crate::backends::BackendSettings {
+    pub fn backend_settings(&self) -> Result<tern_core::backend::BackendSettings> {
+        let mut settings = tern_core::backend::BackendSettings {
             onnxruntime_library: self.onnxruntime_library.clone(),
             default_max_batch_size: 4,
             wasm_cache_dir: match self.wasm_cache_dir.as_deref() {
                 Some(p) if p.as_os_str() == "none" => None,
                 Some(p) => Some(p.to_path_buf()),
-                None => crate::wasm::cache::default_dir(),
+                None => tern_wasm::cache::default_dir(),
             },
         };
         for entry in &self.backend_config {

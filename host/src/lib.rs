@@ -1,21 +1,15 @@
-//! Tern: a Triton-compatible inference server (KServe v2 over HTTP and gRPC) that reads
-//! Triton model repositories unchanged. See `docs/` for the user guide and
-//! `../shared/DESIGN.md` for the architecture.
+//! Tern's server: the model repository and its lifecycle, the schedulers,
+//! the HTTP and gRPC frontends, metrics, logging and the command line.
+//! The types every part shares are in `tern-core`; the backends in
+//! `tern-onnx` and `tern-wasm`; memory outside the heap in `tern-memory`.
+//! See `docs/architecture.md` for how the crates and modules fit together.
 
 pub mod backends;
 pub mod cli;
-pub mod config;
-pub mod core;
-pub mod error;
 pub mod frontend;
 pub mod logging;
-pub mod memory;
 pub mod metrics;
-pub mod plugin_tool;
 pub mod proto;
 pub mod repository;
 pub mod scheduler;
 pub mod server;
-pub mod wasm;
-
-pub use error::{Code, Error, Result};

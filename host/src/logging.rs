@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
@@ -26,8 +25,8 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
 
-use crate::cli::Args;
-use crate::error::{Error, Result};
+use tern_core::error::{Error, Result};
+use tern_core::request::ControlValue;
 
 /// The logging settings that can be read and changed at run time.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,34 +46,6 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// From the command line.
-    pub fn from_args(args: &Args) -> Settings {
-        Settings {
-            log_file: args
-                .log_file
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            log_info: args.log_info,
-            log_warning: args.log_warning,
-            log_error: args.log_error,
-            log_verbose_level: args.log_verbose,
-            log_format: args.log_format.clone(),
-        }
-    }
-
-    /// Triton's JSON for `GET /v2/logging`.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "log_file": self.log_file,
-            "log_info": self.log_info,
-            "log_warning": self.log_warning,
-            "log_error": self.log_error,
-            "log_verbose_level": self.log_verbose_level,
-            "log_format": self.log_format,
-        })
-    }
-
     /// The filter directive for these settings.
     pub fn directive(&self) -> String {
         let base = if self.log_info {
@@ -136,43 +107,44 @@ pub fn settings() -> Settings {
     state().lock().expect("logging lock").settings.clone()
 }
 
-/// Applies a `POST /v2/logging` body; unknown keys, wrong types and a changed
-/// `log_file` are errors and change nothing.
-pub fn update(body: &Value) -> Result<Settings> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| Error::invalid_arg("logging settings must be a JSON object"))?;
+/// Applies changes to the run-time settings (the logging extension); unknown
+/// names, wrong types and a changed `log_file` are errors and change nothing.
+pub fn update(changes: &[(String, ControlValue)]) -> Result<Settings> {
     let mut st = state().lock().expect("logging lock");
     let mut new = st.settings.clone();
-    for (key, value) in obj {
-        let bool_value = || {
-            value.as_bool().ok_or_else(|| {
-                Error::invalid_arg(format!("logging setting '{key}' must be a bool"))
-            })
+    for (key, value) in changes {
+        let bool_value = || match value {
+            ControlValue::Bool(b) => Ok(*b),
+            _ => Err(Error::invalid_arg(format!(
+                "logging setting '{key}' must be a bool"
+            ))),
         };
         match key.as_str() {
             "log_info" => new.log_info = bool_value()?,
             "log_warning" => new.log_warning = bool_value()?,
             "log_error" => new.log_error = bool_value()?,
             "log_verbose_level" => {
-                new.log_verbose_level = value
-                    .as_u64()
-                    .and_then(|v| u32::try_from(v).ok())
-                    .ok_or_else(|| {
-                        Error::invalid_arg(
-                            "logging setting 'log_verbose_level' must be a non-negative integer",
-                        )
-                    })?
+                new.log_verbose_level = match value {
+                    ControlValue::Uint(v) => u32::try_from(*v).ok(),
+                    _ => None,
+                }
+                .ok_or_else(|| {
+                    Error::invalid_arg(
+                        "logging setting 'log_verbose_level' must be a non-negative integer",
+                    )
+                })?
             }
             "log_format" => {
-                let f = value.as_str().ok_or_else(|| {
-                    Error::invalid_arg("logging setting 'log_format' must be a string")
-                })?;
+                let ControlValue::String(f) = value else {
+                    return Err(Error::invalid_arg(
+                        "logging setting 'log_format' must be a string",
+                    ));
+                };
                 check_format(f)?;
-                new.log_format = f.to_string();
+                new.log_format = f.clone();
             }
             "log_file" => {
-                if value.as_str() != Some(new.log_file.as_str()) {
+                if *value != ControlValue::String(new.log_file.clone()) {
                     return Err(Error::unsupported(
                         "log_file cannot be changed at run time; restart with --log-file",
                     ));
@@ -251,23 +223,20 @@ where
     }
 }
 
-/// Installs the global subscriber (stderr or `--log-file`).
-pub fn init(args: &Args) -> Result<()> {
-    check_format(&args.log_format)?;
-    let settings = Settings::from_args(args);
+/// Installs the global subscriber (stderr, or `log_file` when set).
+pub fn init(settings: Settings) -> Result<()> {
+    check_format(&settings.log_format)?;
     let filter = EnvFilter::try_new(settings.directive())
         .map_err(|e| Error::internal(format!("log filter: {e}")))?;
     let (filter, handle) = reload::Layer::<EnvFilter, Registry>::new(filter);
     let layer = tracing_subscriber::fmt::layer().event_format(TritonFormat);
-    match &args.log_file {
+    match Some(&settings.log_file).filter(|f| !f.is_empty()) {
         Some(path) => {
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|e| {
-                    Error::invalid_arg(format!("cannot open --log-file '{}': {e}", path.display()))
-                })?;
+                .map_err(|e| Error::invalid_arg(format!("cannot open --log-file '{path}': {e}")))?;
             tracing_subscriber::registry()
                 .with(filter)
                 .with(layer.with_ansi(false).with_writer(Mutex::new(file)))
@@ -314,12 +283,20 @@ mod tests {
         s.log_info = false;
         s.log_verbose_level = 0;
         assert_eq!(s.directive(), "warn");
-        assert!(update(&json!({"log_format": "XML"})).is_err());
-        assert!(update(&json!({"log_file": "/x"})).is_err());
-        assert!(update(&json!({"bogus": 1})).is_err());
-        let s = update(&json!({"log_verbose_level": 2, "log_format": "ISO8601"})).unwrap();
+        let set = |k: &str, v: ControlValue| vec![(k.to_string(), v)];
+        let text = |v: &str| ControlValue::String(v.into());
+        assert!(update(&set("log_format", text("XML"))).is_err());
+        assert!(update(&set("log_file", text("/x"))).is_err());
+        assert!(update(&set("bogus", ControlValue::Uint(1))).is_err());
+        assert!(update(&set("log_info", ControlValue::Uint(1))).is_err());
+        assert!(update(&set("log_verbose_level", ControlValue::Other)).is_err());
+        let mut both = set("log_verbose_level", ControlValue::Uint(2));
+        both.extend(set("log_format", text("ISO8601")));
+        let s = update(&both).unwrap();
         assert_eq!(s.log_verbose_level, 2);
         assert_eq!(settings().log_format, "ISO8601");
-        update(&json!({"log_verbose_level": 0, "log_format": "default"})).unwrap();
+        let mut back = set("log_verbose_level", ControlValue::Uint(0));
+        back.extend(set("log_format", text("default")));
+        update(&back).unwrap();
     }
 }

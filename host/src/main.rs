@@ -9,7 +9,7 @@ use tern::server;
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if argv.get(1).is_some_and(|a| a == "plugin") {
-        return tern::plugin_tool::main(argv[2..].to_vec());
+        return tern_plugin_tool::main(argv[2..].to_vec());
     }
     let args = match Args::parse_checked(argv) {
         Ok(a) => a,
@@ -18,7 +18,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = tern::logging::init(&args) {
+    if let Err(e) = tern::logging::init(args.log_settings()) {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
+        let signal = server::shutdown_signal();
         let running = match server::start(&args).await {
             Ok(r) => r,
             Err(e) => {
@@ -40,7 +41,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        server::shutdown_signal().await;
+        signal.await;
         tracing::info!(
             "shutting down: waiting up to {}s for in-flight requests",
             args.exit_timeout_secs

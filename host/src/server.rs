@@ -11,7 +11,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cli::Args;
-use crate::error::{Error, Result};
 use crate::frontend::common::ServerInfo;
 use crate::frontend::grpc;
 use crate::frontend::http::{router, HttpState};
@@ -19,6 +18,7 @@ use crate::frontend::restrict::Restrictions;
 use crate::metrics::Metrics;
 use crate::repository::control::ControlMode;
 use crate::repository::{Repository, RepositoryOptions, State};
+use tern_core::error::{Error, Result};
 
 /// A started server.
 pub struct RunningServer {
@@ -41,18 +41,18 @@ pub struct RunningServer {
 /// Loads the repository and starts the frontends.
 pub async fn start(args: &Args) -> Result<RunningServer> {
     let (mode, load_models) = args.model_control()?;
-    crate::memory::cuda::log_devices();
+    tern_memory::cuda::log_devices();
     if let Some(bad) = args
         .cuda_memory_pool_byte_size
         .iter()
-        .find(|(gpu, _)| *gpu >= crate::memory::cuda::devices().len())
+        .find(|(gpu, _)| *gpu >= tern_memory::cuda::devices().len())
     {
         tracing::warn!(
             "--cuda-memory-pool-byte-size names GPU {} which is not present; ignored",
             bad.0
         );
     }
-    crate::memory::pool::configure(
+    tern_memory::pool::configure(
         args.pinned_memory_pool_byte_size,
         args.host_memory_pool_byte_size,
         &args.cuda_memory_pool_byte_size,
@@ -62,12 +62,12 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         roots: args.model_repository.clone(),
         auto_complete: args.auto_complete(),
         backend: args.backend_settings()?,
-        gpu_count: crate::memory::cuda::devices().len(),
+        gpu_count: tern_memory::cuda::devices().len(),
         load_threads: args.model_load_thread_count,
         config_name: args.model_config_name.clone(),
+        summary_latencies: args.allow_metrics && metrics_settings.summary_latencies,
     };
     let repository = Repository::new(options);
-    // Before any model loads, so latency summaries cover every model.
     let metrics = args
         .allow_metrics
         .then(|| Arc::new(Metrics::new(repository.clone(), metrics_settings)));
@@ -133,7 +133,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         strict_readiness: args.strict_readiness,
         shutting_down: AtomicBool::new(false),
         control_mode: mode,
-        shm: Arc::new(crate::memory::shm::SharedMemory::new(args.allow_client_shm)),
+        shm: Arc::new(tern_memory::shm::SharedMemory::new(args.allow_client_shm)),
         initialized,
     });
     let (stop, stop_rx) = watch::channel(false);
@@ -341,7 +341,7 @@ async fn bind(
         };
         Error::unavailable(format!(
             "failed to start {what} service: {} - {why}",
-            crate::error::Code::Unavailable.as_str()
+            tern_core::error::Code::Unavailable.as_str()
         ))
     })?;
     let local = listener
@@ -391,21 +391,30 @@ async fn futures_join(tasks: Vec<JoinHandle<()>>) {
     }
 }
 
-/// Resolves when SIGINT or SIGTERM arrives.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Installs the SIGINT and SIGTERM handlers now, so that a signal arriving
+/// while the server starts is not lost (nor kills the process), and returns a
+/// future that resolves when one arrives. Call it inside the runtime, before
+/// [`start`].
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).ok();
+        let mut int = signal(SignalKind::interrupt()).ok();
+        async move {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! { _ = wait(term.take()) => {}, _ = wait(int.take()) => {} }
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{
+use tern_core::backend::{
     numeric_parameter, Backend, BackendSettings, ExecTiming, Instance, InstanceSpec, LoadContext,
     Model, ModelFiles,
 };
-use crate::config::ModelConfig;
-use crate::core::{DataType, InferRequest, InferResponse, Tensor};
-use crate::error::{Error, Result};
+use tern_core::config::ModelConfig;
+use tern_core::error::{Error, Result};
+use tern_core::{DataType, InferRequest, InferResponse, Tensor};
 
 /// The identity backend.
 pub struct IdentityBackend;

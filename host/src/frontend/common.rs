@@ -5,11 +5,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::core::DataType;
-use crate::error::Result;
-use crate::memory::shm::SharedMemory;
 use crate::repository::control::{ControlMode, LoadOverride};
 use crate::repository::Repository;
+use tern_core::error::Result;
+use tern_core::DataType;
+use tern_memory::shm::SharedMemory;
 
 /// Extensions this server implements, reported by server metadata.
 pub const EXTENSIONS: &[&str] = &[
@@ -142,7 +142,7 @@ pub fn parse_version(v: &str) -> Result<Option<i64>> {
         .filter(|&n| n >= 1)
         .map(Some)
         .ok_or_else(|| {
-            crate::error::Error::invalid_arg(format!("'{v}' is not a valid model version"))
+            tern_core::error::Error::invalid_arg(format!("'{v}' is not a valid model version"))
         })
 }
 
@@ -153,7 +153,7 @@ pub async fn load_model(info: &ServerInfo, name: String, overrides: LoadOverride
     let repo = info.repository.clone();
     tokio::task::spawn_blocking(move || repo.load_model(&name, overrides))
         .await
-        .map_err(|e| crate::error::Error::internal(format!("model load panicked: {e}")))?
+        .map_err(|e| tern_core::error::Error::internal(format!("model load panicked: {e}")))?
 }
 
 /// Unloads a model through the API (both frontends); same rules as [`load_model`].
@@ -162,14 +162,14 @@ pub async fn unload_model(info: &ServerInfo, name: String, unload_dependents: bo
     let repo = info.repository.clone();
     tokio::task::spawn_blocking(move || repo.unload_model(&name, unload_dependents))
         .await
-        .map_err(|e| crate::error::Error::internal(format!("model unload panicked: {e}")))?
+        .map_err(|e| tern_core::error::Error::internal(format!("model unload panicked: {e}")))?
 }
 
 fn check_control(info: &ServerInfo) -> Result<()> {
     if info.control_mode == ControlMode::Explicit {
         Ok(())
     } else {
-        Err(crate::error::Error::unavailable(
+        Err(tern_core::error::Error::unavailable(
             "explicit model load / unload is not allowed if polling is enabled",
         ))
     }

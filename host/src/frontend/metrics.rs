@@ -10,8 +10,8 @@ use axum::routing::get;
 use axum::Router;
 
 use super::http::error_response;
-use crate::error::Error;
 use crate::metrics::Metrics;
+use tern_core::error::Error;
 
 /// The metrics router.
 pub fn router(metrics: Arc<Metrics>) -> Router {

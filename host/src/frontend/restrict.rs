@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, Result};
+use tern_core::error::{Error, Result};
 
 /// Triton's API categories.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

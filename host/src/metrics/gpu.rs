@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use nvml_wrapper::Nvml;
 
-use super::text::{header, labels, sample};
+use tern_core::prometheus::{header, labels, sample};
 
 fn nvml() -> Option<&'static Nvml> {
     static NVML: OnceLock<Option<Nvml>> = OnceLock::new();

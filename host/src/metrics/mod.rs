@@ -6,16 +6,15 @@
 
 pub mod gpu;
 pub mod system;
-pub mod text;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
 use crate::repository::Repository;
 use crate::scheduler::stats::{FailReason, SUMMARY_KINDS};
 use crate::scheduler::ModelHandle;
-use text::{header, labels, sample};
+use tern_core::error::{Error, Result};
+use tern_core::prometheus::{self as text, header, labels, sample};
 
 /// `--metrics-*` settings.
 #[derive(Debug, Clone)]
@@ -172,7 +171,6 @@ const SUMMARY_HELP: [&str; 5] = [
 impl Metrics {
     /// Starts the CPU sampler (when enabled) and turns latency summaries on for models loaded from now on.
     pub fn new(repository: Arc<Repository>, settings: MetricsSettings) -> Metrics {
-        crate::scheduler::stats::enable_summaries(settings.summary_latencies);
         let sampler = settings
             .cpu
             .then(|| system::Sampler::start(settings.interval));
@@ -270,7 +268,7 @@ impl Metrics {
         if self.settings.gpu {
             gpu::render(&mut out);
         }
-        let pools = crate::memory::pool::pools();
+        let pools = tern_memory::pool::pools();
         let pinned = pools.pinned.as_ref();
         for (name, help, value) in [
             (
@@ -302,17 +300,17 @@ impl Metrics {
                 (
                     "tern_cuda_memory_pool_total_bytes",
                     "CUDA memory pool size per GPU, in bytes",
-                    crate::memory::pool::Pool::capacity as fn(&crate::memory::pool::Pool) -> usize,
+                    tern_memory::pool::Pool::capacity as fn(&tern_memory::pool::Pool) -> usize,
                 ),
                 (
                     "tern_cuda_memory_pool_used_bytes",
                     "CUDA memory pool bytes in use per GPU",
-                    crate::memory::pool::Pool::used,
+                    tern_memory::pool::Pool::used,
                 ),
                 (
                     "tern_cuda_memory_pool_reserved_bytes",
                     "CUDA memory pool bytes allocated from the GPU so far (in use or cached) per GPU",
-                    crate::memory::pool::Pool::reserved,
+                    tern_memory::pool::Pool::reserved,
                 ),
             ] {
                 header(&mut out, name, "gauge", help);
@@ -327,7 +325,7 @@ impl Metrics {
             }
         }
         self.render_tern(&mut out);
-        out.push_str(&crate::wasm::metrics::render());
+        out.push_str(&tern_wasm::metrics::render());
         out
     }
 
@@ -361,8 +359,8 @@ impl Metrics {
 
     /// Tern's own families.
     fn render_tern(&self, out: &mut String) {
-        let plugins = crate::wasm::all_counters();
-        type Read = fn(&crate::wasm::PluginCounters) -> u64;
+        let plugins = tern_wasm::all_counters();
+        type Read = fn(&tern_wasm::PluginCounters) -> u64;
         let plugin_families: [(&str, &str, Read); 4] = [
             (
                 "tern_plugin_traps_total",
@@ -396,7 +394,7 @@ impl Metrics {
                 );
             }
         }
-        let (hits, misses) = crate::wasm::cache::counts();
+        let (hits, misses) = tern_wasm::cache::counts();
         for (name, help, v) in [
             (
                 "tern_wasm_cache_hits_total",

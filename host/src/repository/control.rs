@@ -14,10 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{IndexEntry, ModelEntry, Prepared, Repository, State};
-use crate::backends::LoadContext;
-use crate::error::{Code, Error, Result};
 use crate::scheduler::ensemble::{composing_models, Ensemble};
 use crate::scheduler::ModelHandle;
+use tern_core::backend::LoadContext;
+use tern_core::error::{Code, Error, Result};
+use tern_core::request::ControlValue;
 
 /// `--model-control-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,6 +53,63 @@ pub struct LoadOverride {
     pub config: Option<String>,
     /// `file:<path>` parameters: model files, relative to the model folder.
     pub files: Vec<(String, Vec<u8>)>,
+}
+
+impl LoadOverride {
+    /// Reads the parameters of a load request: `config` (a string holding
+    /// the JSON model config) and `file:<path>` (a model file's contents).
+    pub fn from_parameters(
+        params: impl IntoIterator<Item = (String, ControlValue)>,
+    ) -> Result<LoadOverride> {
+        let mut o = LoadOverride::default();
+        for (key, value) in params {
+            match (key.as_str(), value) {
+                ("config", ControlValue::String(text)) => o.config = Some(text),
+                ("config", _) => {
+                    return Err(Error::invalid_arg(
+                        "load parameter 'config' must be a string holding the JSON model config",
+                    ))
+                }
+                (k, ControlValue::Bytes(bytes)) if k.starts_with("file:") => {
+                    o.files.push((k["file:".len()..].to_string(), bytes))
+                }
+                (k, _) if k.starts_with("file:") => {
+                    return Err(Error::invalid_arg(format!(
+                        "load parameter '{k}' must be the file's contents \
+                         (base64 in an HTTP request, a bytes_param in gRPC)"
+                    )))
+                }
+                (k, _) => {
+                    return Err(Error::invalid_arg(format!(
+                        "unknown load parameter '{k}' (supported: config, file:<path>)"
+                    )))
+                }
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// Reads the parameters of an unload request: whether to unload the
+/// ensembles that use the model too (`unload_dependents`, a bool).
+pub fn unload_dependents(params: impl IntoIterator<Item = (String, ControlValue)>) -> Result<bool> {
+    let mut dependents = false;
+    for (key, value) in params {
+        match (key.as_str(), value) {
+            ("unload_dependents", ControlValue::Bool(b)) => dependents = b,
+            ("unload_dependents", _) => {
+                return Err(Error::invalid_arg(
+                    "unload parameter 'unload_dependents' must be a bool",
+                ))
+            }
+            (k, _) => {
+                return Err(Error::invalid_arg(format!(
+                    "unknown unload parameter '{k}' (supported: unload_dependents)"
+                )))
+            }
+        }
+    }
+    Ok(dependents)
 }
 
 /// Where a loaded model came from.
@@ -426,6 +484,7 @@ impl Repository {
                     prepared.labels.clone(),
                     self.options.gpu_count,
                     dir,
+                    self.options.summary_latencies,
                 )
             }
             None => {
@@ -449,7 +508,13 @@ impl Repository {
                         labels.insert(output.to_string(), l);
                     }
                 }
-                ModelHandle::ensemble(config.clone(), version, ensemble, labels)
+                ModelHandle::ensemble(
+                    config.clone(),
+                    version,
+                    ensemble,
+                    labels,
+                    self.options.summary_latencies,
+                )
             }
         }
     }
@@ -533,7 +598,7 @@ impl Repository {
     }
 
     /// Loads the models an ensemble calls that are not loaded yet (explicit mode).
-    fn load_composing(&self, config: &crate::config::ModelConfig) -> Result<()> {
+    fn load_composing(&self, config: &tern_core::config::ModelConfig) -> Result<()> {
         let missing: Vec<String> = {
             let models = self.models.read().expect("models lock");
             composing_models(config)
@@ -868,6 +933,34 @@ fn fingerprint_where(dir: &Path, keep: impl Fn(&Path) -> bool) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn load_and_unload_parameters_are_read_once_for_both_protocols() {
+        let p = |k: &str, v: ControlValue| vec![(k.to_string(), v)];
+        let o = LoadOverride::from_parameters([
+            ("config".to_string(), ControlValue::String("{}".into())),
+            (
+                "file:1/model.wasm".to_string(),
+                ControlValue::Bytes(vec![1, 2]),
+            ),
+        ])
+        .unwrap();
+        assert_eq!(o.config.as_deref(), Some("{}"));
+        assert_eq!(o.files, vec![("1/model.wasm".to_string(), vec![1, 2])]);
+        let e = LoadOverride::from_parameters(p("config", ControlValue::Bool(true))).unwrap_err();
+        assert!(e.message.contains("must be a string"), "{e}");
+        let e = LoadOverride::from_parameters(p("file:x", ControlValue::Other)).unwrap_err();
+        assert!(e.message.contains("file's contents"), "{e}");
+        let e = LoadOverride::from_parameters(p("bogus", ControlValue::Bool(true))).unwrap_err();
+        assert!(
+            e.message.starts_with("unknown load parameter 'bogus'"),
+            "{e}"
+        );
+        assert!(unload_dependents(p("unload_dependents", ControlValue::Bool(true))).unwrap());
+        assert!(!unload_dependents(Vec::new()).unwrap());
+        assert!(unload_dependents(p("unload_dependents", ControlValue::Uint(1))).is_err());
+        assert!(unload_dependents(p("x", ControlValue::Bool(true))).is_err());
+    }
 
     #[test]
     fn control_modes_parse() {

@@ -13,12 +13,16 @@ use std::sync::{Arc, Mutex, RwLock};
 
 pub use versions::{list_versions, select_versions};
 
-use crate::backends::{BackendSettings, ModelFiles, Registry};
-use crate::config::validate::{check_supported, normalize, not_acted_on, validate};
-use crate::config::{parse_pbtxt, ModelConfig};
-use crate::error::{Error, Result};
-use crate::scheduler::ensemble::{self, is_ensemble};
+use crate::backends::Registry;
+use crate::scheduler::ensemble;
 use crate::scheduler::ModelHandle;
+use tern_core::backend::{BackendSettings, ModelFiles};
+use tern_core::config::is_ensemble;
+use tern_core::config::validate::{check_supported, normalize, not_acted_on, validate};
+use tern_core::config::{parse_pbtxt, ModelConfig};
+use tern_core::error::{Error, Result};
+use tern_core::router::{InferFuture, ModelRouter};
+use tern_core::InferRequest;
 
 /// How models are found and loaded.
 #[derive(Debug, Clone, Default)]
@@ -35,6 +39,8 @@ pub struct RepositoryOptions {
     pub load_threads: usize,
     /// `--model-config-name`: read `<model>/configs/<name>.pbtxt` when it exists.
     pub config_name: Option<String>,
+    /// Keep recent latencies of every model for the Prometheus summaries.
+    pub summary_latencies: bool,
 }
 
 /// Lifecycle state of a model version, as the repository index reports it.
@@ -78,7 +84,7 @@ pub struct IndexEntry {
 /// A model's config, backend (`None` for ensembles), versions and labels, ready to load.
 struct Prepared {
     config: Arc<ModelConfig>,
-    backend: Option<Arc<dyn crate::backends::Backend>>,
+    backend: Option<Arc<dyn tern_core::backend::Backend>>,
     versions: Vec<i64>,
     labels: HashMap<String, Vec<String>>,
 }
@@ -179,7 +185,7 @@ impl Repository {
             .filter(|p| p.is_file())
             .unwrap_or_else(|| dir.join("config.pbtxt"));
         let mut cfg = if let Some(json) = config_json {
-            let cfg = crate::config::json::from_json(json)
+            let cfg = tern_core::config::json::from_json(json)
                 .map_err(|e| e.context(format!("model '{name}': the 'config' parameter")))?;
             if !cfg.name.is_empty() && cfg.name != name {
                 return Err(Error::invalid_arg(format!(
@@ -409,6 +415,17 @@ impl Repository {
     }
 }
 
+impl ModelRouter for Repository {
+    /// Looks up the version the request names and runs the request on it:
+    /// the one routing path of HTTP, gRPC, ensemble steps and BLS calls.
+    fn infer(&self, request: InferRequest) -> InferFuture {
+        match self.get(&request.model_name, request.model_version) {
+            Ok(handle) => Box::pin(async move { handle.infer(request).await }),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
+
 /// The index reason of an unloaded model.
 const UNLOADED: &str = "unloaded";
 
@@ -421,4 +438,82 @@ fn unknown(name: &str, version: Option<i64>) -> Error {
         "Request for unknown model: '{name}'{} is not found",
         version_suffix(version)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern_core::{DataType, Tensor};
+
+    /// A repository of one identity model, loaded.
+    fn identity_repository(dir: &Path) -> Arc<Repository> {
+        std::fs::create_dir_all(dir.join("id/1")).unwrap();
+        std::fs::write(
+            dir.join("id/config.pbtxt"),
+            r#"name: "id" backend: "identity" max_batch_size: 4
+               input [{name: "X" data_type: TYPE_INT32 dims: [2]}]
+               output [{name: "Y" data_type: TYPE_INT32 dims: [2]}]"#,
+        )
+        .unwrap();
+        let repo = Repository::new(RepositoryOptions {
+            roots: vec![dir.to_path_buf()],
+            load_threads: 1,
+            ..Default::default()
+        });
+        assert!(repo.load_all().unwrap().is_empty());
+        repo
+    }
+
+    fn request(model: &str) -> InferRequest {
+        InferRequest {
+            model_name: model.into(),
+            inputs: vec![Tensor::new(
+                "X",
+                DataType::Int32,
+                vec![1, 2],
+                [7i32, -7]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect::<Vec<u8>>(),
+            )],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_router_runs_requests_by_name_and_follows_the_lifecycle() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = identity_repository(t.path());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let router: Arc<dyn ModelRouter> = repo.clone();
+        let r = rt.block_on(router.infer(request("id"))).unwrap();
+        assert_eq!((r.model_name.as_str(), r.model_version), ("id", 1));
+        assert_eq!(r.outputs[0].data, request("id").inputs[0].data);
+        let e = rt.block_on(router.infer(request("nope"))).unwrap_err();
+        assert_eq!(e.code, tern_core::Code::NotFound);
+        assert_eq!(e.message, "Request for unknown model: 'nope' is not found");
+        assert!(repo.all_ready());
+        assert_eq!(repo.index()[0].state, State::Ready);
+
+        repo.unload_model("id", false).unwrap();
+        let e = rt.block_on(router.infer(request("id"))).unwrap_err();
+        assert!(e.message.contains("'id'"), "{e}");
+        let row = &repo.index()[0];
+        assert_eq!(
+            (row.state, row.reason.as_str()),
+            (State::Unavailable, UNLOADED)
+        );
+        assert!(
+            repo.all_ready(),
+            "an unloaded model does not make the server unready"
+        );
+
+        repo.load_model("id", Default::default()).unwrap();
+        assert!(rt.block_on(router.infer(request("id"))).is_ok());
+        repo.shutdown();
+        assert!(repo.load_model("id", Default::default()).is_err());
+    }
 }

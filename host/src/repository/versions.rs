@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use crate::config::pb::model_version_policy::PolicyChoice;
-use crate::config::ModelConfig;
+use tern_core::config::pb::model_version_policy::PolicyChoice;
+use tern_core::config::ModelConfig;
 
 /// Numeric version folders of a model, ascending. Non-numeric names and names
 /// starting with `0` are ignored, as Triton does.
@@ -51,7 +51,7 @@ pub fn select_versions(cfg: &ModelConfig, available: &[i64]) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_pbtxt;
+    use tern_core::config::parse_pbtxt;
 
     #[test]
     fn lists_numeric_folders_only() {

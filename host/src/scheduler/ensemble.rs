@@ -6,27 +6,21 @@
 //! move between steps by reference (their data are shared `Bytes`).
 
 use std::collections::{HashMap, HashSet};
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::Poll;
+use std::time::Instant;
 
-use crate::config::pb::{self, ModelConfig};
-use crate::core::dtype::config_name;
-use crate::core::request::ComputeTimes;
-use crate::core::tensor::shape_str;
-use crate::core::{InferRequest, InferResponse, RequestedOutput, Tensor};
-use crate::error::{Error, Result};
-use crate::repository::Repository;
-
-/// Whether a config describes an ensemble.
-pub fn is_ensemble(cfg: &ModelConfig) -> bool {
-    cfg.platform == "ensemble"
-        || matches!(
-            cfg.scheduling_choice,
-            Some(pb::model_config::SchedulingChoice::EnsembleScheduling(_))
-        )
-}
+use super::policy::BatchPolicy;
+use super::stats::{FailReason, ModelStats};
+use tern_core::config::pb::{self, ModelConfig};
+use tern_core::dtype::config_name;
+use tern_core::error::{Error, Result};
+use tern_core::request::ComputeTimes;
+use tern_core::router::{InferFuture, ModelRouter};
+use tern_core::tensor::shape_str;
+use tern_core::{InferRequest, InferResponse, RequestedOutput, Tensor};
 
 /// The models an ensemble's steps call (for load ordering).
 pub fn composing_models(cfg: &ModelConfig) -> Vec<String> {
@@ -69,14 +63,6 @@ pub fn check_config(cfg: &ModelConfig) -> Result<()> {
     Ok(())
 }
 
-type StepFuture = Pin<Box<dyn Future<Output = Result<InferResponse>> + Send>>;
-
-/// One step's request to its model, boxed: an ensemble's step may itself be
-/// an ensemble, and the explicit type ends the recursion of future types.
-fn step_call(handle: Arc<crate::scheduler::ModelHandle>, request: InferRequest) -> StepFuture {
-    Box::pin(async move { handle.infer(request).await })
-}
-
 /// One step after validation.
 #[derive(Debug)]
 struct Step {
@@ -103,7 +89,7 @@ pub struct Ensemble {
     output_dims: Vec<Vec<i64>>,
     /// The `dims` of each output that has a `reshape` (what clients see).
     output_unreshape: Vec<Option<Vec<i64>>>,
-    models: Weak<Repository>,
+    models: Weak<dyn ModelRouter>,
 }
 
 /// Where an ensemble tensor comes from.
@@ -201,7 +187,7 @@ impl Ensemble {
     pub fn build(
         cfg: &ModelConfig,
         lookup: impl Fn(&str, Option<i64>) -> Result<Arc<ModelConfig>>,
-        models: Weak<Repository>,
+        models: Weak<dyn ModelRouter>,
     ) -> Result<Ensemble> {
         check_config(cfg)?;
         let e = &cfg.name;
@@ -446,7 +432,7 @@ impl Ensemble {
     /// Runs one (validated) request through the DAG and returns the ensemble's outputs.
     pub async fn run(&self, request: InferRequest) -> Result<InferResponse> {
         let e = &self.name;
-        let repo = self.models.upgrade().ok_or_else(|| {
+        let router = self.models.upgrade().ok_or_else(|| {
             Error::unavailable(format!("ensemble '{e}': the server is shutting down"))
         })?;
         // Each tensor with the batch size of the request that produced it (0
@@ -468,7 +454,7 @@ impl Ensemble {
         let mut callers = request.callers;
         callers.push(e.clone());
         let mut started = vec![false; self.steps.len()];
-        let mut running: Vec<(usize, usize, StepFuture)> = Vec::new();
+        let mut running: Vec<(usize, usize, InferFuture)> = Vec::new();
         let mut compute = ComputeTimes::default();
         loop {
             for (i, step) in self.steps.iter().enumerate() {
@@ -476,9 +462,6 @@ impl Ensemble {
                     continue;
                 }
                 started[i] = true;
-                let handle = repo
-                    .get(&step.model, step.version)
-                    .map_err(|err| self.step_error(i, err))?;
                 let inputs: Vec<Tensor> = step
                     .inputs
                     .iter()
@@ -515,7 +498,7 @@ impl Ensemble {
                 } else {
                     0
                 };
-                running.push((i, step_batch, step_call(handle, sub)));
+                running.push((i, step_batch, router.infer(sub)));
             }
             if running.is_empty() {
                 break;
@@ -600,10 +583,114 @@ impl Ensemble {
     }
 }
 
+/// The ensemble scheduler: no instances or queue of its own; each request
+/// runs the step DAG, every step through its composing model's scheduler.
+pub struct EnsembleScheduler {
+    config: Arc<ModelConfig>,
+    version: i64,
+    ensemble: Ensemble,
+    policy: BatchPolicy,
+    stats: ModelStats,
+    closed: AtomicBool,
+}
+
+impl EnsembleScheduler {
+    /// Serves `ensemble` as version `version` of `config`.
+    pub fn new(
+        config: Arc<ModelConfig>,
+        version: i64,
+        ensemble: Ensemble,
+        summaries: bool,
+    ) -> Result<Self> {
+        Ok(EnsembleScheduler {
+            policy: BatchPolicy::from_config(&config, false)?,
+            config,
+            version,
+            ensemble,
+            stats: ModelStats::new(summaries),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Runs a validated request through the ensemble DAG and records its statistics.
+    pub async fn schedule(
+        &self,
+        request: InferRequest,
+        batch_size: usize,
+        arrived: Instant,
+    ) -> Result<InferResponse> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::unavailable(format!(
+                "model '{}' version {} is no longer available",
+                self.config.name, self.version
+            )));
+        }
+        // A caller that stops waiting (client cancelled, connection closed) drops this future
+        // between steps: no further step starts, and the ensemble counts the request as cancelled.
+        let mut cancelled = CancelGuard {
+            stats: &self.stats,
+            arrived,
+            armed: true,
+        };
+        let result = self.ensemble.run(request).await;
+        cancelled.armed = false;
+        let result = result.and_then(|mut r| {
+            tern_core::validate::validate_outputs(&self.config, batch_size, &r.outputs)?;
+            r.model_version = self.version;
+            Ok(r)
+        });
+        match &result {
+            Ok(r) => self
+                .stats
+                .record_request(batch_size, arrived.elapsed(), r.compute),
+            Err(_) => self
+                .stats
+                .record_failure(arrived.elapsed(), FailReason::Other),
+        }
+        result
+    }
+
+    /// The request placement rules (priority levels, timeouts) of the ensemble.
+    pub fn policy(&self) -> &BatchPolicy {
+        &self.policy
+    }
+
+    /// The DAG.
+    pub fn ensemble(&self) -> &Ensemble {
+        &self.ensemble
+    }
+
+    /// Statistics of this version.
+    pub fn stats(&self) -> &ModelStats {
+        &self.stats
+    }
+
+    /// Refuses further requests (running ones finish).
+    pub fn shutdown(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Counts a request as cancelled if its future is dropped while still armed.
+struct CancelGuard<'a> {
+    stats: &'a ModelStats,
+    arrived: Instant,
+    armed: bool,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.stats
+                .record_failure(self.arrived.elapsed(), FailReason::Canceled);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_pbtxt;
+    use tern_core::config::parse_pbtxt;
 
     fn cfg(text: &str) -> ModelConfig {
         parse_pbtxt(text).expect("config parses")
@@ -665,7 +752,7 @@ mod tests {
                     .cloned()
                     .ok_or_else(|| Error::not_found(format!("no model '{name}'")))
             },
-            Weak::new(),
+            tern_core::router::unrouted(),
         )
     }
 

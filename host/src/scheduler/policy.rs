@@ -6,12 +6,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use crate::config::pb::{
+use tern_core::config::pb::{
     model_config::SchedulingChoice, model_queue_policy::TimeoutAction, ModelQueuePolicy,
 };
-use crate::config::ModelConfig;
-use crate::core::{InferRequest, Parameter};
-use crate::error::{Error, Result};
+use tern_core::config::ModelConfig;
+use tern_core::error::{Error, Result};
+use tern_core::{InferRequest, Parameter};
 
 /// What happens to a request whose queue timeout expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,7 +223,7 @@ impl BatchPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_pbtxt;
+    use tern_core::config::parse_pbtxt;
 
     fn policy(extra: &str) -> BatchPolicy {
         let cfg = parse_pbtxt(&format!("name: \"m\" max_batch_size: 8 input [{{name: \"X\" data_type: TYPE_FP32 dims: [-1] allow_ragged_batch: true}}] {extra}")).unwrap();

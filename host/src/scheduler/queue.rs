@@ -11,8 +11,8 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use super::policy::{BatchPolicy, OnTimeout};
-use crate::core::{InferRequest, InferResponse};
-use crate::error::Result;
+use tern_core::error::Result;
+use tern_core::{InferRequest, InferResponse};
 
 /// A queued request.
 pub struct Pending {
@@ -298,8 +298,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::parse_pbtxt;
-    use crate::core::{DataType, Tensor};
+    use tern_core::config::parse_pbtxt;
+    use tern_core::{DataType, Tensor};
 
     fn policy(db: &str) -> BatchPolicy {
         let cfg = parse_pbtxt(&format!(

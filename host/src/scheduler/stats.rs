@@ -8,10 +8,8 @@
 //! the Prometheus summaries.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use serde_json::{json, Value};
 
 /// A count and a total duration.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -27,12 +25,9 @@ impl CountNs {
         self.count += 1;
         self.ns += d.as_nanos() as u64;
     }
-    fn json(&self) -> Value {
-        json!({ "count": self.count, "ns": self.ns })
-    }
 }
 
-pub use crate::core::request::ComputeTimes;
+pub use tern_core::request::ComputeTimes;
 
 /// A statistics snapshot.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -108,14 +103,6 @@ const SUMMARY_MAX_AGE: Duration = Duration::from_secs(60);
 /// Most observations a summary window keeps.
 const SUMMARY_MAX_SAMPLES: usize = 8192;
 
-/// Process-wide switch for latency summaries (`--metrics-config summary_latencies=true`).
-static SUMMARIES_ENABLED: OnceLock<bool> = OnceLock::new();
-
-/// Turns latency summaries on or off for every model loaded afterwards (first call wins).
-pub fn enable_summaries(on: bool) {
-    let _ = SUMMARIES_ENABLED.set(on);
-}
-
 /// Recent latencies of successful requests (microseconds) with their totals,
 /// for Prometheus summaries: a sliding window of the last minute.
 #[derive(Debug, Default, Clone)]
@@ -170,13 +157,17 @@ pub struct ModelStats {
 
 impl Default for ModelStats {
     fn default() -> Self {
+        ModelStats::new(false)
+    }
+}
+
+impl ModelStats {
+    /// Empty statistics; `summaries` keeps recent latencies for the
+    /// Prometheus summaries (`--metrics-config summary_latencies=true`).
+    pub fn new(summaries: bool) -> Self {
         ModelStats {
             inner: Mutex::default(),
-            summaries: SUMMARIES_ENABLED
-                .get()
-                .copied()
-                .unwrap_or(false)
-                .then(Mutex::default),
+            summaries: summaries.then(Mutex::default),
         }
     }
 }
@@ -283,36 +274,6 @@ impl ModelStats {
     }
 }
 
-impl Snapshot {
-    /// Triton's JSON for one model version in `model_stats`.
-    pub fn to_json(&self, name: &str, version: i64) -> Value {
-        json!({
-            "name": name,
-            "version": version.to_string(),
-            "last_inference": self.last_inference,
-            "inference_count": self.inference_count,
-            "execution_count": self.execution_count,
-            "inference_stats": {
-                "success": self.success.json(),
-                "fail": self.fail.json(),
-                "queue": self.queue.json(),
-                "compute_input": self.compute_input.json(),
-                "compute_infer": self.compute_infer.json(),
-                "compute_output": self.compute_output.json(),
-                "cache_hit": CountNs::default().json(),
-                "cache_miss": CountNs::default().json(),
-            },
-            "batch_stats": self.batches.iter().map(|(size, [i, n, o])| json!({
-                "batch_size": size,
-                "compute_input": i.json(),
-                "compute_infer": n.json(),
-                "compute_output": o.json(),
-            })).collect::<Vec<_>>(),
-            "memory_usage": [],
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,10 +312,6 @@ mod tests {
         assert_eq!(snap.fail, CountNs { count: 2, ns: 51 });
         assert_eq!(snap.compute_infer, CountNs { count: 2, ns: 200 });
         assert_eq!(snap.batches[&3][1], CountNs { count: 1, ns: 100 });
-        let j = snap.to_json("m", 1);
-        assert_eq!(j["version"], "1");
-        assert_eq!(j["batch_stats"][0]["batch_size"], 1);
-        assert_eq!(j["batch_stats"][1]["compute_infer"]["count"], 1);
     }
 
     #[test]

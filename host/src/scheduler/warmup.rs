@@ -4,12 +4,12 @@
 
 use std::path::Path;
 
-use crate::config::pb::model_warmup::input::InputDataType;
-use crate::config::ModelConfig;
-use crate::core::tensor::{element_count, shape_str};
-use crate::core::validate::validate_request;
-use crate::core::{bytes_tensor, DataType, InferRequest, Tensor};
-use crate::error::{Error, Result};
+use tern_core::config::pb::model_warmup::input::InputDataType;
+use tern_core::config::ModelConfig;
+use tern_core::error::{Error, Result};
+use tern_core::tensor::{element_count, shape_str};
+use tern_core::validate::validate_request;
+use tern_core::{bytes_tensor, DataType, InferRequest, Tensor};
 
 /// One warmup sample: its name, the request and how many times to run it.
 #[derive(Debug)]
@@ -158,7 +158,7 @@ pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
         };
         validate_request(cfg, &request).map_err(|e| e.context(&what))?;
         let mut request = request;
-        crate::core::validate::apply_reshape(cfg, &mut request);
+        tern_core::validate::apply_reshape(cfg, &mut request);
         out.push(Sample {
             name: w.name.clone(),
             request,
@@ -171,7 +171,7 @@ pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_pbtxt;
+    use tern_core::config::parse_pbtxt;
 
     const IO: &str = r#"name: "m" max_batch_size: 4
         input [{name: "A" data_type: TYPE_FP32 dims: [3]}, {name: "S" data_type: TYPE_STRING dims: [2]}]"#;

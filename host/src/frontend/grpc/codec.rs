@@ -4,18 +4,18 @@
 
 use std::collections::HashMap;
 
-use crate::core::tensor::element_count;
-use crate::core::validate::{classification_param, element_count_matches, input_header};
-use crate::core::{
-    bytes_tensor, DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput,
-    Tensor,
-};
-use crate::error::{Error, Result};
-use crate::memory::shm::{self, SharedMemory};
 use crate::proto::{
     infer_parameter::ParameterChoice, model_infer_response, InferParameter, InferTensorContents,
     ModelInferRequest, ModelInferResponse,
 };
+use tern_core::error::{Error, Result};
+use tern_core::tensor::element_count;
+use tern_core::validate::{classification_param, element_count_matches, input_header};
+use tern_core::{
+    bytes_tensor, DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput,
+    Tensor,
+};
+use tern_memory::shm::{self, SharedMemory};
 
 fn parameters(map: HashMap<String, InferParameter>, what: &str) -> Result<Parameters> {
     let mut out = Parameters::new();

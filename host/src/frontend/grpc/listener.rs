@@ -19,7 +19,7 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use super::pings::{PingGuard, PingPolicy};
 use super::TlsSettings;
-use crate::error::{Error, Result};
+use tern_core::error::{Error, Result};
 
 /// How long a client gets to finish the TLS handshake, or on plaintext to
 /// send the HTTP/2 preface: a connection that stays silent is closed instead

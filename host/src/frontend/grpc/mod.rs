@@ -20,8 +20,6 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::common::{model_metadata, parse_version, ServerInfo, EXTENSIONS};
 use super::restrict::{grpc_category, Restrictions};
-use crate::error::{Error, Result};
-use crate::memory::shm::{self, Kind as ShmKind};
 use crate::proto::grpc_inference_service_server::{
     GrpcInferenceService, GrpcInferenceServiceServer,
 };
@@ -30,6 +28,10 @@ use crate::proto::health::health_server::{Health, HealthServer};
 use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::*;
 use crate::scheduler::stats::{CountNs, Snapshot};
+use tern_core::error::{Code, Error, Result};
+use tern_core::request::ControlValue;
+use tern_core::router::ModelRouter;
+use tern_memory::shm::{self, Kind as ShmKind};
 
 /// TLS material for the gRPC server (PEM).
 #[derive(Clone)]
@@ -83,15 +85,29 @@ pub struct InferenceService {
     info: Arc<ServerInfo>,
 }
 
+/// The gRPC status for an error: Triton's mapping, in this one place.
+pub fn grpc_status(e: &Error) -> Status {
+    let code = match e.code {
+        Code::InvalidArg => tonic::Code::InvalidArgument,
+        Code::NotFound => tonic::Code::NotFound,
+        Code::Unavailable => tonic::Code::Unavailable,
+        Code::Unsupported => tonic::Code::Unimplemented,
+        Code::AlreadyExists => tonic::Code::AlreadyExists,
+        Code::Cancelled => tonic::Code::Cancelled,
+        Code::Internal => tonic::Code::Internal,
+        Code::Unknown => tonic::Code::Unknown,
+    };
+    Status::new(code, e.message.clone())
+}
+
 fn status(e: Error) -> Status {
-    e.grpc_status()
+    grpc_status(&e)
 }
 
 fn unimplemented(what: &str, issue: &str) -> Status {
-    Error::unsupported(format!(
+    grpc_status(&Error::unsupported(format!(
         "{what} is not supported by this version of Tern ({issue})"
-    ))
-    .grpc_status()
+    )))
 }
 
 fn duration(c: &CountNs) -> Option<StatisticDuration> {
@@ -136,15 +152,30 @@ fn statistics(name: &str, version: i64, s: &Snapshot) -> ModelStatistics {
 impl InferenceService {
     async fn infer(&self, req: ModelInferRequest) -> Result<ModelInferResponse> {
         let request = codec::decode_request(req, &self.info.shm)?;
-        let handle = self
-            .info
-            .repository
-            .get(&request.model_name, request.model_version)?;
         let requested = request.outputs.clone();
-        let response = handle.infer(request).await?;
+        let response = self.info.repository.infer(request).await?;
         shm::write_outputs(&response, &requested)?;
         Ok(codec::encode_response(response, &requested))
     }
+}
+
+/// Repository request parameters in protocol-neutral form.
+fn control_values(
+    params: HashMap<String, ModelRepositoryParameter>,
+) -> impl Iterator<Item = (String, ControlValue)> {
+    use model_repository_parameter::ParameterChoice as P;
+    params.into_iter().map(|(k, p)| {
+        let value = match p.parameter_choice {
+            Some(P::BoolParam(b)) => ControlValue::Bool(b),
+            Some(P::StringParam(s)) => ControlValue::String(s),
+            Some(P::BytesParam(b)) => ControlValue::Bytes(b.to_vec()),
+            Some(P::Int64Param(i)) => {
+                u64::try_from(i).map_or(ControlValue::Other, ControlValue::Uint)
+            }
+            None => ControlValue::Other,
+        };
+        (k, value)
+    })
 }
 
 fn log_settings_response(s: &crate::logging::Settings) -> LogSettingsResponse {
@@ -360,34 +391,10 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<RepositoryModelLoadRequest>,
     ) -> std::result::Result<Response<RepositoryModelLoadResponse>, Status> {
-        use model_repository_parameter::ParameterChoice;
         let r = req.into_inner();
-        let mut overrides = crate::repository::control::LoadOverride::default();
-        for (key, p) in r.parameters {
-            match (key.as_str(), p.parameter_choice) {
-                ("config", Some(ParameterChoice::StringParam(text))) => {
-                    overrides.config = Some(text)
-                }
-                ("config", _) => return Err(status(Error::invalid_arg(
-                    "load parameter 'config' must be a string_param holding the JSON model config",
-                ))),
-                (k, Some(ParameterChoice::BytesParam(bytes))) if k.starts_with("file:") => {
-                    overrides
-                        .files
-                        .push((k["file:".len()..].to_string(), bytes.to_vec()))
-                }
-                (k, _) if k.starts_with("file:") => {
-                    return Err(status(Error::invalid_arg(format!(
-                        "load parameter '{k}' must be a bytes_param with the file's contents"
-                    ))))
-                }
-                (k, _) => {
-                    return Err(status(Error::invalid_arg(format!(
-                        "unknown load parameter '{k}' (supported: config, file:<path>)"
-                    ))))
-                }
-            }
-        }
+        let overrides =
+            crate::repository::control::LoadOverride::from_parameters(control_values(r.parameters))
+                .map_err(status)?;
         crate::frontend::common::load_model(&self.info, r.model_name, overrides)
             .await
             .map_err(status)?;
@@ -398,19 +405,10 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<RepositoryModelUnloadRequest>,
     ) -> std::result::Result<Response<RepositoryModelUnloadResponse>, Status> {
-        use model_repository_parameter::ParameterChoice;
         let r = req.into_inner();
-        let mut dependents = false;
-        for (key, p) in r.parameters {
-            match (key.as_str(), p.parameter_choice) {
-                ("unload_dependents", Some(ParameterChoice::BoolParam(b))) => dependents = b,
-                (k, _) => {
-                    return Err(status(Error::invalid_arg(format!(
-                        "unload parameter '{k}': only unload_dependents (a bool_param) is supported"
-                    ))))
-                }
-            }
-        }
+        let dependents =
+            crate::repository::control::unload_dependents(control_values(r.parameters))
+                .map_err(status)?;
         crate::frontend::common::unload_model(&self.info, r.model_name, dependents)
             .await
             .map_err(status)?;
@@ -533,21 +531,22 @@ impl GrpcInferenceService for InferenceService {
                 &crate::logging::settings(),
             )));
         }
-        let mut body = serde_json::Map::new();
+        use ControlValue as V;
+        let mut changes = Vec::with_capacity(settings.len());
         for (k, v) in settings {
             let value = match v.parameter_choice {
-                Some(P::BoolParam(b)) => serde_json::Value::Bool(b),
-                Some(P::Uint32Param(u)) => serde_json::Value::from(u),
-                Some(P::StringParam(s)) => serde_json::Value::String(s),
+                Some(P::BoolParam(b)) => V::Bool(b),
+                Some(P::Uint32Param(u)) => V::Uint(u.into()),
+                Some(P::StringParam(s)) => V::String(s),
                 None => {
-                    return Err(
-                        Error::invalid_arg(format!("log setting '{k}' has no value")).grpc_status(),
-                    )
+                    return Err(grpc_status(&Error::invalid_arg(format!(
+                        "log setting '{k}' has no value"
+                    ))))
                 }
             };
-            body.insert(k, value);
+            changes.push((k, value));
         }
-        let updated = crate::logging::update(&serde_json::Value::Object(body)).map_err(status)?;
+        let updated = crate::logging::update(&changes).map_err(status)?;
         Ok(Response::new(log_settings_response(&updated)))
     }
 }
@@ -683,4 +682,19 @@ pub async fn serve(
 /// An empty name means "all regions" in the shared-memory RPCs.
 fn non_empty(name: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_mapping_follows_triton() {
+        let c = |e: Error| grpc_status(&e).code();
+        assert_eq!(c(Error::invalid_arg("x")), tonic::Code::InvalidArgument);
+        assert_eq!(c(Error::not_found("x")), tonic::Code::NotFound);
+        assert_eq!(c(Error::unavailable("x")), tonic::Code::Unavailable);
+        assert_eq!(c(Error::unsupported("x")), tonic::Code::Unimplemented);
+        assert_eq!(grpc_status(&Error::internal("x")).message(), "x");
+    }
 }

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 
 use super::{compression, HttpState};
-use crate::error::{Error, Result};
-use crate::memory::pool::{pools, Block};
+use tern_core::error::{Error, Result};
+use tern_memory::pool::{pools, Block};
 
 /// Alignment of the binary section in a joined body.
 const ALIGN: usize = 64;

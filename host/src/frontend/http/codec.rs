@@ -6,15 +6,15 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::nonfinite;
-use crate::config::ModelConfig;
-use crate::core::tensor::shape_str;
-use crate::core::validate::{classification_param, element_count_matches, input_header};
-use crate::core::{
+use tern_core::config::ModelConfig;
+use tern_core::error::{Error, Result};
+use tern_core::tensor::shape_str;
+use tern_core::validate::{classification_param, element_count_matches, input_header};
+use tern_core::{
     bytes_tensor, DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput,
     Tensor,
 };
-use crate::error::{Error, Result};
-use crate::memory::shm::{self, SharedMemory};
+use tern_memory::shm::{self, SharedMemory};
 
 /// Triton's `HTTP_MAX_JSON_NESTING_DEPTH`: how deep a tensor's `data` may nest.
 const MAX_JSON_NESTING_DEPTH: usize = 100;
@@ -643,7 +643,7 @@ pub fn encode_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_pbtxt;
+    use tern_core::config::parse_pbtxt;
 
     fn cfg() -> ModelConfig {
         parse_pbtxt(

@@ -8,7 +8,7 @@ use flate2::read::{GzDecoder, ZlibDecoder};
 use flate2::write::{GzEncoder, ZlibEncoder};
 use flate2::Compression;
 
-use crate::error::{Error, Result};
+use tern_core::error::{Error, Result};
 
 /// A supported content coding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,9 +20,12 @@ use serde_json::{json, Value};
 
 use super::common::{self, parse_version, ServerInfo, EXTENSIONS};
 use super::restrict::{http_category, Restrictions};
-use crate::error::{Error, Result};
-use crate::memory::shm as shm_io;
+use crate::scheduler::stats::{CountNs, Snapshot};
 use body::read_body;
+use tern_core::error::{Code, Error, Result};
+use tern_core::request::ControlValue;
+use tern_core::router::ModelRouter;
+use tern_memory::shm as shm_io;
 
 /// Shared state of the HTTP frontend.
 pub struct HttpState {
@@ -38,9 +41,22 @@ pub struct HttpState {
 
 type AppState = State<Arc<HttpState>>;
 
+/// The HTTP status for an error: Triton's mapping, in this one place.
+pub fn status_code(e: &Error) -> StatusCode {
+    match e.code {
+        Code::InvalidArg => StatusCode::BAD_REQUEST,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::Unsupported => StatusCode::NOT_IMPLEMENTED,
+        Code::AlreadyExists => StatusCode::CONFLICT,
+        Code::Cancelled => StatusCode::from_u16(499).expect("499 is a valid status"),
+        Code::Internal | Code::Unknown => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 /// The error response: Triton's status mapping and `{"error": message}` body.
 pub fn error_response(e: &Error) -> Response {
-    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = status_code(e);
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
@@ -201,7 +217,7 @@ async fn model_ready_v(
 
 fn config(s: &HttpState, model: &str, version: Option<i64>) -> Result<Response> {
     let cfg = s.info.repository.config(model, version)?;
-    Ok(json_response(crate::config::json::to_json(&cfg)))
+    Ok(json_response(tern_core::config::json::to_json(&cfg)))
 }
 
 async fn model_config(State(s): AppState, Path(model): Path<String>) -> Response {
@@ -256,25 +272,43 @@ async fn repository_index(State(s): AppState, headers: HeaderMap, body: Body) ->
     )
 }
 
-/// The `parameters` object of a repository request body (empty body = no parameters).
+/// The `parameters` object of a repository request body (empty body = no
+/// parameters), in protocol-neutral form; `file:` values are base64.
 async fn repository_parameters(
     s: &HttpState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<serde_json::Map<String, Value>> {
+) -> Result<Vec<(String, ControlValue)>> {
+    use base64::Engine as _;
     let body = read_body(s, headers, body).await?;
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Default::default());
+        return Ok(Vec::new());
     }
     let v: Value = serde_json::from_slice(&body)
         .map_err(|e| Error::invalid_arg(format!("failed to parse the repository request: {e}")))?;
-    match v.get("parameters") {
-        None | Some(Value::Null) => Ok(Default::default()),
-        Some(Value::Object(m)) => Ok(m.clone()),
-        Some(_) => Err(Error::invalid_arg(
-            "repository request 'parameters' must be an object",
-        )),
-    }
+    let params = match v.get("parameters") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(Error::invalid_arg(
+                "repository request 'parameters' must be an object",
+            ))
+        }
+    };
+    Ok(params
+        .iter()
+        .map(|(k, v)| {
+            let value = match v {
+                Value::String(t) if k.starts_with("file:") => {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(t)
+                        .map_or(ControlValue::Other, ControlValue::Bytes)
+                }
+                v => control_value(v),
+            };
+            (k.clone(), value)
+        })
+        .collect())
 }
 
 async fn load_model(
@@ -283,35 +317,10 @@ async fn load_model(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    use base64::Engine as _;
     respond(
         async {
             let params = repository_parameters(&s, &headers, body).await?;
-            let mut overrides = crate::repository::control::LoadOverride::default();
-            for (key, value) in params {
-                if key == "config" {
-                    let Value::String(text) = value else {
-                        return Err(Error::invalid_arg(
-                            "load parameter 'config' must be a string holding the JSON model config",
-                        ));
-                    };
-                    overrides.config = Some(text);
-                } else if let Some(path) = key.strip_prefix("file:") {
-                    let bytes = value
-                        .as_str()
-                        .and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok())
-                        .ok_or_else(|| {
-                            Error::invalid_arg(format!(
-                                "load parameter '{key}' must be the file's contents in base64"
-                            ))
-                        })?;
-                    overrides.files.push((path.to_string(), bytes));
-                } else {
-                    return Err(Error::invalid_arg(format!(
-                        "unknown load parameter '{key}' (supported: config, file:<path>)"
-                    )));
-                }
-            }
+            let overrides = crate::repository::control::LoadOverride::from_parameters(params)?;
             common::load_model(&s.info, model, overrides).await?;
             Ok(StatusCode::OK.into_response())
         }
@@ -328,22 +337,7 @@ async fn unload_model(
     respond(
         async {
             let params = repository_parameters(&s, &headers, body).await?;
-            let mut dependents = false;
-            for (key, value) in params {
-                match (key.as_str(), value) {
-                    ("unload_dependents", Value::Bool(b)) => dependents = b,
-                    ("unload_dependents", _) => {
-                        return Err(Error::invalid_arg(
-                            "unload parameter 'unload_dependents' must be a bool",
-                        ))
-                    }
-                    _ => {
-                        return Err(Error::invalid_arg(format!(
-                            "unknown unload parameter '{key}' (supported: unload_dependents)"
-                        )))
-                    }
-                }
-            }
+            let dependents = crate::repository::control::unload_dependents(params)?;
             common::unload_model(&s.info, model, dependents).await?;
             Ok(StatusCode::OK.into_response())
         }
@@ -357,7 +351,7 @@ fn stats(s: &HttpState, model: Option<&str>, version: Option<i64>) -> Result<Res
         .repository
         .handles(model, version)?
         .iter()
-        .map(|h| h.stats().to_json(&h.config.name, h.version))
+        .map(|h| stats_json(&h.stats(), &h.config.name, h.version))
         .collect();
     Ok(json_response(json!({ "model_stats": rows })))
 }
@@ -378,7 +372,7 @@ async fn model_stats_v(
 }
 
 async fn get_logging() -> Response {
-    json_response(crate::logging::settings().to_json())
+    json_response(logging_json(&crate::logging::settings()))
 }
 
 async fn set_logging(State(s): AppState, headers: HeaderMap, body: Body) -> Response {
@@ -388,11 +382,70 @@ async fn set_logging(State(s): AppState, headers: HeaderMap, body: Body) -> Resp
             let v: Value = serde_json::from_slice(&body).map_err(|e| {
                 Error::invalid_arg(format!("failed to parse the logging request: {e}"))
             })?;
-            let updated = crate::logging::update(&v)?;
-            Ok(json_response(updated.to_json()))
+            let obj = v
+                .as_object()
+                .ok_or_else(|| Error::invalid_arg("logging settings must be a JSON object"))?;
+            let changes: Vec<_> = obj
+                .iter()
+                .map(|(k, v)| (k.clone(), control_value(v)))
+                .collect();
+            let updated = crate::logging::update(&changes)?;
+            Ok(json_response(logging_json(&updated)))
         }
         .await,
     )
+}
+
+/// Triton's JSON for one model version in `model_stats`.
+fn stats_json(s: &Snapshot, name: &str, version: i64) -> Value {
+    let c = |c: &CountNs| json!({ "count": c.count, "ns": c.ns });
+    json!({
+        "name": name,
+        "version": version.to_string(),
+        "last_inference": s.last_inference,
+        "inference_count": s.inference_count,
+        "execution_count": s.execution_count,
+        "inference_stats": {
+            "success": c(&s.success),
+            "fail": c(&s.fail),
+            "queue": c(&s.queue),
+            "compute_input": c(&s.compute_input),
+            "compute_infer": c(&s.compute_infer),
+            "compute_output": c(&s.compute_output),
+            "cache_hit": c(&CountNs::default()),
+            "cache_miss": c(&CountNs::default()),
+        },
+        "batch_stats": s.batches.iter().map(|(size, [i, n, o])| json!({
+            "batch_size": size,
+            "compute_input": c(i),
+            "compute_infer": c(n),
+            "compute_output": c(o),
+        })).collect::<Vec<_>>(),
+        "memory_usage": [],
+    })
+}
+
+/// Triton's JSON for `GET /v2/logging`.
+fn logging_json(s: &crate::logging::Settings) -> Value {
+    json!({
+        "log_file": s.log_file,
+        "log_info": s.log_info,
+        "log_warning": s.log_warning,
+        "log_error": s.log_error,
+        "log_verbose_level": s.log_verbose_level,
+        "log_format": s.log_format,
+    })
+}
+
+/// A JSON value in protocol-neutral form.
+fn control_value(v: &Value) -> ControlValue {
+    use ControlValue as V;
+    match v {
+        Value::Bool(b) => V::Bool(*b),
+        Value::String(s) => V::String(s.clone()),
+        Value::Number(n) => n.as_u64().map_or(V::Other, V::Uint),
+        _ => V::Other,
+    }
 }
 
 const HEADER_LEN: &str = "inference-header-content-length";
@@ -452,17 +505,13 @@ async fn run_infer(
     // that hyper can read the body into the same buffer instead of a new one.
     drop(parts);
     let body = body::read(s, body_headers, body, header_len.unwrap_or(0)).await?;
-    let handle = s.info.repository.get(model, version)?;
-    let (request, opts) = codec::decode_request(
-        model,
-        version,
-        body,
-        header_len,
-        &handle.config,
-        &s.info.shm,
-    )?;
+    // The model is resolved before the body is decoded: an unknown model is
+    // reported as such, and raw (header-less) bodies are read by its config.
+    let config = s.info.repository.get(model, version)?.config.clone();
+    let (request, opts) =
+        codec::decode_request(model, version, body, header_len, &config, &s.info.shm)?;
     let requested = request.outputs.clone();
-    let response = handle.infer(request).await?;
+    let response = s.info.repository.infer(request).await?;
     shm_io::write_outputs(&response, &requested)?;
     let encoded = codec::encode_response(&response, &requested, &opts);
     let json_len = encoded.json_len;
@@ -497,4 +546,39 @@ async fn run_infer(
         );
     }
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_render_as_triton() {
+        let mut s = Snapshot::default();
+        s.batches.insert(1, Default::default());
+        s.batches.insert(
+            3,
+            [
+                CountNs::default(),
+                CountNs { count: 1, ns: 100 },
+                CountNs::default(),
+            ],
+        );
+        let j = stats_json(&s, "m", 1);
+        assert_eq!(j["version"], "1");
+        assert_eq!(j["batch_stats"][0]["batch_size"], 1);
+        assert_eq!(j["batch_stats"][1]["compute_infer"]["count"], 1);
+        assert_eq!(j["inference_stats"]["cache_hit"]["ns"], 0);
+    }
+
+    #[test]
+    fn status_mapping_follows_triton() {
+        let s = |e: Error| status_code(&e).as_u16();
+        assert_eq!(s(Error::invalid_arg("x")), 400);
+        assert_eq!(s(Error::not_found("x")), 404);
+        assert_eq!(s(Error::unavailable("x")), 503);
+        assert_eq!(s(Error::unsupported("x")), 501);
+        assert_eq!(s(Error::already_exists("x")), 409);
+        assert_eq!(s(Error::internal("x")), 500);
+    }
 }

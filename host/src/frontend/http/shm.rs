@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{json_response, read_body, respond, AppState, HttpState};
-use crate::error::{Error, Result};
-use crate::memory::shm::{Kind, RegionStatus};
+use tern_core::error::{Error, Result};
+use tern_memory::shm::{Kind, RegionStatus};
 
 /// The shared-memory routes.
 pub fn routes() -> Router<Arc<HttpState>> {

@@ -1,0 +1,330 @@
+//! Tests for config parsing, rendering and validation, including a corpus of
+//! real-world Triton configs (`testdata/`).
+
+use super::pb::model_config::SchedulingChoice;
+use super::pb::model_instance_group::Kind;
+use super::validate::{check_supported, normalize, not_acted_on, validate};
+use super::*;
+
+const CORPUS: &[(&str, &str)] = &[
+    ("bert", include_str!("testdata/bert.pbtxt")),
+    ("gpt", include_str!("testdata/gpt.pbtxt")),
+    (
+        "inception_savedmodel",
+        include_str!("testdata/savedmodel.pbtxt"),
+    ),
+    ("bls_sync", include_str!("testdata/python_bls.pbtxt")),
+    ("ensemble_model", include_str!("testdata/ensemble.pbtxt")),
+    ("simple_sequence", include_str!("testdata/sequence.pbtxt")),
+];
+
+#[test]
+fn corpus_parses_and_validates() {
+    for (name, text) in CORPUS {
+        let mut cfg = parse_pbtxt(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(&cfg.name, name);
+        normalize(&mut cfg, 0);
+        validate(&cfg, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+#[test]
+fn bert_fields() {
+    let cfg = parse_pbtxt(CORPUS[0].1).unwrap();
+    assert_eq!(cfg.max_batch_size, 16);
+    assert_eq!(cfg.input.len(), 3);
+    assert!(cfg
+        .input
+        .iter()
+        .all(|i| i.data_type == pb::DataType::TypeInt64 as i32 && i.dims == [128]));
+    assert_eq!(cfg.instance_group[0].kind, Kind::Gpu as i32);
+    assert_eq!(cfg.instance_group[0].gpus, [0]);
+    match cfg.scheduling_choice {
+        Some(SchedulingChoice::DynamicBatching(db)) => {
+            assert_eq!(db.preferred_batch_size, [4, 8]);
+            assert_eq!(db.max_queue_delay_microseconds, 100);
+        }
+        other => panic!("unexpected scheduling {other:?}"),
+    }
+}
+
+#[test]
+fn gpt_parameters_and_reshape() {
+    let cfg = parse_pbtxt(CORPUS[1].1).unwrap();
+    assert_eq!(cfg.parameters["INFERENCE_MODE"].string_value, "GPT");
+    assert_eq!(cfg.parameters["tensor_para_size"].string_value, "1");
+    assert_eq!(
+        cfg.input[1].reshape.as_ref().unwrap().shape,
+        Vec::<i64>::new()
+    );
+    assert!(cfg.input[3].optional);
+    assert!(!cfg.model_transaction_policy.as_ref().unwrap().decoupled);
+}
+
+#[test]
+fn savedmodel_optimization_and_policy() {
+    let cfg = parse_pbtxt(CORPUS[2].1).unwrap();
+    let opt = cfg.optimization.as_ref().unwrap();
+    let acc = &opt
+        .execution_accelerators
+        .as_ref()
+        .unwrap()
+        .gpu_execution_accelerator[0];
+    assert_eq!(acc.name, "tensorrt");
+    assert_eq!(acc.parameters["precision_mode"], "FP16");
+    assert!(opt.cuda.as_ref().unwrap().graphs);
+    assert_eq!(cfg.model_warmup[0].inputs["input"].dims, [299, 299, 3]);
+    let fields = not_acted_on(&cfg);
+    // cuda { graphs } is not acted on; execution_accelerators are.
+    assert!(
+        fields.contains(&"optimization (other than graph.level and execution_accelerators)")
+            && !fields.contains(&"model_warmup")
+    );
+}
+
+#[test]
+fn unsupported_scheduling_is_refused_at_load() {
+    let cfg = parse_pbtxt(CORPUS[5].1).unwrap();
+    let e = check_supported(&cfg).unwrap_err();
+    assert_eq!(e.code, crate::error::Code::Unsupported, "{}", e);
+    assert!(check_supported(&parse_pbtxt(CORPUS[0].1).unwrap()).is_ok());
+    // Ensembles are served; their DAG is checked by the ensemble scheduler (see its tests).
+    let ensemble = parse_pbtxt(CORPUS[4].1).unwrap();
+    assert!(check_supported(&ensemble).is_ok());
+}
+
+#[test]
+fn parse_errors_are_clear() {
+    let e = parse_pbtxt("name: \"x\"\nmax_batch_sise: 4\n").unwrap_err();
+    assert!(e.message.contains("max_batch_sise"), "{e}");
+    let e = parse_pbtxt("name: \"x\" input [ { data_type: TYPE_FLOAT } ]").unwrap_err();
+    assert!(e.message.contains("TYPE_FLOAT"), "{e}");
+}
+
+fn checked(text: &str) -> crate::error::Result<()> {
+    let mut cfg = parse_pbtxt(text)?;
+    normalize(&mut cfg, 0);
+    validate(&cfg, "m")
+}
+
+#[test]
+fn validation_errors_name_model_and_field() {
+    let io = "input [{name: \"a\" data_type: TYPE_FP32 dims: [4]}] output [{name: \"b\" data_type: TYPE_FP32 dims: [4]}]";
+    assert!(checked(&format!("name: \"m\" {io}")).is_ok());
+    let e = checked(&format!("name: \"other\" {io}")).unwrap_err();
+    assert!(
+        e.message
+            .contains("does not match the model directory name 'm'"),
+        "{e}"
+    );
+    let e = checked(&format!("name: \"m\" max_batch_size: -1 {io}")).unwrap_err();
+    assert!(e.message.contains("max_batch_size must be >= 0"), "{e}");
+    // File names stay inside the model's folder.
+    let label = |f: &str| {
+        checked(&format!("name: \"m\" input [{{name: \"a\" data_type: TYPE_FP32 dims: [4]}}] output [{{name: \"b\" data_type: TYPE_FP32 dims: [4] label_filename: \"{f}\"}}]"))
+    };
+    assert!(label("labels.txt").is_ok() && label("sub/labels.txt").is_ok());
+    for bad in ["/etc/passwd", "../../etc/passwd", "a/../../b"] {
+        let e = label(bad).unwrap_err();
+        assert!(
+            e.message.contains(&format!(
+                "label_filename '{bad}' must be a relative path inside the model's folder"
+            )),
+            "{e}"
+        );
+    }
+    let e = checked(&format!(
+        "name: \"m\" default_model_filename: \"../x.onnx\" {io}"
+    ))
+    .unwrap_err();
+    assert!(
+        e.message.contains("default_model_filename '../x.onnx'"),
+        "{e}"
+    );
+    let e = checked(&format!(
+        "name: \"m\" cc_model_filenames {{ key: \"8.7\" value: \"/x\" }} {io}"
+    ))
+    .unwrap_err();
+    assert!(e.message.contains("cc_model_filenames '/x'"), "{e}");
+    let e = checked("name: \"m\" input [{name: \"a\" data_type: TYPE_FP32}]").unwrap_err();
+    assert!(
+        e.message
+            .contains("model 'm' input 'a': dims must not be empty"),
+        "{e}"
+    );
+    let e =
+        checked("name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [0]}]").unwrap_err();
+    assert!(e.message.contains("each dim must be >= 1 or -1"), "{e}");
+    let e = checked(
+        "name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [4] reshape: {shape: [3]}}]",
+    )
+    .unwrap_err();
+    assert!(e.message.contains("different element count"), "{e}");
+    assert!(checked(
+        "name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [2,3] reshape: {shape: [6]}}]"
+    )
+    .is_ok());
+    let e = checked("name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [4]}, {name: \"a\" data_type: TYPE_FP32 dims: [4]}]").unwrap_err();
+    assert!(
+        e.message.contains("input 'a' is declared more than once"),
+        "{e}"
+    );
+    let e = checked("name: \"m\" output [{name: \"o\" dims: [4]}]").unwrap_err();
+    assert!(
+        e.message.contains("data_type TYPE_INVALID is not valid"),
+        "{e}"
+    );
+    let e = checked("name: \"m\" version_policy: { specific: { versions: [] } }").unwrap_err();
+    assert!(e.message.contains("versions must not be empty"), "{e}");
+    let e = checked("name: \"m\" version_policy: { latest: { num_versions: 0 } }").unwrap_err();
+    assert!(e.message.contains("num_versions must be >= 1"), "{e}");
+    let e = checked("name: \"m\" max_batch_size: 4 dynamic_batching { preferred_batch_size: [8] }")
+        .unwrap_err();
+    assert!(e.message.contains("preferred_batch_size 8"), "{e}");
+}
+
+#[test]
+fn huge_dims_are_errors_not_overflows() {
+    let cfg = parse_pbtxt(
+        "name: \"m\" input [{name: \"a\" data_type: TYPE_FP32 dims: [9223372036854775807, 4] reshape: {shape: [9223372036854775807, 4]}}]",
+    )
+    .unwrap();
+    assert!(validate(&cfg, "m").is_err());
+}
+
+#[test]
+fn normalize_fills_triton_defaults() {
+    let mut cfg = parse_pbtxt("name: \"m\"").unwrap();
+    normalize(&mut cfg, 0);
+    assert_eq!(cfg.instance_group.len(), 1);
+    assert_eq!(
+        cfg.instance_group[0].name, "m",
+        "Triton names the added group after the model"
+    );
+    assert_eq!(cfg.instance_group[0].count, 1);
+    assert_eq!(cfg.instance_group[0].kind, Kind::Cpu as i32);
+    assert!(matches!(
+        cfg.version_policy.clone().unwrap().policy_choice,
+        Some(pb::model_version_policy::PolicyChoice::Latest(
+            pb::model_version_policy::Latest { num_versions: 1 }
+        ))
+    ));
+    let v = json::to_json(&cfg);
+    assert_eq!(v["model_transaction_policy"]["decoupled"], false);
+    assert_eq!(v["optimization"]["input_pinned_memory"]["enable"], true);
+    assert_eq!(v["optimization"]["output_pinned_memory"]["enable"], true);
+    assert!(super::validate::not_acted_on(&cfg).is_empty());
+    let mut cfg = parse_pbtxt("name: \"m\" max_batch_size: 8 dynamic_batching { }").unwrap();
+    normalize(&mut cfg, 0);
+    let v = json::to_json(&cfg);
+    assert_eq!(
+        v["dynamic_batching"]["preferred_batch_size"],
+        serde_json::json!([8])
+    );
+    let mut cfg = parse_pbtxt("name: \"e\" platform: \"ensemble\"").unwrap();
+    normalize(&mut cfg, 0);
+    assert!(cfg.optimization.is_none(), "ensembles take no optimization");
+    assert!(cfg.model_transaction_policy.is_some());
+}
+
+#[test]
+fn json_follows_triton_conventions() {
+    let mut cfg = parse_pbtxt(CORPUS[0].1).unwrap();
+    normalize(&mut cfg, 0);
+    let v = json::to_json(&cfg);
+    assert_eq!(v["name"], "bert");
+    assert_eq!(v["max_batch_size"], 16);
+    assert_eq!(v["input"][0]["data_type"], "TYPE_INT64");
+    assert_eq!(v["input"][0]["dims"], serde_json::json!([128]));
+    assert_eq!(v["input"][0]["format"], "FORMAT_NONE");
+    assert_eq!(v["input"][0]["optional"], false);
+    assert_eq!(v["backend"], "");
+    assert_eq!(v["dynamic_batching"]["max_queue_delay_microseconds"], 100);
+    assert_eq!(v["version_policy"]["latest"]["num_versions"], 1);
+    assert_eq!(v["instance_group"][0]["kind"], "KIND_GPU");
+    let back = json::from_json(&v.to_string()).unwrap();
+    assert_eq!(back, cfg);
+}
+
+#[test]
+fn pbtxt_round_trip() {
+    for (name, text) in CORPUS {
+        let cfg = parse_pbtxt(text).unwrap();
+        assert_eq!(parse_pbtxt(&to_pbtxt(&cfg)).unwrap(), cfg, "{name}");
+    }
+}
+
+#[test]
+fn list_colon_is_optional_outside_strings() {
+    assert_eq!(
+        add_list_colons("input [ {name: \"a [b\"} ] # c [d\ndims: [1]"),
+        "input :[ {name: \"a [b\"} ] # c [d\ndims: [1]"
+    );
+}
+
+/// Mutated corpus configs (bytes deleted, duplicated, replaced by pbtxt
+/// tokens) must come back as `Ok` or `Err` from parse / normalize / validate /
+/// JSON round trip, never panic: a broken config.pbtxt fails its model only.
+#[test]
+fn mutated_configs_never_panic() {
+    const TOKENS: &[&str] = &[
+        "-1",
+        "0",
+        "-9223372036854775808",
+        "99999999999999999999",
+        "[",
+        "]",
+        "{",
+        "}",
+        ":",
+        "\"",
+        "dims: [ -5 ]",
+        "max_batch_size: -3",
+        "count: -1",
+        "KIND_GPU",
+        "TYPE_STRING",
+        "reshape { shape: [ ] }",
+        "preferred_batch_size: [ 0 ]",
+        "max_queue_delay_microseconds: 18446744073709551615",
+        "\\",
+        "#",
+        "\n",
+    ];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n.max(1) as u64) as usize
+    };
+    for (name, text) in CORPUS {
+        for _ in 0..400 {
+            let mut s = text.to_string();
+            for _ in 0..1 + next(3) {
+                let at = s.floor_char_boundary(next(s.len()));
+                let end = s.floor_char_boundary((at + next(12)).min(s.len()));
+                match next(3) {
+                    0 => s.replace_range(at..end, ""),
+                    1 => {
+                        let copy = s[at..end].to_string();
+                        s.insert_str(at, &copy)
+                    }
+                    _ => s.replace_range(at..end, TOKENS[next(TOKENS.len())]),
+                }
+            }
+            let Ok(mut cfg) = std::panic::catch_unwind(|| parse_pbtxt(&s))
+                .unwrap_or_else(|_| panic!("{name}: parse panicked on:\n{s}"))
+            else {
+                continue;
+            };
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                normalize(&mut cfg, 1);
+                let _ = validate(&cfg, name);
+                let _ = check_supported(&cfg);
+                let _ = json::from_json(&json::to_json(&cfg).to_string());
+                let _ = parse_pbtxt(&to_pbtxt(&cfg));
+            }));
+            assert!(outcome.is_ok(), "{name}: panicked on:\n{s}");
+        }
+    }
+}

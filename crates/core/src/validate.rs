@@ -1,0 +1,420 @@
+//! The one place where inference requests are checked against a model's
+//! configuration, for every frontend alike: input names, data types, shapes
+//! (variable dims, the batch dimension, `max_batch_size`), data sizes,
+//! optional inputs, requested outputs and duplicates; and where a validated
+//! request's inputs get their configured `reshape`.
+
+use super::tensor::shape_str;
+use super::{DataType, InferRequest};
+use crate::config::ModelConfig;
+use crate::dtype::config_name;
+use crate::error::{Error, Result};
+
+/// Whether `name` appears among `before` (a scan, not a set: tensor lists are
+/// short, and this runs on every request without allocating).
+fn repeated<T>(before: &[T], name: &str, name_of: impl Fn(&T) -> &String) -> bool {
+    before.iter().any(|p| name_of(p) == name)
+}
+
+/// Validates a request for `cfg`; returns the request's batch size (1 when the model does not batch).
+pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> {
+    let m = &cfg.name;
+    let batched = cfg.max_batch_size > 0;
+    let mut batch_size: Option<i64> = None;
+    for (i, t) in req.inputs.iter().enumerate() {
+        if repeated(&req.inputs[..i], &t.name, |p| &p.name) {
+            return Err(Error::invalid_arg(format!(
+                "input '{}' is specified more than once in the request for model '{m}'",
+                t.name
+            )));
+        }
+        let Some(spec) = cfg.input.iter().find(|i| i.name == t.name) else {
+            return Err(Error::invalid_arg(format!(
+                "unexpected inference input '{}' for model '{m}'; the model's inputs are [{}]",
+                t.name,
+                cfg.input
+                    .iter()
+                    .map(|i| format!("'{}'", i.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        if t.dtype.to_config() as i32 != spec.data_type {
+            return Err(Error::invalid_arg(format!(
+                "unexpected datatype {} for inference input '{}', expecting {} for model '{m}'",
+                config_name(t.dtype.to_config() as i32),
+                t.name,
+                config_name(spec.data_type)
+            )));
+        }
+        let expected: Vec<i64> = if batched {
+            std::iter::once(-1)
+                .chain(spec.dims.iter().copied())
+                .collect()
+        } else {
+            spec.dims.clone()
+        };
+        let shape_ok = t.shape.len() == expected.len()
+            && t.shape.iter().all(|&d| d >= 0)
+            && t.shape
+                .iter()
+                .zip(&expected)
+                .all(|(&got, &want)| want == -1 || got == want);
+        if !shape_ok {
+            return Err(Error::invalid_arg(format!(
+                "unexpected shape for input '{}' for model '{m}'. Expected {}, got {}",
+                t.name,
+                shape_str(&expected),
+                shape_str(&t.shape)
+            )));
+        }
+        if batched {
+            let b = t.shape[0];
+            if b < 1 || b > cfg.max_batch_size as i64 {
+                return Err(Error::invalid_arg(format!(
+                    "inference request batch-size must be <= {} for '{m}', got {b} (input '{}')",
+                    cfg.max_batch_size, t.name
+                )));
+            }
+            match batch_size {
+                None => batch_size = Some(b),
+                Some(prev) if prev != b => {
+                    return Err(Error::invalid_arg(format!(
+                        "input '{}' has batch size {b} but other inputs have batch size {prev} for model '{m}'",
+                        t.name
+                    )))
+                }
+                _ => {}
+            }
+        }
+        t.check_data_size()
+            .map_err(|e| e.context(format!("model '{m}'")))?;
+    }
+    let missing: Vec<String> = cfg
+        .input
+        .iter()
+        .filter(|i| !i.optional && req.input(&i.name).is_none())
+        .map(|i| format!("'{}'", i.name))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::invalid_arg(format!(
+            "expected {} inputs but got {} inputs for model '{m}'. Got input(s) [{}], but missing required input(s) [{}]. \
+             Please provide all required input(s).",
+            cfg.input.iter().filter(|i| !i.optional).count(),
+            req.inputs.len(),
+            req.inputs.iter().map(|t| format!("'{}'", t.name)).collect::<Vec<_>>().join(", "),
+            missing.join(", ")
+        )));
+    }
+    for (i, o) in req.outputs.iter().enumerate() {
+        if repeated(&req.outputs[..i], &o.name, |p| &p.name) {
+            return Err(Error::invalid_arg(format!(
+                "output '{}' is requested more than once for model '{m}'",
+                o.name
+            )));
+        }
+        let Some(spec) = cfg.output.iter().find(|s| s.name == o.name) else {
+            return Err(Error::invalid_arg(format!(
+                "unexpected inference output '{}' for model '{m}'",
+                o.name
+            )));
+        };
+        if let Some(n) = o.classification {
+            let numeric = DataType::from_config(spec.data_type)
+                .map(|d| d != DataType::Bytes)
+                .unwrap_or(false);
+            if !numeric {
+                return Err(Error::invalid_arg(format!(
+                    "classification is not supported for output '{}' of model '{m}': it is not numeric",
+                    o.name
+                )));
+            }
+            if n == 0 {
+                return Err(Error::invalid_arg(format!(
+                    "classification count for output '{}' must be >= 1",
+                    o.name
+                )));
+            }
+        }
+    }
+    Ok(batch_size.unwrap_or(1) as usize)
+}
+
+/// Applies the config's input `reshape`s to a validated request, as Triton's
+/// request normalisation does: the backend (and an ensemble's steps) see the
+/// reshaped shape, with each `-1` of the reshape taking, in order, the value
+/// the request gave the corresponding `-1` of `dims`; the batch dimension
+/// stays in front. The data is not touched.
+pub fn apply_reshape(cfg: &ModelConfig, req: &mut InferRequest) {
+    if cfg.input.iter().all(|i| i.reshape.is_none()) {
+        return;
+    }
+    let batched = cfg.max_batch_size > 0;
+    for t in &mut req.inputs {
+        let Some(spec) = cfg.input.iter().find(|i| i.name == t.name) else {
+            continue;
+        };
+        let Some(reshape) = &spec.reshape else {
+            continue;
+        };
+        let item = if batched { &t.shape[1..] } else { &t.shape[..] };
+        let mut variable = spec
+            .dims
+            .iter()
+            .zip(item)
+            .filter(|(d, _)| **d == -1)
+            .map(|(_, got)| *got);
+        let mut shape = Vec::with_capacity(reshape.shape.len() + 1);
+        if batched {
+            shape.push(t.shape[0]);
+        }
+        for &d in &reshape.shape {
+            // Validation made the -1 counts of dims and reshape equal.
+            shape.push(if d == -1 {
+                variable.next().unwrap_or(1)
+            } else {
+                d
+            });
+        }
+        t.shape = shape;
+    }
+}
+
+/// Checks the outputs a plugin (or any backend that builds its own tensors)
+/// returned for one request of `batch_size`: known, unique names, the
+/// configured data type, a shape matching the configured dims (with the
+/// batch dimension when the model batches) and a data size that fits.
+pub fn validate_outputs(
+    cfg: &ModelConfig,
+    batch_size: usize,
+    outputs: &[super::Tensor],
+) -> Result<()> {
+    let m = &cfg.name;
+    for (i, t) in outputs.iter().enumerate() {
+        if repeated(&outputs[..i], &t.name, |p| &p.name) {
+            return Err(Error::internal(format!(
+                "model '{m}' returned output '{}' more than once",
+                t.name
+            )));
+        }
+        let Some(spec) = cfg.output.iter().find(|o| o.name == t.name) else {
+            return Err(Error::internal(format!(
+                "model '{m}' returned output '{}', which is not in its configuration",
+                t.name
+            )));
+        };
+        if t.dtype.to_config() as i32 != spec.data_type {
+            return Err(Error::internal(format!(
+                "model '{m}' output '{}': expected datatype {}, got {}",
+                t.name,
+                config_name(spec.data_type),
+                config_name(t.dtype.to_config() as i32)
+            )));
+        }
+        let dims = &spec.dims;
+        let expected: Vec<i64> = if cfg.max_batch_size > 0 {
+            std::iter::once(batch_size as i64)
+                .chain(dims.iter().copied())
+                .collect()
+        } else {
+            dims.to_vec()
+        };
+        let shape_ok = t.shape.len() == expected.len()
+            && t.shape
+                .iter()
+                .zip(&expected)
+                .all(|(&got, &want)| got >= 0 && (want == -1 || got == want));
+        if !shape_ok {
+            return Err(Error::internal(format!(
+                "model '{m}' output '{}': expected shape {}, got {}",
+                t.name,
+                shape_str(&expected),
+                shape_str(&t.shape)
+            )));
+        }
+        t.check_size_as("output")
+            .map_err(|e| Error::internal(format!("model '{m}': {}", e.message)))?;
+    }
+    Ok(())
+}
+
+/// Checks an input's wire description (datatype name, non-negative dims), with the same
+/// messages for every frontend; returns the data type.
+pub fn input_header(name: &str, datatype: &str, shape: &[i64]) -> Result<DataType> {
+    let dt = DataType::from_wire(datatype).ok_or_else(|| {
+        Error::invalid_arg(format!("input '{name}': unknown datatype '{datatype}'"))
+    })?;
+    if let Some(d) = shape.iter().find(|&&d| d < 0) {
+        return Err(Error::invalid_arg(format!(
+            "input '{name}': shape {} contains negative dim {d}",
+            shape_str(shape)
+        )));
+    }
+    // Every element of a BYTES tensor takes at least its 4-byte length prefix.
+    let per_element = dt.size().unwrap_or(4) as u64;
+    let bytes = shape
+        .iter()
+        .try_fold(per_element, |n, &d| n.checked_mul(d as u64))
+        .filter(|&b| b <= i64::MAX as u64);
+    if bytes.is_none() {
+        return Err(Error::invalid_arg(format!(
+            "input '{name}': shape {} is too large: its data would exceed 2^63 bytes",
+            shape_str(shape)
+        )));
+    }
+    Ok(dt)
+}
+
+/// Checks that typed data (`field`: `'data'`, `'contents'`) holds as many elements as the shape.
+pub fn element_count_matches(name: &str, shape: &[i64], count: usize, field: &str) -> Result<()> {
+    let expected = super::tensor::element_count(shape);
+    if count != expected {
+        return Err(Error::invalid_arg(format!(
+            "input '{name}': shape {} has {expected} element(s) but {field} has {count}",
+            shape_str(shape)
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a requested output's `classification` parameter (top N classes).
+pub fn classification_param(output: &str, params: &super::Parameters) -> Result<Option<usize>> {
+    match params.get("classification") {
+        None => Ok(None),
+        Some(super::Parameter::Int(n)) if *n >= 0 => Ok(Some(*n as usize)),
+        Some(_) => Err(Error::invalid_arg(format!(
+            "output '{output}': 'classification' must be a non-negative integer"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reshape_resolves_variable_dims_in_order() {
+        let cfg = crate::config::parse_pbtxt(
+            r#"name: "m" max_batch_size: 4 input [{name: "X" data_type: TYPE_FP32 dims: [2,4,-1,6] reshape { shape: [8,-1,1,6] }},
+               {name: "Y" data_type: TYPE_FP32 dims: [8]}]"#,
+        )
+        .unwrap();
+        let mut req = InferRequest {
+            inputs: vec![
+                crate::Tensor::new(
+                    "X",
+                    DataType::Fp32,
+                    vec![3, 2, 4, 5, 6],
+                    vec![0u8; 3 * 240 * 4],
+                ),
+                crate::Tensor::new("Y", DataType::Fp32, vec![3, 8], vec![0u8; 3 * 8 * 4]),
+            ],
+            ..Default::default()
+        };
+        super::apply_reshape(&cfg, &mut req);
+        assert_eq!(req.inputs[0].shape, vec![3, 8, 5, 1, 6]);
+        assert_eq!(req.inputs[1].shape, vec![3, 8], "no reshape: unchanged");
+    }
+
+    use super::*;
+    use crate::config::parse_pbtxt;
+    use crate::{bytes_tensor, RequestedOutput, Tensor};
+
+    #[test]
+    fn wire_shapes_whose_size_overflows_are_refused() {
+        let e = input_header("x", "FP32", &[8, 1 << 61]).unwrap_err();
+        assert!(
+            e.message
+                .contains("input 'x': shape [8,2305843009213693952] is too large"),
+            "{e}"
+        );
+        assert!(input_header("x", "FP32", &[1, 1 << 62]).is_err());
+        assert!(input_header("x", "BYTES", &[1 << 62]).is_err());
+        assert!(input_header("x", "INT8", &[1 << 31, 1 << 31]).is_ok());
+        assert!(input_header("x", "FP32", &[0, 16]).is_ok());
+    }
+
+    fn simple() -> ModelConfig {
+        parse_pbtxt(
+            r#"name: "simple" max_batch_size: 8
+               input [{name: "INPUT0" data_type: TYPE_INT32 dims: [16]}, {name: "INPUT1" data_type: TYPE_INT32 dims: [16]},
+                      {name: "OPT" data_type: TYPE_STRING dims: [-1] optional: true}]
+               output [{name: "OUTPUT0" data_type: TYPE_INT32 dims: [16]}, {name: "S" data_type: TYPE_STRING dims: [1]}]"#,
+        )
+        .unwrap()
+    }
+
+    fn int_input(name: &str, shape: Vec<i64>) -> Tensor {
+        let n: i64 = shape.iter().product();
+        Tensor::new(name, DataType::Int32, shape, vec![0u8; n as usize * 4])
+    }
+
+    fn req(inputs: Vec<Tensor>) -> InferRequest {
+        InferRequest {
+            model_name: "simple".into(),
+            inputs,
+            ..Default::default()
+        }
+    }
+
+    fn err(r: InferRequest) -> String {
+        validate_request(&simple(), &r).unwrap_err().message
+    }
+
+    #[test]
+    fn accepts_valid() {
+        let r = req(vec![
+            int_input("INPUT0", vec![3, 16]),
+            int_input("INPUT1", vec![3, 16]),
+        ]);
+        assert_eq!(validate_request(&simple(), &r).unwrap(), 3);
+        let mut r = r;
+        r.inputs.push(Tensor::new(
+            "OPT",
+            DataType::Bytes,
+            vec![3, 2],
+            bytes_tensor::encode(["a"; 6]),
+        ));
+        assert_eq!(validate_request(&simple(), &r).unwrap(), 3);
+    }
+
+    #[test]
+    fn rejects_bad_requests() {
+        let ok1 = || int_input("INPUT1", vec![1, 16]);
+        assert!(err(req(vec![int_input("INPUT0", vec![1, 15]), ok1()]))
+            .contains("Expected [-1,16], got [1,15]"));
+        assert!(err(req(vec![int_input("INPUT0", vec![16]), ok1()])).contains("unexpected shape"));
+        assert!(err(req(vec![
+            int_input("INPUT0", vec![9, 16]),
+            int_input("INPUT1", vec![9, 16])
+        ]))
+        .contains("batch-size must be <= 8"));
+        assert!(err(req(vec![int_input("INPUT0", vec![2, 16]), ok1()]))
+            .contains("batch size 1 but other inputs have batch size 2"));
+        assert!(err(req(vec![ok1()])).contains("missing required input(s) ['INPUT0']"));
+        assert!(err(req(vec![
+            int_input("INPUT0", vec![1, 16]),
+            ok1(),
+            int_input("X", vec![1])
+        ]))
+        .contains("unexpected inference input 'X'"));
+        assert!(err(req(vec![ok1(), ok1()])).contains("more than once"));
+        let wrong_type = Tensor::new("INPUT0", DataType::Fp32, vec![1, 16], vec![0u8; 64]);
+        assert!(err(req(vec![wrong_type, ok1()])).contains(
+            "unexpected datatype TYPE_FP32 for inference input 'INPUT0', expecting TYPE_INT32"
+        ));
+        let short = Tensor::new("INPUT0", DataType::Int32, vec![1, 16], vec![0u8; 60]);
+        assert!(err(req(vec![short, ok1()])).contains("unexpected total byte size 60"));
+        let mut r = req(vec![int_input("INPUT0", vec![1, 16]), ok1()]);
+        r.outputs.push(RequestedOutput {
+            name: "NOPE".into(),
+            ..Default::default()
+        });
+        assert!(err(r).contains("unexpected inference output 'NOPE'"));
+        let mut r = req(vec![int_input("INPUT0", vec![1, 16]), ok1()]);
+        r.outputs.push(RequestedOutput {
+            name: "S".into(),
+            classification: Some(2),
+            ..Default::default()
+        });
+        assert!(err(r).contains("not numeric"));
+    }
+}

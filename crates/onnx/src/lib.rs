@@ -1,0 +1,565 @@
+//! ONNX Runtime backend (`backend: "onnxruntime"`, `platform:
+//! "onnxruntime_onnx"`, default file `model.onnx`) through the `ort` crate
+//! with the library loaded at run time: the binary runs, and reports a clear
+//! load error, on machines without `libonnxruntime`.
+//!
+//! One ORT session per instance. Model parameters: `intra_op_thread_count`,
+//! `inter_op_thread_count` (as in Triton), `allow_spinning` (Tern: default
+//! false); `optimization { graph { level } }` as in Triton.
+
+pub mod device;
+pub mod io;
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::{Session, SessionInputValue};
+use ort::value::ValueType;
+
+use crate::io::from_ort_type;
+use tern_core::backend::{
+    bool_parameter, model_file, numeric_parameter, Backend, BackendSettings, DeviceKind,
+    ExecTiming, Instance, InstanceSpec, LoadContext, Model, ModelFiles,
+};
+use tern_core::config::pb;
+use tern_core::config::ModelConfig;
+use tern_core::error::{Error, Result};
+use tern_core::{DataType, InferRequest, InferResponse, Tensor};
+
+/// The ONNX Runtime backend.
+pub struct OnnxBackend;
+
+const DEFAULT_FILE: &str = "model.onnx";
+
+/// Candidate library paths: the configured one, `ORT_DYLIB_PATH`, next to the executable, then the system loader.
+fn library_candidates(settings: &BackendSettings) -> Vec<PathBuf> {
+    if let Some(p) = &settings.onnxruntime_library {
+        return vec![p.clone()];
+    }
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
+        return vec![PathBuf::from(p)];
+    }
+    let mut out = Vec::new();
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|p| p.to_path_buf()))
+    {
+        out.push(dir.join("libonnxruntime.so"));
+    }
+    out.push(PathBuf::from("libonnxruntime.so"));
+    out
+}
+
+/// The process-wide ORT environment, created on first use. A missing or
+/// broken library is remembered as an error and reported at every model load.
+fn environment(settings: &BackendSettings) -> Result<&'static ort::environment::Environment> {
+    static ENV: OnceLock<std::result::Result<ort::environment::Environment, String>> =
+        OnceLock::new();
+    let env = ENV.get_or_init(|| {
+        let mut errors = Vec::new();
+        for path in library_candidates(settings) {
+            if path.is_absolute() && !path.exists() {
+                errors.push(format!("{}: no such file", path.display()));
+                continue;
+            }
+            match ort::init_from(&path) {
+                Ok(builder) => {
+                    return builder.with_name("tern").build().map_err(|e| format!("creating the ONNX Runtime environment: {e}"));
+                }
+                Err(e) => errors.push(format!("{}: {e}", path.display())),
+            }
+        }
+        Err(format!(
+            "the ONNX Runtime library could not be loaded ({}). Install it with `make setup` (it comes from the \
+             `onnxruntime` PyPI wheel), or point ORT_DYLIB_PATH / --onnxruntime-library at libonnxruntime.so",
+            errors.join("; ")
+        ))
+    });
+    env.as_ref().map_err(|e| Error::unavailable(e.clone()))
+}
+
+/// (name, data type, shape with -1 for dynamic dims) of a session input or output.
+fn describe(outlet: &ort::value::Outlet, model: &str) -> Result<(String, DataType, Vec<i64>)> {
+    match outlet.dtype() {
+        ValueType::Tensor { ty, shape, .. } => {
+            let dt = from_ort_type(*ty).ok_or_else(|| {
+                Error::unsupported(format!("model '{model}': tensor '{}' has ONNX type {ty:?}, which Tern does not support", outlet.name()))
+            })?;
+            Ok((
+                outlet.name().to_string(),
+                dt,
+                shape.iter().map(|&d| if d < 0 { -1 } else { d }).collect(),
+            ))
+        }
+        other => Err(Error::unsupported(format!(
+            "model '{model}': '{}' is a {other:?}; only tensor inputs and outputs are supported",
+            outlet.name()
+        ))),
+    }
+}
+
+fn open_session(
+    cfg: &ModelConfig,
+    path: &std::path::Path,
+    settings: &BackendSettings,
+    device: DeviceKind,
+) -> Result<Session> {
+    let env = environment(settings).map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+    let fail =
+        |what: &str, e: ort::Error| Error::internal(format!("model '{}': {what}: {e}", cfg.name));
+    let mut builder = Session::builder(env).map_err(|e| fail("creating a session", e))?;
+    if let Some(n) = numeric_parameter::<usize>(cfg, "intra_op_thread_count")? {
+        builder = builder
+            .with_intra_threads(n)
+            .map_err(|e| fail("intra_op_thread_count", e.into()))?;
+    }
+    if let Some(n) = numeric_parameter::<usize>(cfg, "inter_op_thread_count")? {
+        builder = builder
+            .with_inter_threads(n)
+            .map_err(|e| fail("inter_op_thread_count", e.into()))?;
+    }
+    // ORT's pool threads spin after each parallel section by default; on a
+    // small edge CPU shared with the frontends and plugins that spinning
+    // takes cores from them, so Tern turns it off unless asked.
+    let spin = bool_parameter(cfg, "allow_spinning")?.unwrap_or(false);
+    builder = builder
+        .with_intra_op_spinning(spin)
+        .map_err(|e| fail("allow_spinning", e.into()))?
+        .with_inter_op_spinning(spin)
+        .map_err(|e| fail("allow_spinning", e.into()))?;
+    let level = cfg
+        .optimization
+        .as_ref()
+        .and_then(|o| o.graph.as_ref())
+        .map(|g| g.level)
+        .unwrap_or(0);
+    let level = match level {
+        l if l < 0 => GraphOptimizationLevel::Level1,
+        0 => GraphOptimizationLevel::All,
+        1 => GraphOptimizationLevel::Level2,
+        _ => GraphOptimizationLevel::All,
+    };
+    builder = builder
+        .with_optimization_level(level)
+        .map_err(|e| fail("graph optimization level", e.into()))?;
+    let providers = device::providers(cfg, device)?;
+    if !providers.is_empty() {
+        builder = builder.with_execution_providers(providers).map_err(|e| {
+            Error::unavailable(format!(
+                "model '{}': execution provider for {}: {e}",
+                cfg.name,
+                match device {
+                    DeviceKind::Gpu(id) => format!("GPU {id}"),
+                    DeviceKind::Cpu => "CPU".into(),
+                }
+            ))
+        })?;
+    }
+    let path = device::model_path(cfg, path, device);
+    let path = path.as_path();
+    builder.commit_from_file(path).map_err(|e| {
+        Error::invalid_arg(format!(
+            "model '{}': failed to load '{}': {e}",
+            cfg.name,
+            path.display()
+        ))
+    })
+}
+
+impl Backend for OnnxBackend {
+    fn name(&self) -> &'static str {
+        "onnxruntime"
+    }
+    fn platform(&self) -> &'static str {
+        "onnxruntime_onnx"
+    }
+    fn default_filename(&self) -> Option<&'static str> {
+        Some(DEFAULT_FILE)
+    }
+
+    fn auto_complete(
+        &self,
+        files: &ModelFiles,
+        cfg: &mut ModelConfig,
+        settings: &BackendSettings,
+    ) -> Result<()> {
+        if cfg.backend.is_empty() {
+            cfg.backend = self.name().into();
+        }
+        if cfg.platform.is_empty() {
+            cfg.platform = self.platform().into();
+        }
+        if !cfg.input.is_empty() && !cfg.output.is_empty() {
+            return Ok(());
+        }
+        let Some(dir) = &files.version_dir else {
+            return Ok(());
+        };
+        let session = open_session(
+            cfg,
+            &model_file(cfg, dir, DEFAULT_FILE)?,
+            settings,
+            DeviceKind::Cpu,
+        )?;
+        let inputs = session
+            .inputs()
+            .iter()
+            .map(|o| describe(o, &cfg.name))
+            .collect::<Result<Vec<_>>>()?;
+        let outputs = session
+            .outputs()
+            .iter()
+            .map(|o| describe(o, &cfg.name))
+            .collect::<Result<Vec<_>>>()?;
+        let batchable = inputs
+            .iter()
+            .chain(&outputs)
+            .all(|(_, _, s)| s.first() == Some(&-1));
+        if cfg.max_batch_size == 0 && cfg.input.is_empty() && cfg.output.is_empty() && batchable {
+            cfg.max_batch_size = settings.default_max_batch_size;
+            // As Triton does: a model auto-completed to batch gets the dynamic batcher.
+            if cfg.max_batch_size > 1 && cfg.scheduling_choice.is_none() {
+                cfg.scheduling_choice = Some(pb::model_config::SchedulingChoice::DynamicBatching(
+                    Default::default(),
+                ));
+            }
+        }
+        let strip = cfg.max_batch_size > 0;
+        let to_dims = |shape: &[i64]| -> (Vec<i64>, Option<pb::ModelTensorReshape>) {
+            let dims = if strip {
+                shape.get(1..).unwrap_or(&[]).to_vec()
+            } else {
+                shape.to_vec()
+            };
+            if dims.is_empty() {
+                (vec![1], Some(pb::ModelTensorReshape { shape: vec![] }))
+            } else {
+                (dims, None)
+            }
+        };
+        if cfg.input.is_empty() {
+            for (name, dt, shape) in &inputs {
+                let (dims, reshape) = to_dims(shape);
+                cfg.input.push(pb::ModelInput {
+                    name: name.clone(),
+                    data_type: dt.to_config() as i32,
+                    dims,
+                    reshape,
+                    ..Default::default()
+                });
+            }
+        }
+        if cfg.output.is_empty() {
+            for (name, dt, shape) in &outputs {
+                let (dims, reshape) = to_dims(shape);
+                cfg.output.push(pb::ModelOutput {
+                    name: name.clone(),
+                    data_type: dt.to_config() as i32,
+                    dims,
+                    reshape,
+                    ..Default::default()
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
+        let cfg = ctx.config;
+        let path = model_file(cfg, ctx.version_dir, DEFAULT_FILE)?;
+        // Open one session now, on the first instance's device, so that a broken file, a missing
+        // library or an unusable execution provider fails the load, and check the config against
+        // what the model declares.
+        let first_device = first_device(cfg);
+        let session = open_session(cfg, &path, ctx.settings, first_device)?;
+        for input in &cfg.input {
+            let found = session.inputs().iter().find(|o| o.name() == input.name);
+            let Some(outlet) = found else {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': input '{}' is in the config but not in the ONNX model (model inputs: {})",
+                    cfg.name,
+                    input.name,
+                    session.inputs().iter().map(|o| o.name().to_string()).collect::<Vec<_>>().join(", ")
+                )));
+            };
+            let (_, dt, _) = describe(outlet, &cfg.name)?;
+            if dt.to_config() as i32 != input.data_type {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': input '{}' has data type {} in the config but {} in the ONNX model",
+                    cfg.name,
+                    input.name,
+                    tern_core::dtype::config_name(input.data_type),
+                    tern_core::dtype::config_name(dt.to_config() as i32)
+                )));
+            }
+        }
+        for output in &cfg.output {
+            if !session.outputs().iter().any(|o| o.name() == output.name) {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': output '{}' is in the config but not in the ONNX model",
+                    cfg.name, output.name
+                )));
+            }
+        }
+        Ok(Arc::new(OnnxModel {
+            config: Arc::new(cfg.clone()),
+            version: ctx.version,
+            path,
+            settings: ctx.settings.clone(),
+            first_session: std::sync::Mutex::new(Some((first_device, session))),
+        }))
+    }
+}
+
+struct OnnxModel {
+    config: Arc<ModelConfig>,
+    version: i64,
+    path: PathBuf,
+    settings: BackendSettings,
+    /// The session opened during load, handed to the first instance on its device.
+    first_session: std::sync::Mutex<Option<(DeviceKind, Session)>>,
+}
+
+/// The device of a model's first instance (where the load-time session opens).
+fn first_device(cfg: &ModelConfig) -> DeviceKind {
+    match cfg.instance_group.first() {
+        // A GPU that does not exist is left to the scheduler, which names it in its error.
+        Some(g) if g.kind == pb::model_instance_group::Kind::Gpu as i32 => {
+            let gpu = g.gpus.first().copied().unwrap_or(0);
+            if gpu >= 0 && (gpu as usize) < tern_memory::cuda::devices().len() {
+                DeviceKind::Gpu(gpu)
+            } else {
+                DeviceKind::Cpu
+            }
+        }
+        _ => DeviceKind::Cpu,
+    }
+}
+
+impl Model for OnnxModel {
+    fn create_instance(&self, spec: &InstanceSpec) -> Result<Box<dyn Instance>> {
+        let reused = self
+            .first_session
+            .lock()
+            .map(|mut s| {
+                if s.as_ref().is_some_and(|(d, _)| *d == spec.device) {
+                    s.take().map(|(_, session)| session)
+                } else {
+                    None
+                }
+            })
+            .unwrap_or(None);
+        let session = match reused {
+            Some(s) => s,
+            None => open_session(&self.config, &self.path, &self.settings, spec.device)?,
+        };
+        if let DeviceKind::Gpu(id) = spec.device {
+            // The staging copies run on this thread: make the device's context current.
+            tern_memory::cuda::bind_thread(id as usize)?;
+        }
+        Ok(Box::new(OnnxInstance {
+            config: self.config.clone(),
+            version: self.version,
+            session,
+            device: spec.device,
+        }))
+    }
+}
+
+struct OnnxInstance {
+    config: Arc<ModelConfig>,
+    version: i64,
+    session: Session,
+    device: DeviceKind,
+}
+
+/// The ORT shape of a batched input: `rows` in front when the model batches
+/// (the config's `reshape` was applied when the request was validated).
+fn batched_shape(first: &Tensor, batched: bool, rows: i64) -> Vec<i64> {
+    if batched {
+        std::iter::once(rows)
+            .chain(first.shape.iter().skip(1).copied())
+            .collect()
+    } else {
+        first.shape.clone()
+    }
+}
+
+impl OnnxInstance {
+    /// Runs a batch as one ONNX Runtime call: inputs gathered along the batch
+    /// dimension, outputs scattered back per request.
+    fn run_batch(
+        &mut self,
+        batch: &[InferRequest],
+        timing: &mut ExecTiming,
+    ) -> Result<Vec<InferResponse>> {
+        let cfg = &self.config;
+        let batched = cfg.max_batch_size > 0;
+        let rows: Vec<usize> = batch
+            .iter()
+            .map(|r| {
+                if batched {
+                    r.inputs
+                        .first()
+                        .and_then(|t| t.shape.first())
+                        .copied()
+                        .unwrap_or(1) as usize
+                } else {
+                    1
+                }
+            })
+            .collect();
+        // GPU inputs are gathered in page-locked memory when there is a pinned pool and copied
+        // by DMA into the GPU's device pool (unless it is sized 0); CPU inputs go in place when
+        // they can.
+        let pools = tern_memory::pool::pools();
+        let place = match self.device {
+            DeviceKind::Gpu(id) => io::Placement {
+                host: pools.pinned.as_ref().unwrap_or(&pools.host),
+                // Without pinned staging a single request's bytes are copied from where they are.
+                in_place: pools.pinned.is_none(),
+                device: usize::try_from(id)
+                    .ok()
+                    .and_then(|i| pools.device.get(i))
+                    .filter(|p| p.capacity() > 0),
+            },
+            DeviceKind::Cpu => io::Placement {
+                host: &pools.host,
+                in_place: true,
+                device: None,
+            },
+        };
+        let rows_total: i64 = rows.iter().map(|&r| r as i64).sum();
+        // Blocks the inputs were gathered in: declared first so they outlive `inputs`.
+        let mut staging = Vec::new();
+        let mut inputs: Vec<(&str, SessionInputValue<'static>)> =
+            Vec::with_capacity(batch[0].inputs.len());
+        for first in &batch[0].inputs {
+            let shape = batched_shape(first, batched, rows_total);
+            // SAFETY: `batch` outlives the run, and `staging` is dropped after `inputs`.
+            let value = unsafe { io::input(batch, &first.name, &shape, &place, &mut staging) }?;
+            inputs.push((first.name.as_str(), value));
+        }
+        timing.input_done = Some(std::time::Instant::now());
+        let mut outputs = self.session.run(inputs).map_err(|e| {
+            Error::internal(format!("model '{}': onnx runtime error: {e}", cfg.name))
+        })?;
+        timing.infer_done = Some(std::time::Instant::now());
+        drop(staging);
+        let mut per_request: Vec<Vec<Tensor>> = batch
+            .iter()
+            .map(|_| Vec::with_capacity(cfg.output.len()))
+            .collect();
+        for output in &cfg.output {
+            let value = outputs.remove(output.name.as_str()).ok_or_else(|| {
+                Error::internal(format!(
+                    "model '{}': the model did not produce output '{}'",
+                    cfg.name, output.name
+                ))
+            })?;
+            let mut t = io::output(&output.name, value)?;
+            if output.data_type != t.dtype.to_config() as i32 {
+                return Err(Error::internal(format!(
+                    "model '{}': output '{}' has type {} but the config declares {}",
+                    cfg.name,
+                    output.name,
+                    t.dtype,
+                    tern_core::dtype::config_name(output.data_type)
+                )));
+            }
+            if output.reshape.is_some() {
+                t.shape = unreshape(
+                    &output.dims,
+                    batched.then(|| t.shape.first().copied().unwrap_or(1)),
+                    t.element_count(),
+                );
+            }
+            let parts =
+                io::scatter(t, &rows).map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+            for (list, part) in per_request.iter_mut().zip(parts) {
+                list.push(part);
+            }
+        }
+        Ok(batch
+            .iter()
+            .zip(per_request)
+            .map(|(req, outputs)| InferResponse {
+                model_name: cfg.name.clone(),
+                model_version: self.version,
+                id: req.id.clone(),
+                outputs,
+                ..Default::default()
+            })
+            .collect())
+    }
+}
+
+/// Shape of an output whose backend shape was `reshape`: the config dims,
+/// with a variable dim resolved from the element count.
+fn unreshape(dims: &[i64], batch: Option<i64>, elements: usize) -> Vec<i64> {
+    let mut shape: Vec<i64> = batch.into_iter().chain(dims.iter().copied()).collect();
+    let fixed: i64 = shape.iter().filter(|&&d| d >= 0).product::<i64>().max(1);
+    if let Some(pos) = shape.iter().position(|&d| d < 0) {
+        shape[pos] = elements as i64 / fixed;
+        for d in shape.iter_mut().skip(pos + 1) {
+            if *d < 0 {
+                *d = 1;
+            }
+        }
+    }
+    shape
+}
+
+impl Instance for OnnxInstance {
+    fn execute(
+        &mut self,
+        batch: &[InferRequest],
+        timing: &mut ExecTiming,
+    ) -> Vec<Result<InferResponse>> {
+        let e = match self.run_batch(batch, timing) {
+            Ok(responses) => return responses.into_iter().map(Ok).collect(),
+            Err(e) => e,
+        };
+        // A request whose strings ORT cannot take (found while gathering, before ORT ran)
+        // fails alone, not its whole batch: the others run without it.
+        if batch.len() > 1 && batch[0].inputs.iter().any(|t| t.dtype == DataType::Bytes) {
+            let checks: Vec<Result<()>> = batch.iter().map(io::check_strings).collect();
+            if checks.iter().any(|c| c.is_err()) {
+                let good: Vec<InferRequest> = batch
+                    .iter()
+                    .zip(&checks)
+                    .filter(|(_, c)| c.is_ok())
+                    .map(|(r, _)| r.clone())
+                    .collect();
+                let mut ran = if good.is_empty() {
+                    Vec::new()
+                } else {
+                    self.execute(&good, timing)
+                }
+                .into_iter();
+                return checks
+                    .into_iter()
+                    .map(|c| match c {
+                        Err(e) => Err(e),
+                        Ok(()) => ran.next().unwrap_or_else(|| {
+                            Err(Error::internal("a batch returned too few responses"))
+                        }),
+                    })
+                    .collect();
+            }
+        }
+        batch.iter().map(|_| Err(e.clone())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreshape_resolves_variable_dims() {
+        assert_eq!(unreshape(&[1], Some(3), 3), vec![3, 1]);
+        assert_eq!(unreshape(&[-1, 4], None, 12), vec![3, 4]);
+    }
+}

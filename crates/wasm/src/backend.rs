@@ -1,0 +1,475 @@
+//! The `wasm` backend: models implemented by WebAssembly components of the
+//! `tern:plugin` world (`1/model.wasm`). One component instance and store
+//! per model instance (state persists across calls), a deadline per call
+//! (`execution_timeout_ms`, default 10000) and a memory cap
+//! (`max_memory_bytes`, default 256 MiB) from the model's `parameters`.
+//! WASI grants nothing but the version folder, read-only, at `/model`: no
+//! network, no environment, no other files. A trap, deadline or memory-cap
+//! hit fails that batch's requests with a message naming the model and
+//! what happened, counts in [`crate::counters`], and the instance is
+//! re-instantiated; a plugin's malformed answer fails its requests only.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use wasmtime::Store;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+use crate::host::{error_from_wit, params_from_wit, request_to_wit, tensor_from_wit, HostState};
+use crate::tern::plugin::types as wit;
+use crate::{cache, counters, ticks, Plugin, PluginCounters, PluginPre, Runtime};
+use tern_core::backend::{
+    model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, ExecTiming, Instance,
+    InstanceSpec, LoadContext, Model, ModelFiles,
+};
+use tern_core::config::ModelConfig;
+use tern_core::error::{Error, Result};
+use tern_core::router::ModelRouter;
+use tern_core::validate::validate_outputs;
+use tern_core::{InferRequest, InferResponse};
+
+/// Where the version folder appears inside the sandbox.
+pub const GUEST_MODEL_DIR: &str = "/model";
+const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+const DEFAULT_MAX_MEMORY: usize = 256 << 20;
+
+/// The `wasm` backend.
+pub struct WasmBackend;
+
+impl Backend for WasmBackend {
+    fn name(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn platform(&self) -> &'static str {
+        ""
+    }
+
+    fn default_filename(&self) -> Option<&'static str> {
+        Some("model.wasm")
+    }
+
+    fn auto_complete(
+        &self,
+        _: &ModelFiles,
+        cfg: &mut ModelConfig,
+        _: &BackendSettings,
+    ) -> Result<()> {
+        if cfg.input.is_empty() || cfg.output.is_empty() {
+            return Err(Error::invalid_arg(format!(
+                "model '{}': a wasm plugin's config.pbtxt must declare its inputs and outputs",
+                cfg.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
+        Ok(Arc::new(Loaded(Arc::new(WasmModel::load(ctx)?))))
+    }
+}
+
+/// Sandbox settings of one model.
+#[derive(Debug, Clone, Copy)]
+struct Sandbox {
+    timeout: Duration,
+    max_memory: usize,
+}
+
+impl Sandbox {
+    fn from_config(cfg: &ModelConfig) -> Result<Sandbox> {
+        let timeout =
+            numeric_parameter::<u64>(cfg, "execution_timeout_ms")?.unwrap_or(DEFAULT_TIMEOUT_MS);
+        let max_memory =
+            numeric_parameter::<usize>(cfg, "max_memory_bytes")?.unwrap_or(DEFAULT_MAX_MEMORY);
+        if timeout == 0 || max_memory < (1 << 16) {
+            return Err(Error::invalid_arg(format!(
+                "model '{}': execution_timeout_ms must be > 0 and max_memory_bytes >= 65536",
+                cfg.name
+            )));
+        }
+        Ok(Sandbox {
+            timeout: Duration::from_millis(timeout),
+            max_memory,
+        })
+    }
+}
+
+/// One loaded version of a plugin model.
+pub struct WasmModel {
+    runtime: Arc<Runtime>,
+    pre: PluginPre<HostState>,
+    name: String,
+    version: i64,
+    config: Arc<ModelConfig>,
+    config_json: String,
+    version_dir: PathBuf,
+    sandbox: Sandbox,
+    models: Weak<dyn ModelRouter>,
+    counters: Arc<PluginCounters>,
+}
+
+impl WasmModel {
+    fn load(ctx: &LoadContext) -> Result<WasmModel> {
+        let cfg = ctx.config;
+        let sandbox = Sandbox::from_config(cfg)?;
+        let runtime = crate::runtime()?;
+        let path = model_file(cfg, ctx.version_dir, "model.wasm")?;
+        let started = Instant::now();
+        let (component, source) = cache::load(
+            &runtime.engine,
+            &path,
+            ctx.settings.wasm_cache_dir.as_deref(),
+        )
+        .map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+        tracing::info!(model = %cfg.name, version = ctx.version, "component ready in {:?} ({:?})", started.elapsed(), source);
+        let mut linker = wasmtime::component::Linker::<HostState>::new(&runtime.engine);
+        let link = |e: wasmtime::Error| {
+            Error::internal(format!(
+                "model '{}': cannot link the plugin: {e:#}",
+                cfg.name
+            ))
+        };
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(link)?;
+        Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
+            .map_err(link)?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .and_then(PluginPre::new)
+            .map_err(|e| {
+                Error::invalid_arg(format!(
+                    "model '{}': '{}' is not a tern:plugin component this server can run: {e:#}",
+                    cfg.name,
+                    path.display()
+                ))
+            })?;
+        Ok(WasmModel {
+            runtime,
+            pre,
+            name: cfg.name.clone(),
+            version: ctx.version,
+            config: Arc::new(cfg.clone()),
+            config_json: tern_core::config::json::to_json(cfg).to_string(),
+            version_dir: ctx.version_dir.to_path_buf(),
+            sandbox,
+            models: ctx.models.clone(),
+            counters: counters(&cfg.name),
+        })
+    }
+
+    /// A fresh store and component instance, initialised.
+    fn instantiate(&self, spec: &InstanceSpec) -> Result<(Store<HostState>, Plugin)> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            Error::internal(format!(
+                "model '{}' instance '{}': {what}: {e}",
+                self.name, spec.name
+            ))
+        };
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .preopened_dir(&self.version_dir, GUEST_MODEL_DIR, FsPerms::ReadOnly)
+            .map_err(|e| fail("cannot open the model folder", &e))?;
+        let state = HostState::new(
+            wasi.build(),
+            &self.name,
+            self.sandbox.max_memory,
+            self.models.clone(),
+        );
+        let mut store = Store::new(&self.runtime.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(ticks(self.sandbox.timeout));
+        store.epoch_deadline_trap();
+        let plugin = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| fail("instantiation failed", &describe(&store, &e, self.sandbox)))?;
+        let (kind, device) = match spec.device {
+            DeviceKind::Cpu => (wit::InstanceKind::Cpu, 0),
+            DeviceKind::Gpu(i) => (wit::InstanceKind::Gpu, i),
+        };
+        let ctx = wit::ModelContext {
+            model_name: self.name.clone(),
+            model_version: self.version,
+            config_json: self.config_json.clone(),
+            instance_name: spec.name.clone(),
+            instance_kind: kind,
+            device_id: device,
+            repository_path: GUEST_MODEL_DIR.into(),
+        };
+        store.data_mut().deadline = Some(Instant::now() + self.sandbox.timeout);
+        store.set_epoch_deadline(ticks(self.sandbox.timeout));
+        match plugin.tern_plugin_model().call_initialize(&mut store, &ctx) {
+            Ok(Ok(())) => Ok((store, plugin)),
+            Ok(Err(e)) => Err(Error::new(
+                error_from_wit(e.clone()).code,
+                format!(
+                    "model '{}' instance '{}': initialize failed: {}",
+                    self.name, spec.name, e.message
+                ),
+            )),
+            Err(e) => Err(fail(
+                "initialize trapped",
+                &describe(&store, &e, self.sandbox),
+            )),
+        }
+    }
+}
+
+/// Names what stopped a plugin: the memory cap, the deadline, or the trap itself.
+fn describe(store: &Store<HostState>, e: &wasmtime::Error, sandbox: Sandbox) -> String {
+    if store.data().limits.hit {
+        format!(
+            "hit its memory cap of {} bytes (max_memory_bytes)",
+            sandbox.max_memory
+        )
+    } else if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+        format!(
+            "exceeded its execution deadline of {} ms (execution_timeout_ms)",
+            sandbox.timeout.as_millis()
+        )
+    } else {
+        format!("trapped: {}", e.root_cause())
+    }
+}
+
+/// The [`Model`] the scheduler holds; instances share the [`WasmModel`].
+struct Loaded(Arc<WasmModel>);
+
+impl Model for Loaded {
+    fn create_instance(&self, spec: &InstanceSpec) -> Result<Box<dyn Instance>> {
+        let (store, plugin) = self.0.instantiate(spec)?;
+        Ok(Box::new(WasmInstance {
+            model: self.0.clone(),
+            spec: spec.clone(),
+            live: Some((store, plugin)),
+        }))
+    }
+}
+
+/// One plugin instance; `live` is `None` after a failed re-instantiation
+/// (retried on the next batch).
+struct WasmInstance {
+    model: Arc<WasmModel>,
+    spec: InstanceSpec,
+    live: Option<(Store<HostState>, Plugin)>,
+}
+
+impl WasmInstance {
+    fn restart(&mut self) {
+        self.live = None;
+        match self.model.instantiate(&self.spec) {
+            Ok(live) => {
+                self.model
+                    .counters
+                    .restarts
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.live = Some(live);
+            }
+            Err(e) => {
+                tracing::error!(model = %self.model.name, instance = %self.spec.name, "cannot restart the plugin instance: {e}")
+            }
+        }
+    }
+
+    fn fail_all(&self, n: usize, e: Error) -> Vec<Result<InferResponse>> {
+        vec![Err(e); n]
+    }
+}
+
+impl Instance for WasmInstance {
+    fn execute(
+        &mut self,
+        batch: &[InferRequest],
+        timing: &mut ExecTiming,
+    ) -> Vec<Result<InferResponse>> {
+        let m = self.model.clone();
+        if self.live.is_none() {
+            self.restart();
+        }
+        let Some((store, plugin)) = self.live.as_mut() else {
+            return self.fail_all(
+                batch.len(),
+                Error::unavailable(format!(
+                    "model '{}' instance '{}' could not be restarted after a failure (see the server log)",
+                    m.name, self.spec.name
+                )),
+            );
+        };
+        let requests: Vec<wit::Request> = batch.iter().map(request_to_wit).collect();
+        let mut chain: Vec<String> = Vec::new();
+        for r in batch {
+            for c in &r.callers {
+                if !chain.contains(c) {
+                    chain.push(c.clone());
+                }
+            }
+        }
+        chain.push(m.name.clone());
+        {
+            let state = store.data_mut();
+            state.chain = chain;
+            state.deadline = Some(Instant::now() + m.sandbox.timeout);
+            state.limits.hit = false;
+        }
+        store.set_epoch_deadline(ticks(m.sandbox.timeout));
+        timing.input_done = Some(Instant::now());
+        let result = plugin
+            .tern_plugin_model()
+            .call_execute(&mut *store, &requests);
+        timing.infer_done = Some(Instant::now());
+        match result {
+            // The plugin survived a refused memory.grow (Python's MemoryError,
+            // a NULL from malloc): its answers stand, failures say why, and the
+            // instance restarts because its memory is now at the cap for good.
+            Ok(results) if results.len() == batch.len() && store.data().limits.hit => {
+                let why = format!(
+                    "model '{}' instance '{}' hit its memory cap of {} bytes (max_memory_bytes); the instance was restarted",
+                    m.name, self.spec.name, m.sandbox.max_memory
+                );
+                let out = results
+                    .into_iter()
+                    .zip(batch)
+                    .map(|(r, req)| {
+                        let r = r.map_err(|mut e| {
+                            e.message = format!("{why}: {}", e.message);
+                            e
+                        });
+                        response(&m, req, r)
+                    })
+                    .collect();
+                m.counters.record(true, false);
+                tracing::error!(model = %m.name, instance = %self.spec.name, "plugin hit its memory cap; restarting the instance");
+                self.restart();
+                out
+            }
+            Ok(results) if results.len() == batch.len() => results
+                .into_iter()
+                .zip(batch)
+                .map(|(r, req)| response(&m, req, r))
+                .collect(),
+            Ok(results) => self.fail_all(
+                batch.len(),
+                Error::internal(format!(
+                    "model '{}': the plugin returned {} responses for {} requests",
+                    m.name,
+                    results.len(),
+                    batch.len()
+                )),
+            ),
+            Err(e) => {
+                let what = describe(store, &e, m.sandbox);
+                m.counters.record(
+                    store.data().limits.hit,
+                    e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt),
+                );
+                tracing::error!(model = %m.name, instance = %self.spec.name, "plugin {what}; restarting the instance");
+                tracing::debug!(model = %m.name, "plugin failure details: {e:?}");
+                self.restart();
+                self.fail_all(
+                    batch.len(),
+                    Error::internal(format!(
+                        "model '{}' instance '{}' {what}; the instance was restarted",
+                        m.name, self.spec.name
+                    )),
+                )
+            }
+        }
+    }
+}
+
+fn response(
+    m: &WasmModel,
+    req: &InferRequest,
+    r: std::result::Result<wit::Response, wit::Error>,
+) -> Result<InferResponse> {
+    let r = r.map_err(error_from_wit)?;
+    let outputs: Vec<_> = r.outputs.into_iter().map(tensor_from_wit).collect();
+    let batch_size = match req.inputs.first().and_then(|t| t.shape.first()) {
+        Some(&b) if m.config.max_batch_size > 0 => b as usize,
+        _ => 1,
+    };
+    validate_outputs(&m.config, batch_size, &outputs)?;
+    Ok(InferResponse {
+        model_name: m.name.clone(),
+        model_version: m.version,
+        id: req.id.clone(),
+        outputs,
+        parameters: params_from_wit(r.parameters),
+        ..Default::default()
+    })
+}
+
+impl Drop for WasmInstance {
+    fn drop(&mut self) {
+        if let Some((store, plugin)) = self.live.as_mut() {
+            store.set_epoch_deadline(ticks(self.model.sandbox.timeout));
+            if let Err(e) = plugin.tern_plugin_model().call_finalize(&mut *store) {
+                tracing::warn!(model = %self.model.name, "plugin finalize failed: {}", e.root_cause());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern_core::config::pb::ModelParameter;
+
+    fn cfg(params: &[(&str, &str)]) -> ModelConfig {
+        let mut c = ModelConfig {
+            name: "p".into(),
+            ..Default::default()
+        };
+        for (k, v) in params {
+            c.parameters.insert(
+                k.to_string(),
+                ModelParameter {
+                    string_value: v.to_string(),
+                },
+            );
+        }
+        c
+    }
+
+    #[test]
+    fn sandbox_defaults_and_overrides() {
+        let s = Sandbox::from_config(&cfg(&[])).unwrap();
+        assert_eq!(s.timeout, Duration::from_millis(DEFAULT_TIMEOUT_MS));
+        assert_eq!(s.max_memory, DEFAULT_MAX_MEMORY);
+        let s = Sandbox::from_config(&cfg(&[
+            ("execution_timeout_ms", "250"),
+            ("max_memory_bytes", "1048576"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (s.timeout, s.max_memory),
+            (Duration::from_millis(250), 1 << 20)
+        );
+        for bad in [
+            ("execution_timeout_ms", "0"),
+            ("execution_timeout_ms", "soon"),
+            ("max_memory_bytes", "10"),
+        ] {
+            let e = Sandbox::from_config(&cfg(&[bad])).unwrap_err();
+            assert!(e.message.contains("model 'p'"), "{e}");
+        }
+    }
+
+    #[test]
+    fn plugins_must_declare_their_io() {
+        let e = WasmBackend
+            .auto_complete(
+                &ModelFiles {
+                    model_dir: "/m".into(),
+                    version_dir: None,
+                },
+                &mut cfg(&[]),
+                &BackendSettings::default(),
+            )
+            .unwrap_err();
+        assert!(e.message.contains("must declare its inputs and outputs"));
+    }
+}

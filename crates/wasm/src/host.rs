@@ -1,0 +1,428 @@
+//! The host side of the `tern:plugin` world: the per-instance store state
+//! (WASI context with nothing granted but the model folder, memory limits,
+//! the BLS call chain), the `host` imports (`log`, `infer`, metrics) and the
+//! conversions between the core's types and the WIT types.
+
+use std::future::Future;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Wake};
+use std::time::Instant;
+
+use bytes::Bytes;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::metrics;
+use super::tern::plugin::host::{Host, LogLevel, MetricKind};
+use super::tern::plugin::types as wit;
+use tern_core::error::{Code, Error, Result};
+use tern_core::router::ModelRouter;
+use tern_core::{
+    DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput, Tensor,
+};
+
+/// How deep BLS calls may nest (plugin → plugin → ...).
+pub const MAX_BLS_DEPTH: usize = 16;
+
+/// Memory and table limits of one store; remembers whether a limit was hit
+/// so a resulting trap can be reported as what it is.
+#[derive(Debug)]
+pub struct Limits {
+    /// Largest linear memory, in bytes.
+    pub max_memory: usize,
+    /// Set when the plugin tried to grow past `max_memory`.
+    pub hit: bool,
+}
+
+impl wasmtime::ResourceLimiter for Limits {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_memory {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// The data of one plugin instance's store.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    /// Memory limits.
+    pub limits: Limits,
+    /// The plugin's model name (log lines and errors say which plugin).
+    pub model: String,
+    /// Where BLS calls go; weak so that models do not keep the repository alive.
+    pub models: Weak<dyn ModelRouter>,
+    /// Plugin models waiting on the batch now executing, this one last.
+    pub chain: Vec<String>,
+    /// When the executing call must be over; bounds BLS waits.
+    pub deadline: Option<Instant>,
+}
+
+impl HostState {
+    /// State for a new instance of `model`.
+    pub fn new(
+        wasi: WasiCtx,
+        model: &str,
+        max_memory: usize,
+        models: Weak<dyn ModelRouter>,
+    ) -> Self {
+        HostState {
+            wasi,
+            table: ResourceTable::new(),
+            limits: Limits {
+                max_memory,
+                hit: false,
+            },
+            model: model.to_string(),
+            models,
+            chain: Vec::new(),
+            deadline: None,
+        }
+    }
+
+    fn bls(&mut self, req: wit::InferRequest) -> Result<InferResponse> {
+        let target = req.model_name.clone();
+        if self.chain.contains(&target) {
+            return Err(Error::unavailable(format!(
+                "model '{}': BLS call to '{target}' would wait on itself (call chain: {} -> {target}); \
+                 a plugin cannot call itself or a model that is calling it",
+                self.model,
+                self.chain.join(" -> ")
+            )));
+        }
+        if self.chain.len() >= MAX_BLS_DEPTH {
+            return Err(Error::unavailable(format!(
+                "model '{}': BLS calls nested deeper than {MAX_BLS_DEPTH} (call chain: {})",
+                self.model,
+                self.chain.join(" -> ")
+            )));
+        }
+        let router = self
+            .models
+            .upgrade()
+            .ok_or_else(|| Error::unavailable("the server is shutting down"))?;
+        let version = (req.model_version >= 0).then_some(req.model_version);
+        let request = InferRequest {
+            model_name: target.clone(),
+            model_version: version,
+            id: req.id,
+            inputs: req.inputs.into_iter().map(tensor_from_wit).collect(),
+            outputs: req
+                .requested_outputs
+                .into_iter()
+                .map(|name| RequestedOutput {
+                    name,
+                    ..Default::default()
+                })
+                .collect(),
+            parameters: params_from_wit(req.parameters),
+            callers: self.chain.clone(),
+        };
+        block_on(router.infer(request), self.deadline).unwrap_or_else(|| {
+            Err(Error::unavailable(format!(
+                "model '{}': BLS call to '{target}' did not finish before the plugin's execution deadline",
+                self.model
+            )))
+        })
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl wit::Host for HostState {}
+
+impl Host for HostState {
+    fn log(&mut self, level: LogLevel, message: String) {
+        let plugin = self.model.as_str();
+        match level {
+            LogLevel::Error => tracing::error!(plugin, "{message}"),
+            LogLevel::Warn => tracing::warn!(plugin, "{message}"),
+            LogLevel::Info => tracing::info!(plugin, "{message}"),
+            LogLevel::Verbose => tracing::debug!(plugin, "{message}"),
+        }
+    }
+
+    fn infer(
+        &mut self,
+        request: wit::InferRequest,
+    ) -> std::result::Result<wit::Response, wit::Error> {
+        self.bls(request)
+            .map(|r| wit::Response {
+                outputs: r.outputs.iter().map(tensor_to_wit).collect(),
+                parameters: params_to_wit(&r.parameters),
+            })
+            .map_err(|e| error_to_wit(&e))
+    }
+
+    fn metric_family(
+        &mut self,
+        name: String,
+        description: String,
+        kind: MetricKind,
+        buckets: Vec<f64>,
+    ) -> std::result::Result<u32, wit::Error> {
+        let kind = match kind {
+            MetricKind::Counter => metrics::Kind::Counter,
+            MetricKind::Gauge => metrics::Kind::Gauge,
+            MetricKind::Histogram => metrics::Kind::Histogram,
+        };
+        metrics::family(&name, &description, kind, &buckets).map_err(|e| error_to_wit(&e))
+    }
+
+    fn metric_record(
+        &mut self,
+        family: u32,
+        labels: Vec<(String, String)>,
+        value: f64,
+    ) -> std::result::Result<(), wit::Error> {
+        metrics::record(family, labels, value).map_err(|e| error_to_wit(&e))
+    }
+
+    fn metric_set(
+        &mut self,
+        family: u32,
+        labels: Vec<(String, String)>,
+        value: f64,
+    ) -> std::result::Result<(), wit::Error> {
+        metrics::set(family, labels, value).map_err(|e| error_to_wit(&e))
+    }
+}
+
+/// Runs a future on this (non-async) thread until it finishes or `deadline` passes.
+fn block_on<F: Future>(fut: F, deadline: Option<Instant>) -> Option<F::Output> {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return Some(v);
+        }
+        match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return None;
+                }
+                std::thread::park_timeout(d - now);
+            }
+            None => std::thread::park(),
+        }
+    }
+}
+
+const DTYPES: &[(DataType, wit::DataType)] = &[
+    (DataType::Bool, wit::DataType::Bool),
+    (DataType::Uint8, wit::DataType::Uint8),
+    (DataType::Uint16, wit::DataType::Uint16),
+    (DataType::Uint32, wit::DataType::Uint32),
+    (DataType::Uint64, wit::DataType::Uint64),
+    (DataType::Int8, wit::DataType::Int8),
+    (DataType::Int16, wit::DataType::Int16),
+    (DataType::Int32, wit::DataType::Int32),
+    (DataType::Int64, wit::DataType::Int64),
+    (DataType::Fp16, wit::DataType::Fp16),
+    (DataType::Fp32, wit::DataType::Fp32),
+    (DataType::Fp64, wit::DataType::Fp64),
+    (DataType::Bf16, wit::DataType::Bf16),
+    (DataType::Bytes, wit::DataType::Bytes),
+];
+
+fn dtype_to_wit(d: DataType) -> wit::DataType {
+    DTYPES
+        .iter()
+        .find(|(c, _)| *c == d)
+        .expect("every dtype is in the table")
+        .1
+}
+
+fn dtype_from_wit(d: wit::DataType) -> DataType {
+    DTYPES
+        .iter()
+        .find(|(_, w)| *w == d)
+        .expect("every dtype is in the table")
+        .0
+}
+
+/// A core tensor as the plugin sees it.
+pub fn tensor_to_wit(t: &Tensor) -> wit::Tensor {
+    wit::Tensor {
+        name: t.name.clone(),
+        datatype: dtype_to_wit(t.dtype),
+        shape: t.shape.clone(),
+        data: t.data.to_vec(),
+    }
+}
+
+/// A plugin's tensor (no copy of the data). Shapes and sizes are checked
+/// where the tensor is used: `validate_request` for BLS inputs,
+/// `validate_outputs` for responses.
+pub fn tensor_from_wit(t: wit::Tensor) -> Tensor {
+    Tensor {
+        name: t.name,
+        dtype: dtype_from_wit(t.datatype),
+        shape: t.shape,
+        data: Bytes::from(t.data),
+    }
+}
+
+/// Parameters as the plugin sees them.
+pub fn params_to_wit(p: &Parameters) -> Vec<wit::Parameter> {
+    p.iter()
+        .map(|(k, v)| wit::Parameter {
+            key: k.clone(),
+            value: match v {
+                Parameter::Bool(b) => wit::ParameterValue::Bool(*b),
+                Parameter::Int(i) => wit::ParameterValue::Int(*i),
+                Parameter::Double(d) => wit::ParameterValue::Double(*d),
+                Parameter::String(s) => wit::ParameterValue::String(s.clone()),
+            },
+        })
+        .collect()
+}
+
+/// A plugin's parameters.
+pub fn params_from_wit(p: Vec<wit::Parameter>) -> Parameters {
+    p.into_iter()
+        .map(|p| {
+            let v = match p.value {
+                wit::ParameterValue::Bool(b) => Parameter::Bool(b),
+                wit::ParameterValue::Int(i) => Parameter::Int(i),
+                wit::ParameterValue::Double(d) => Parameter::Double(d),
+                wit::ParameterValue::String(s) => Parameter::String(s),
+            };
+            (p.key, v)
+        })
+        .collect()
+}
+
+/// A request as the plugin's `execute` receives it.
+pub fn request_to_wit(r: &InferRequest) -> wit::Request {
+    let correlation_id = match r.parameters.get("sequence_id") {
+        Some(Parameter::Int(i)) if *i != 0 => wit::CorrelationId::Number(*i as u64),
+        Some(Parameter::String(s)) if !s.is_empty() => wit::CorrelationId::Text(s.clone()),
+        _ => wit::CorrelationId::None,
+    };
+    let flag = |key: &str, bit: u32| match r.parameters.get(key) {
+        Some(Parameter::Bool(true)) => bit,
+        _ => 0,
+    };
+    wit::Request {
+        id: r.id.clone(),
+        inputs: r.inputs.iter().map(tensor_to_wit).collect(),
+        requested_outputs: r.outputs.iter().map(|o| o.name.clone()).collect(),
+        parameters: params_to_wit(&r.parameters),
+        correlation_id,
+        flags: flag("sequence_start", 1) | flag("sequence_end", 2),
+    }
+}
+
+const CODES: &[(Code, wit::ErrorCode)] = &[
+    (Code::Unknown, wit::ErrorCode::Unknown),
+    (Code::Internal, wit::ErrorCode::Internal),
+    (Code::NotFound, wit::ErrorCode::NotFound),
+    (Code::InvalidArg, wit::ErrorCode::InvalidArg),
+    (Code::Unavailable, wit::ErrorCode::Unavailable),
+    (Code::Unsupported, wit::ErrorCode::Unsupported),
+    (Code::AlreadyExists, wit::ErrorCode::AlreadyExists),
+    (Code::Cancelled, wit::ErrorCode::Cancelled),
+];
+
+/// An error as the plugin sees it.
+pub fn error_to_wit(e: &Error) -> wit::Error {
+    wit::Error {
+        code: CODES
+            .iter()
+            .find(|(c, _)| *c == e.code)
+            .expect("every code")
+            .1,
+        message: e.message.clone(),
+    }
+}
+
+/// A plugin's error.
+pub fn error_from_wit(e: wit::Error) -> Error {
+    Error::new(
+        CODES
+            .iter()
+            .find(|(_, w)| *w == e.code)
+            .expect("every code")
+            .0,
+        e.message,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tensors_and_params_round_trip() {
+        let t = Tensor {
+            name: "x".into(),
+            dtype: DataType::Fp32,
+            shape: vec![1, 2],
+            data: Bytes::from(vec![0u8; 8]),
+        };
+        let back = tensor_from_wit(tensor_to_wit(&t));
+        assert_eq!(
+            (&back.name, back.dtype, &back.shape),
+            (&t.name, t.dtype, &t.shape)
+        );
+        let mut p = Parameters::new();
+        p.insert("a".into(), Parameter::Int(3));
+        p.insert("b".into(), Parameter::String("s".into()));
+        assert_eq!(params_from_wit(params_to_wit(&p)), p);
+        for d in DataType::all() {
+            assert_eq!(dtype_from_wit(dtype_to_wit(d)), d);
+        }
+    }
+
+    #[test]
+    fn sequence_parameters_become_correlation_and_flags() {
+        let mut r = InferRequest::default();
+        r.parameters
+            .insert("sequence_id".into(), Parameter::Int(42));
+        r.parameters
+            .insert("sequence_start".into(), Parameter::Bool(true));
+        let w = request_to_wit(&r);
+        assert!(matches!(w.correlation_id, wit::CorrelationId::Number(42)));
+        assert_eq!(w.flags, 1);
+    }
+
+    #[test]
+    fn block_on_honours_the_deadline() {
+        let never = std::future::pending::<()>();
+        let d = Instant::now() + std::time::Duration::from_millis(20);
+        assert!(block_on(never, Some(d)).is_none());
+        assert_eq!(block_on(async { 7 }, None), Some(7));
+    }
+}

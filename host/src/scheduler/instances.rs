@@ -1,0 +1,773 @@
+//! The instance scheduler: one queue per model version, served by the
+//! version's instances, each on its own OS thread. Free instances take the
+//! next batch from the queue — one request at a time for the default
+//! scheduler, Triton's dynamic batcher when `dynamic_batching` is
+//! configured ([`super::queue`] decides, [`super::policy`] holds the rules).
+//! Responses go back in arrival order when `preserve_ordering` is set.
+//! Every request gets exactly one response, including on timeouts, full
+//! queues, backend panics and shutdown.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::deadlines;
+use super::policy::{self, BatchPolicy};
+use super::queue::{Decision, Pending, Queue};
+use super::stats::{ComputeTimes, FailReason, ModelStats, RequestOutcome};
+use super::warmup;
+use tern_core::backend::{DeviceKind, ExecTiming, Instance, InstanceSpec, Model};
+use tern_core::config::pb::model_instance_group::Kind;
+use tern_core::config::ModelConfig;
+use tern_core::error::{Error, Result};
+use tern_core::{InferRequest, InferResponse};
+
+type Reply = oneshot::Sender<Result<InferResponse>>;
+
+/// Holds finished responses until all earlier arrivals are released (`preserve_ordering`).
+#[derive(Default)]
+struct Reorder {
+    next: u64,
+    held: BTreeMap<u64, (Reply, Result<InferResponse>)>,
+}
+
+struct Shared {
+    config: Arc<ModelConfig>,
+    version: i64,
+    policy: BatchPolicy,
+    queue: Mutex<QueueState>,
+    ready: Condvar,
+    reorder: Mutex<Reorder>,
+    stats: ModelStats,
+    /// The instance threads serving this queue.
+    workers: Mutex<Vec<Worker>>,
+    /// Handles sharing this queue (more than one after in-place instance changes);
+    /// the last one dropped closes the queue and stops the instances.
+    handles: AtomicUsize,
+    /// The earliest queue deadline the deadline watcher will wake this model
+    /// for: one watch per model at a time, not one per request.
+    armed: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    fn new(config: Arc<ModelConfig>, version: i64, policy: BatchPolicy, summaries: bool) -> Shared {
+        Shared {
+            queue: Mutex::new(QueueState {
+                queue: Queue::new(&policy),
+                next_seq: 0,
+                waiting: 0,
+                woken: 0,
+            }),
+            ready: Condvar::new(),
+            reorder: Mutex::new(Reorder::default()),
+            stats: ModelStats::new(summaries),
+            workers: Mutex::new(Vec::new()),
+            handles: AtomicUsize::new(1),
+            armed: Mutex::new(None),
+            config,
+            version,
+            policy,
+        }
+    }
+}
+
+struct QueueState {
+    queue: Queue,
+    next_seq: u64,
+    /// Instance threads blocked on `ready`: a new request wakes one only when
+    /// there is one to wake (std's futex condvar makes a system call per
+    /// notify even without waiters, once per request on the hot path).
+    waiting: usize,
+    /// Notifications sent to waiting threads that have not woken up yet: one
+    /// wake-up per idle thread is enough, however many requests arrive
+    /// before it runs.
+    woken: usize,
+}
+
+impl QueueState {
+    /// Bookkeeping for an instance thread returning from a wait (notified,
+    /// timed out or spurious: a surplus notification is harmless, a missing
+    /// one is not, so `woken` only ever errs low).
+    fn woke(&mut self) {
+        self.waiting -= 1;
+        self.woken = self.woken.saturating_sub(1);
+    }
+}
+
+fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<Vec<InstanceSpec>> {
+    let mut specs = Vec::new();
+    for group in &config.instance_group {
+        let devices: Vec<DeviceKind> = if group.kind == Kind::Gpu as i32 {
+            if gpu_count == 0 {
+                // Triton answers this as an invalid argument too ("instance group ... specifies
+                // invalid or unsupported gpu id"), so a load through the API gets a 400.
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': instance_group '{}' is KIND_GPU but no GPU is available on this machine \
+                     (use KIND_CPU or KIND_AUTO)",
+                    config.name, group.name
+                )));
+            }
+            let gpus: Vec<i32> = if group.gpus.is_empty() {
+                (0..gpu_count as i32).collect()
+            } else {
+                group.gpus.clone()
+            };
+            if let Some(g) = gpus.iter().find(|&&g| g < 0 || g as usize >= gpu_count) {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': instance_group '{}' names GPU {g}, but only {gpu_count} GPU(s) exist",
+                    config.name, group.name
+                )));
+            }
+            gpus.into_iter().map(DeviceKind::Gpu).collect()
+        } else {
+            vec![DeviceKind::Cpu]
+        };
+        for device in devices {
+            for i in 0..group.count.max(1) {
+                specs.push(InstanceSpec {
+                    name: format!("{}_{}", group.name, i),
+                    device,
+                });
+            }
+        }
+    }
+    Ok(specs)
+}
+
+/// One instance thread and its retirement flag.
+struct Worker {
+    name: String,
+    retire: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+/// What a handle needs to create more instances later (instance-only config changes).
+struct InstanceSource {
+    model: Arc<dyn Model>,
+    gpu_count: usize,
+    model_dir: PathBuf,
+}
+
+/// Creates one instance and runs every warmup sample on it.
+fn create_instance(
+    config: &ModelConfig,
+    version: i64,
+    model: &Arc<dyn Model>,
+    spec: &InstanceSpec,
+    samples: &[warmup::Sample],
+) -> Result<Box<dyn Instance>> {
+    let mut instance = model.create_instance(spec)?;
+    for sample in samples {
+        let started = Instant::now();
+        for _ in 0..sample.count {
+            let batch = std::slice::from_ref(&sample.request);
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                instance.execute(batch, &mut ExecTiming::default())
+            }));
+            let failure = match result {
+                Ok(mut r) if r.len() == 1 => r.pop().and_then(|r| r.err()),
+                Ok(r) => Some(Error::internal(format!(
+                    "backend returned {} responses for 1 request",
+                    r.len()
+                ))),
+                Err(_) => Some(Error::internal("the backend panicked")),
+            };
+            if let Some(e) = failure {
+                return Err(Error::new(
+                    e.code,
+                    format!(
+                        "model '{}': warmup sample '{}' failed on instance '{}': {}",
+                        config.name, sample.name, spec.name, e.message
+                    ),
+                ));
+            }
+        }
+        tracing::info!(model = %config.name, version, instance = %spec.name, "warmup sample '{}' ran {} time(s) in {:?}", sample.name, sample.count, started.elapsed());
+    }
+    Ok(instance)
+}
+
+/// Starts the thread of one instance.
+fn spawn_worker(shared: &Arc<Shared>, name: String, instance: Box<dyn Instance>) -> Result<Worker> {
+    let retire = Arc::new(AtomicBool::new(false));
+    let (for_thread, flag, thread_name) = (shared.clone(), retire.clone(), name.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("{}:{}", shared.config.name, name))
+        .spawn(move || worker(for_thread, thread_name, instance, flag))
+        .map_err(|e| {
+            Error::internal(format!(
+                "model '{}': cannot start an instance thread: {e}",
+                shared.config.name
+            ))
+        })?;
+    Ok(Worker {
+        name,
+        retire,
+        thread,
+    })
+}
+
+/// The instances of one model version and the queue they serve.
+pub struct Pool {
+    shared: Arc<Shared>,
+    source: InstanceSource,
+}
+
+impl Pool {
+    /// Creates every instance of every `instance_group`, runs the warmup samples on
+    /// each, and starts their threads. Fails (and starts nothing) if any instance
+    /// cannot be created or warmed up.
+    pub fn start(
+        config: Arc<ModelConfig>,
+        version: i64,
+        model: Arc<dyn Model>,
+        gpu_count: usize,
+        model_dir: &Path,
+        summaries: bool,
+    ) -> Result<Pool> {
+        let policy = BatchPolicy::from_config(&config, model.supports_ragged())?;
+        if !model.supports_ragged() && config.input.iter().any(|i| i.allow_ragged_batch) {
+            tracing::warn!(model = %config.name, "allow_ragged_batch is ignored: this backend batches only requests whose shapes match");
+        }
+        let samples = warmup::samples(&config, model_dir)?;
+        let mut instances: Vec<(String, Box<dyn Instance>)> = Vec::new();
+        for spec in instance_specs(&config, gpu_count)? {
+            let instance = create_instance(&config, version, &model, &spec, &samples)?;
+            instances.push((spec.name, instance));
+        }
+        let shared = Arc::new(Shared::new(config.clone(), version, policy, summaries));
+        for (name, instance) in instances {
+            match spawn_worker(&shared, name, instance) {
+                Ok(w) => shared.workers.lock().expect("workers lock").push(w),
+                Err(e) => {
+                    stop(&shared);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Pool {
+            shared,
+            source: InstanceSource {
+                model,
+                gpu_count,
+                model_dir: model_dir.to_path_buf(),
+            },
+        })
+    }
+
+    /// The same version serving `config`, which differs from this handle's
+    /// only in `instance_group`: instances that the new config still names
+    /// keep running, missing ones are created and warmed up first, surplus
+    /// ones finish their batch and stop. Both handles share the queue and the
+    /// instances, so requests holding either are served; the last of them
+    /// dropped stops everything.
+    pub fn resized(&self, config: Arc<ModelConfig>) -> Result<Pool> {
+        let src = &self.source;
+        let version = self.shared.version;
+        let specs = instance_specs(&config, src.gpu_count)?;
+        let samples = warmup::samples(&config, &src.model_dir)?;
+        let mut current = self.shared.workers.lock().expect("workers lock");
+        let mut added = Vec::new();
+        for spec in specs
+            .iter()
+            .filter(|s| !current.iter().any(|w| w.name == s.name))
+        {
+            let instance = create_instance(&config, version, &src.model, spec, &samples)?;
+            added.push((spec.name.clone(), instance));
+        }
+        let mut workers = Vec::new();
+        for (name, instance) in added {
+            workers.push(spawn_worker(&self.shared, name, instance)?);
+        }
+        let (kept, retired): (Vec<Worker>, Vec<Worker>) = std::mem::take(&mut *current)
+            .into_iter()
+            .partition(|w| specs.iter().any(|s| s.name == w.name));
+        for w in &retired {
+            w.retire.store(true, Ordering::Relaxed);
+        }
+        drop(self.shared.queue.lock().expect("queue lock"));
+        self.shared.ready.notify_all();
+        for w in retired {
+            let _ = w.thread.join();
+        }
+        workers.extend(kept);
+        tracing::info!(model = %config.name, version, "instances adjusted in place: {} running", workers.len());
+        *current = workers;
+        self.shared.handles.fetch_add(1, Ordering::SeqCst);
+        Ok(Pool {
+            shared: self.shared.clone(),
+            source: InstanceSource {
+                model: src.model.clone(),
+                gpu_count: src.gpu_count,
+                model_dir: src.model_dir.clone(),
+            },
+        })
+    }
+
+    /// Queues a validated request for this version's instances and waits for its response.
+    pub async fn schedule(
+        &self,
+        request: InferRequest,
+        batch_size: usize,
+        level: u64,
+        timeout: Option<std::time::Duration>,
+        arrived: Instant,
+    ) -> Result<InferResponse> {
+        let s = &self.shared;
+        let (reply, rx) = oneshot::channel();
+        let wake = {
+            let mut q = s.queue.lock().expect("queue lock");
+            if q.queue.closed {
+                drop(q);
+                s.stats
+                    .record_failure(arrived.elapsed(), FailReason::Rejected);
+                return Err(gone(s));
+            }
+            let deadline = timeout.map(|t| arrived + t);
+            let reject_at = deadline
+                .filter(|_| s.policy.level_policy(level).on_timeout == policy::OnTimeout::Reject);
+            let pending = Pending {
+                request,
+                batch_size,
+                level,
+                enqueued: arrived,
+                deadline,
+                seq: q.next_seq,
+                reply,
+            };
+            if q.queue.push(pending, &s.policy).is_err() {
+                drop(q);
+                s.stats
+                    .record_failure(arrived.elapsed(), FailReason::Rejected);
+                return Err(Error::unavailable(format!(
+                    "Exceeds maximum queue size: model '{}' priority level {level} is full",
+                    s.config.name
+                )));
+            }
+            q.next_seq += 1;
+            if let Some(at) = reject_at {
+                // Instances may all be busy when it passes: the watcher answers it on time.
+                arm(s, at);
+            }
+            let wake = q.waiting > q.woken;
+            if wake {
+                q.woken += 1;
+            }
+            wake
+        };
+        if wake {
+            s.ready.notify_one();
+        }
+        rx.await.map_err(|_| gone(s))?
+    }
+
+    /// The batching rules of this pool.
+    pub fn policy(&self) -> &BatchPolicy {
+        &self.shared.policy
+    }
+
+    /// Statistics of this version.
+    pub fn stats(&self) -> &ModelStats {
+        &self.shared.stats
+    }
+
+    /// Requests waiting in the queue (not yet executing).
+    pub fn pending(&self) -> usize {
+        self.shared.queue.lock().expect("queue lock").queue.len()
+    }
+
+    /// Stops accepting requests, lets queued ones finish and joins the instance threads.
+    pub fn shutdown(&self) {
+        stop(&self.shared);
+    }
+}
+
+/// The error of a request the version can no longer serve.
+fn gone(s: &Shared) -> Error {
+    Error::unavailable(format!(
+        "model '{}' version {} is no longer available",
+        s.config.name, s.version
+    ))
+}
+
+fn close(shared: &Shared) {
+    shared.queue.lock().expect("queue lock").queue.closed = true;
+    shared.ready.notify_all();
+}
+
+impl Drop for Pool {
+    /// The last pool of a queue is gone (unloaded or replaced, in-flight
+    /// requests done): the instance threads drain and exit; they are joined
+    /// off the caller's thread so an async task never blocks on an
+    /// instance's teardown.
+    fn drop(&mut self) {
+        if self.shared.handles.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return;
+        }
+        close(&self.shared);
+        let workers = std::mem::take(&mut *self.shared.workers.lock().expect("workers lock"));
+        if !workers.is_empty() {
+            let name = format!("{}:reaper", self.shared.config.name);
+            let spawned = std::thread::Builder::new().name(name).spawn(move || {
+                for w in workers {
+                    let _ = w.thread.join();
+                }
+            });
+            if let Err(e) = spawned {
+                tracing::warn!(model = %self.shared.config.name, "cannot start a thread to join the instances: {e}");
+            }
+        }
+    }
+}
+
+/// Closes the queue and joins every instance thread (queued requests finish first).
+fn stop(shared: &Shared) {
+    close(shared);
+    let workers = std::mem::take(&mut *shared.workers.lock().expect("workers lock"));
+    for w in workers {
+        let _ = w.thread.join();
+    }
+}
+
+/// Sends a response, in arrival order when `preserve_ordering` is set.
+fn deliver(s: &Shared, seq: u64, reply: Reply, result: Result<InferResponse>) {
+    if !s.policy.preserve_ordering {
+        let _ = reply.send(result);
+        return;
+    }
+    let mut r = s.reorder.lock().expect("reorder lock");
+    r.held.insert(seq, (reply, result));
+    while let Some((reply, result)) = {
+        let next = r.next;
+        r.held.remove(&next)
+    } {
+        r.next += 1;
+        let _ = reply.send(result);
+    }
+}
+
+/// Answers requests whose queue timeout expired (REJECT) with Triton's error.
+fn reject_expired(s: &Shared, expired: Vec<Pending>) {
+    for p in expired {
+        s.stats
+            .record_failure(p.enqueued.elapsed(), FailReason::Rejected);
+        let e = Error::unavailable(format!(
+            "Request timeout expired for model '{}'",
+            s.config.name
+        ));
+        deliver(s, p.seq, p.reply, Err(e));
+    }
+}
+
+/// Asks the deadline watcher to wake `s` at `at`, unless it will wake it
+/// earlier already.
+fn arm(s: &Arc<Shared>, at: Instant) {
+    let mut armed = s.armed.lock().expect("armed lock");
+    if armed.is_none_or(|a| at < a) {
+        *armed = Some(at);
+        deadlines::watch(at, Arc::downgrade(s) as Weak<dyn deadlines::Expire>);
+    }
+}
+
+impl deadlines::Expire for Shared {
+    fn expire_now(self: Arc<Self>) {
+        let now = Instant::now();
+        let (expired, next) = {
+            let mut q = self.queue.lock().expect("queue lock");
+            let expired = q.queue.expire(&self.policy, now);
+            (expired, q.queue.next_reject_deadline(&self.policy))
+        };
+        {
+            let mut armed = self.armed.lock().expect("armed lock");
+            if armed.is_some_and(|a| a <= now) {
+                *armed = None;
+            }
+        }
+        if let Some(next) = next {
+            arm(&self, next);
+        }
+        reject_expired(&self, expired);
+    }
+}
+
+/// Waits for the next batch; `None` when the model is closed and drained, or this instance retires.
+fn next_batch(s: &Shared, retire: &AtomicBool) -> Option<Vec<Pending>> {
+    let mut q = s.queue.lock().expect("queue lock");
+    loop {
+        if retire.load(Ordering::Relaxed) {
+            return None;
+        }
+        let now = Instant::now();
+        let expired = q.queue.expire(&s.policy, now);
+        if !expired.is_empty() {
+            drop(q);
+            reject_expired(s, expired);
+            q = s.queue.lock().expect("queue lock");
+            continue;
+        }
+        let cancelled = q.queue.cancelled();
+        if !cancelled.is_empty() {
+            drop(q);
+            for p in cancelled {
+                tracing::debug!(
+                    model = %s.config.name,
+                    id = %p.request.id,
+                    "request cancelled by its client before it executed"
+                );
+                s.stats
+                    .record_failure(p.enqueued.elapsed(), FailReason::Canceled);
+                // Nobody receives this, but `preserve_ordering` must see the sequence number pass.
+                let e = Error::new(
+                    tern_core::error::Code::Cancelled,
+                    format!("request for model '{}' was cancelled", s.config.name),
+                );
+                deliver(s, p.seq, p.reply, Err(e));
+            }
+            q = s.queue.lock().expect("queue lock");
+            continue;
+        }
+        if q.queue.is_empty() && q.queue.closed {
+            return None;
+        }
+        match q.queue.decide(&s.policy, now) {
+            Decision::Send(n) => return Some(q.queue.take(n)),
+            Decision::Wait(None) => {
+                q.waiting += 1;
+                q = s.ready.wait(q).expect("queue lock");
+                q.woke();
+            }
+            Decision::Wait(Some(until)) => {
+                let wait = until.saturating_duration_since(Instant::now());
+                q.waiting += 1;
+                q = s.ready.wait_timeout(q, wait).expect("queue lock").0;
+                q.woke();
+            }
+        }
+    }
+}
+
+fn worker(s: Arc<Shared>, name: String, mut instance: Box<dyn Instance>, retire: Arc<AtomicBool>) {
+    let model = &s.config.name;
+    while let Some(batch) = next_batch(&s, &retire) {
+        let size: usize = batch.iter().map(|p| p.batch_size).sum();
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let ids: Vec<&str> = batch
+                .iter()
+                .map(|p| {
+                    if p.request.id.is_empty() {
+                        "-"
+                    } else {
+                        p.request.id.as_str()
+                    }
+                })
+                .collect();
+            tracing::debug!(
+                "executing model={model} version={} instance={name} batch_size={size} requests={} ids=[{}]",
+                s.version,
+                batch.len(),
+                ids.join(",")
+            );
+        }
+        let mut metas = Vec::with_capacity(batch.len());
+        let mut requests = Vec::with_capacity(batch.len());
+        for p in batch {
+            metas.push((p.seq, p.reply, p.enqueued, p.batch_size));
+            requests.push(p.request);
+        }
+        let start = Instant::now();
+        let mut timing = ExecTiming::default();
+        let results = catch_unwind(AssertUnwindSafe(|| {
+            instance.execute(&requests, &mut timing)
+        }));
+        let end = Instant::now();
+        let mut results: Vec<Result<InferResponse>> = match results {
+            Ok(r) if r.len() == requests.len() => r,
+            Ok(r) => {
+                let e = Error::internal(format!(
+                    "model '{model}': backend returned {} responses for {} requests",
+                    r.len(),
+                    requests.len()
+                ));
+                requests.iter().map(|_| Err(e.clone())).collect()
+            }
+            Err(_) => {
+                tracing::error!(model = %model, instance = %name, "backend panicked while executing a batch");
+                let e = Error::internal(format!(
+                    "model '{model}': the backend failed while executing the request"
+                ));
+                requests.iter().map(|_| Err(e.clone())).collect()
+            }
+        };
+        let input_done = timing.input_done.unwrap_or(start).clamp(start, end);
+        let infer_done = timing.infer_done.unwrap_or(end).clamp(input_done, end);
+        let times = ComputeTimes {
+            input: input_done - start,
+            infer: infer_done - input_done,
+            output: end - infer_done,
+        };
+        let done = Instant::now();
+        let outcomes: Vec<RequestOutcome> = metas
+            .iter()
+            .zip(&results)
+            .map(|((_, _, enqueued, b), r)| RequestOutcome {
+                ok: r.is_ok(),
+                batch_size: *b,
+                queue: start - *enqueued,
+                total: done - *enqueued,
+            })
+            .collect();
+        s.stats.record_execution(size, times, &outcomes);
+        for r in results.iter_mut().flatten() {
+            r.compute = times;
+        }
+        for ((seq, reply, _, _), result) in metas.into_iter().zip(results) {
+            deliver(&s, seq, reply, result);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern_core::config::parse_pbtxt;
+
+    fn shared(preserve: bool) -> Shared {
+        let cfg = parse_pbtxt(&format!(
+            "name: \"m\" max_batch_size: 4 input [{{name: \"X\" data_type: TYPE_FP32 dims: [1]}}] dynamic_batching {{ preserve_ordering: {preserve} }}"
+        ))
+        .unwrap();
+        let policy = BatchPolicy::from_config(&cfg, false).unwrap();
+        Shared::new(Arc::new(cfg), 1, policy, false)
+    }
+
+    fn response(id: &str) -> Result<InferResponse> {
+        Ok(InferResponse {
+            id: id.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn preserve_ordering_releases_in_arrival_order() {
+        let s = shared(true);
+        let (t0, mut r0) = oneshot::channel();
+        let (t1, mut r1) = oneshot::channel();
+        let (t2, mut r2) = oneshot::channel();
+        deliver(&s, 2, t2, response("c"));
+        deliver(&s, 1, t1, Err(Error::unavailable("timed out")));
+        assert!(
+            r1.try_recv().is_err() && r2.try_recv().is_err(),
+            "held until request 0 is done"
+        );
+        deliver(&s, 0, t0, response("a"));
+        assert_eq!(r0.try_recv().unwrap().unwrap().id, "a");
+        assert!(r1.try_recv().unwrap().is_err());
+        assert_eq!(r2.try_recv().unwrap().unwrap().id, "c");
+    }
+
+    /// Many concurrent callers against two instances: every request is
+    /// answered (a lost wake-up would leave one waiting until the timeout),
+    /// with its own data, and once idle both threads wait with no
+    /// notification outstanding.
+    #[test]
+    fn wake_ups_are_never_lost_under_concurrency() {
+        use crate::backends::Registry;
+        use tern_core::backend::{BackendSettings, LoadContext};
+        use tern_core::{DataType, Tensor};
+        let cfg = Arc::new(
+            parse_pbtxt(
+                "name: \"id\" backend: \"identity\" max_batch_size: 8 \
+                 input [{name: \"X\" data_type: TYPE_INT32 dims: [1]}] \
+                 output [{name: \"Y\" data_type: TYPE_INT32 dims: [1]}] \
+                 dynamic_batching { max_queue_delay_microseconds: 100 } \
+                 instance_group [{kind: KIND_CPU count: 2}]",
+            )
+            .unwrap(),
+        );
+        let dir = std::env::temp_dir();
+        let model = Registry::default()
+            .get("identity")
+            .unwrap()
+            .load(&LoadContext {
+                config: &cfg,
+                version: 1,
+                version_dir: &dir,
+                settings: &BackendSettings::default(),
+                models: tern_core::router::unrouted(),
+            })
+            .unwrap();
+        let handle = Arc::new(Pool::start(cfg, 1, model, 0, &dir, false).unwrap());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..16i32)
+                .map(|t| {
+                    let h = handle.clone();
+                    tokio::spawn(async move {
+                        for i in 0..300i32 {
+                            let v = t * 1000 + i;
+                            let request = InferRequest {
+                                model_name: "id".into(),
+                                inputs: vec![Tensor::new(
+                                    "X",
+                                    DataType::Int32,
+                                    vec![1, 1],
+                                    v.to_le_bytes().to_vec(),
+                                )],
+                                ..Default::default()
+                            };
+                            let (level, timeout) = h.policy().placement(&request).unwrap();
+                            let r = h
+                                .schedule(request, 1, level, timeout, Instant::now())
+                                .await
+                                .unwrap();
+                            assert_eq!(&r.outputs[0].data[..], &v.to_le_bytes()[..]);
+                            if i % 50 == 0 {
+                                // Let the instance threads go idle now and then.
+                                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let all = async {
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            };
+            tokio::time::timeout(std::time::Duration::from_secs(60), all)
+                .await
+                .expect("a request was never answered");
+        });
+        let idle = std::time::Instant::now();
+        loop {
+            let q = handle.shared.queue.lock().unwrap();
+            if q.waiting == 2 && q.woken == 0 {
+                break;
+            }
+            drop(q);
+            assert!(
+                idle.elapsed().as_secs() < 10,
+                "instance threads never went idle"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn without_preserve_ordering_responses_go_at_once() {
+        let s = shared(false);
+        let (t1, mut r1) = oneshot::channel();
+        deliver(&s, 1, t1, response("b"));
+        assert_eq!(r1.try_recv().unwrap().unwrap().id, "b");
+    }
+}
