@@ -37,12 +37,16 @@ fn main() {
     for c in COMPONENTS {
         cmd.args(["-p", c]);
     }
-    // The outer build's flags are for the host, not for the plugins.
+    // The outer build's flags and wrappers (clippy's, under `cargo clippy`)
+    // are for the host crates, not for the plugins.
     for var in [
         "CARGO_ENCODED_RUSTFLAGS",
         "RUSTFLAGS",
         "CARGO_BUILD_TARGET",
         "CARGO_MAKEFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CLIPPY_ARGS",
     ] {
         cmd.env_remove(var);
     }

@@ -223,20 +223,22 @@ where
     }
 }
 
-/// Installs the global subscriber (stderr, or `log_file` when set).
-pub fn init(settings: Settings) -> Result<()> {
+/// Installs the global subscriber: stderr, or `file` (`--log-file`).
+pub fn init(settings: Settings, file: Option<&std::path::Path>) -> Result<()> {
     check_format(&settings.log_format)?;
     let filter = EnvFilter::try_new(settings.directive())
         .map_err(|e| Error::internal(format!("log filter: {e}")))?;
     let (filter, handle) = reload::Layer::<EnvFilter, Registry>::new(filter);
     let layer = tracing_subscriber::fmt::layer().event_format(TritonFormat);
-    match Some(&settings.log_file).filter(|f| !f.is_empty()) {
+    match file {
         Some(path) => {
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|e| Error::invalid_arg(format!("cannot open --log-file '{path}': {e}")))?;
+                .map_err(|e| {
+                    Error::invalid_arg(format!("cannot open --log-file '{}': {e}", path.display()))
+                })?;
             tracing_subscriber::registry()
                 .with(filter)
                 .with(layer.with_ansi(false).with_writer(Mutex::new(file)))

@@ -18,7 +18,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = tern::logging::init(args.log_settings()) {
+    if let Err(e) = tern::logging::init(args.log_settings(), args.log_file.as_deref()) {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
@@ -33,15 +33,14 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let signal = server::shutdown_signal();
-        let running = match server::start(&args).await {
+        let mut running = match server::start(&args).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!("{e}");
                 return ExitCode::FAILURE;
             }
         };
-        signal.await;
+        running.stop_requested().await;
         tracing::info!(
             "shutting down: waiting up to {}s for in-flight requests",
             args.exit_timeout_secs

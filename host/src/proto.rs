@@ -1,5 +1,6 @@
-//! Types generated from `host/proto/`: Triton's model configuration and gRPC
-//! service (package `inference`) and the standard gRPC health service.
+//! Types generated from `host/proto/`: Triton's gRPC service (package
+//! `inference`) and the standard gRPC health service. The model configuration
+//! messages it uses are `tern_core::config::pb`'s.
 
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
 

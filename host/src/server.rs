@@ -36,6 +36,7 @@ pub struct RunningServer {
     poller: Option<std::thread::JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
     exit_timeout: Duration,
+    signal: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 }
 
 /// Loads the repository and starts the frontends.
@@ -148,6 +149,9 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     } else {
         None
     };
+    // SIGINT/SIGTERM stop the server gracefully from the moment clients can
+    // reach it; while the models load, they end the process at once.
+    let signal = Box::pin(shutdown_signal());
     // Bound in tritonserver's order (gRPC, HTTP, metrics) so a busy port is
     // reported as it would be, and before any is served so none is left open.
     let bound = async {
@@ -240,6 +244,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         poller,
         tasks,
         exit_timeout: Duration::from_secs(args.exit_timeout_secs),
+        signal,
     })
 }
 
@@ -351,6 +356,12 @@ async fn bind(
 }
 
 impl RunningServer {
+    /// Resolves when SIGINT or SIGTERM arrives (handlers are installed
+    /// before the listeners are bound, so no signal is lost).
+    pub async fn stop_requested(&mut self) {
+        (&mut self.signal).await;
+    }
+
     /// Stops accepting connections, waits for in-flight requests up to the
     /// exit timeout, then stops every model.
     pub async fn shutdown(mut self) {
@@ -391,11 +402,9 @@ async fn futures_join(tasks: Vec<JoinHandle<()>>) {
     }
 }
 
-/// Installs the SIGINT and SIGTERM handlers now, so that a signal arriving
-/// while the server starts is not lost (nor kills the process), and returns a
-/// future that resolves when one arrives. Call it inside the runtime, before
-/// [`start`].
-pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+/// Installs the SIGINT and SIGTERM handlers now and returns a future that
+/// resolves when one arrives.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -1,7 +1,8 @@
 //! The one error type of the server, carrying Triton's error codes.
 //!
 //! Every failure inside Tern becomes an [`Error`] with a [`Code`]; frontends map
-//! it to their wire status in exactly one place each ([`Error::http_status`]).
+//! it to their wire status in exactly one place each (the server's
+//! `frontend::http::status_code` and `frontend::grpc::grpc_status`).
 
 use std::fmt;
 

@@ -15,10 +15,10 @@ pub type InferFuture = Pin<Box<dyn Future<Output = Result<InferResponse>> + Send
 /// Finds the model a request names (`model_name`, `model_version`; `None` =
 /// the highest ready version) and runs the request on it.
 pub trait ModelRouter: Send + Sync {
-    /// Validates and runs `request` on the model it names. The lookup happens
-    /// now: an unknown or unavailable model fails at once, with the same
-    /// message every protocol shows.
-    fn infer(&self, request: InferRequest) -> InferFuture;
+    /// Looks up the model `request` names — an unknown or unavailable model
+    /// fails here, at once, with the message every protocol shows — and
+    /// returns the future of its response (validation, scheduling, execution).
+    fn infer(&self, request: InferRequest) -> Result<InferFuture>;
 }
 
 /// A router reference that never resolves, for models loaded outside a
@@ -31,9 +31,10 @@ pub fn unrouted() -> std::sync::Weak<dyn ModelRouter> {
 struct Unrouted;
 
 impl ModelRouter for Unrouted {
-    fn infer(&self, request: InferRequest) -> InferFuture {
-        let e =
-            crate::Error::unavailable(format!("no models to route '{}' to", request.model_name));
-        Box::pin(std::future::ready(Err(e)))
+    fn infer(&self, request: InferRequest) -> Result<InferFuture> {
+        Err(crate::Error::unavailable(format!(
+            "no models to route '{}' to",
+            request.model_name
+        )))
     }
 }

@@ -1,7 +1,7 @@
 //! Where an ONNX Runtime session runs: execution providers from the config's
 //! `optimization.execution_accelerators` (TensorRT / CUDA on GPU instances,
 //! OpenVINO on CPU ones) and `cc_model_filenames`. Pinned staging of GPU
-//! inputs is in `onnx_io`.
+//! inputs is in [`crate::io`].
 //!
 //! Every configured provider is registered with "error on failure": an
 //! accelerator the loaded ONNX Runtime library lacks (or whose libraries are

@@ -134,7 +134,7 @@ impl HostState {
             parameters: params_from_wit(req.parameters),
             callers: self.chain.clone(),
         };
-        block_on(router.infer(request), self.deadline).unwrap_or_else(|| {
+        block_on(router.infer(request)?, self.deadline).unwrap_or_else(|| {
             Err(Error::unavailable(format!(
                 "model '{}': BLS call to '{target}' did not finish before the plugin's execution deadline",
                 self.model

@@ -133,7 +133,7 @@ struct Recorder {
 }
 
 impl ModelRouter for Recorder {
-    fn infer(&self, request: InferRequest) -> InferFuture {
+    fn infer(&self, request: InferRequest) -> Result<InferFuture> {
         self.seen
             .lock()
             .unwrap()
@@ -142,11 +142,11 @@ impl ModelRouter for Recorder {
         for (t, name) in outputs.iter_mut().zip(["OUTPUT0", "OUTPUT1"]) {
             t.name = name.into();
         }
-        Box::pin(std::future::ready(Ok(InferResponse {
+        Ok(Box::pin(std::future::ready(Ok(InferResponse {
             model_name: request.model_name,
             outputs,
             ..Default::default()
-        })))
+        }))))
     }
 }
 

@@ -1,5 +1,5 @@
 //! Wire frontends. They only translate between their protocol and the core
-//! types; validation and execution live in `core` and `scheduler`, and what
+//! types; validation and execution live in `tern-core` and `scheduler`, and what
 //! both frontends answer alike lives in `common`.
 
 pub mod common;

@@ -169,7 +169,8 @@ const SUMMARY_HELP: [&str; 5] = [
 ];
 
 impl Metrics {
-    /// Starts the CPU sampler (when enabled) and turns latency summaries on for models loaded from now on.
+    /// Starts the CPU sampler (when enabled). Latency summaries are kept by the
+    /// models when `RepositoryOptions::summary_latencies` is set.
     pub fn new(repository: Arc<Repository>, settings: MetricsSettings) -> Metrics {
         let sampler = settings
             .cpu

@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{IndexEntry, ModelEntry, Prepared, Repository, State};
+use super::{ModelEntry, Prepared, Repository};
 use crate::scheduler::ensemble::{composing_models, Ensemble};
 use crate::scheduler::ModelHandle;
 use tern_core::backend::LoadContext;
@@ -319,12 +319,7 @@ impl Repository {
             Err(origin) => origin,
         };
         self.mark_loading(name);
-        let config = prepared.config.clone();
-        let mut entry = ModelEntry {
-            config: Some(config.clone()),
-            origin: Some(origin),
-            ..Default::default()
-        };
+        let mut entry = ModelEntry::new(prepared.config.clone(), origin);
         let mut errors = Vec::new();
         for version in prepared.versions.clone() {
             let started = Instant::now();
@@ -337,29 +332,21 @@ impl Repository {
                         "model loaded in {:?}",
                         started.elapsed()
                     );
-                    entry.ready.insert(version, Arc::new(handle));
-                    entry
-                        .load_secs
-                        .insert(version, started.elapsed().as_secs_f64());
-                    entry.index.push(row(name, Some(version), State::Ready, ""));
+                    entry.loaded(handle, started.elapsed().as_secs_f64());
                 }
                 Err(e) => {
                     tracing::error!(model = name, version, "failed to load version: {e}");
-                    entry
-                        .index
-                        .push(row(name, Some(version), State::Unavailable, &e.message));
+                    entry.load_failed(Some(version), &e.message);
                     errors.push(e);
                 }
             }
         }
-        if entry.index.is_empty() {
+        if entry.untried() {
             let e = Error::not_found(format!(
                 "model '{name}': no version folder matches the version policy in '{}'",
                 dir.display()
             ));
-            entry
-                .index
-                .push(row(name, None, State::Unavailable, &e.message));
+            entry.load_failed(None, &e.message);
             errors.push(e);
         }
         let first_error = errors.into_iter().next();
@@ -367,8 +354,8 @@ impl Repository {
             let mut models = self.models.write().expect("models lock");
             let current = models.entry(name.to_string()).or_default();
             match &first_error {
-                Some(e) if !current.ready.is_empty() => {
-                    keep_serving(current, &e.message);
+                Some(e) if current.serving() => {
+                    current.failed_load(&e.message);
                     None
                 }
                 _ => Some(std::mem::replace(current, entry)),
@@ -378,7 +365,7 @@ impl Repository {
             self.count_load_failure(name);
             return Err(e);
         }
-        // The old versions finish their in-flight requests, then stop (ModelHandle's Drop).
+        // The old versions finish their in-flight requests, then stop (the instance pool's Drop).
         drop(replaced);
         self.reload_dependents(name);
         Ok(())
@@ -409,17 +396,17 @@ impl Repository {
                 b.instance_group.clear();
                 a == b && old.instance_group != prepared.config.instance_group
             });
-            let versions: Vec<i64> = entry.ready.keys().copied().collect();
-            let all_ready = entry.index.iter().all(|r| r.state == State::Ready);
+            let versions = entry.ready_versions();
+            let all_ready = entry.all_ready();
             if !same_files
                 || !same_rest
                 || !all_ready
                 || versions != prepared.versions
-                || entry.ready.values().any(|h| !h.resizable())
+                || entry.handles().any(|h| !h.resizable())
             {
                 return Err(origin);
             }
-            entry.ready.values().cloned().collect()
+            entry.handles().cloned().collect()
         };
         let mut resized = BTreeMap::new();
         for h in &handles {
@@ -442,12 +429,9 @@ impl Repository {
         let entry = models
             .get_mut(name)
             .expect("entry exists: changes are serialised");
-        entry.ready = resized;
+        entry.resized(resized);
         entry.config = Some(prepared.config.clone());
         entry.origin = Some(origin);
-        for r in entry.index.iter_mut() {
-            r.reason.clear();
-        }
         Ok(())
     }
 
@@ -522,10 +506,7 @@ impl Repository {
     /// Shows a model as LOADING unless it serves already (then it keeps its rows).
     fn mark_loading(&self, name: &str) {
         let mut models = self.models.write().expect("models lock");
-        let entry = models.entry(name.to_string()).or_default();
-        if entry.ready.is_empty() {
-            entry.index = vec![row(name, None, State::Loading, "")];
-        }
+        models.entry(name.to_string()).or_default().begin_load();
     }
 
     /// Re-checks the loaded ensembles that call `name` against its new config.
@@ -535,7 +516,7 @@ impl Repository {
             models
                 .iter()
                 .filter(|(_, e)| {
-                    !e.ready.is_empty()
+                    e.serving()
                         && e.config
                             .as_ref()
                             .is_some_and(|c| composing_models(c).iter().any(|m| m == name))
@@ -574,24 +555,7 @@ impl Repository {
                 self.install(name, dir, p, overrides, temp)
             }
             Err(e) => {
-                let serving = {
-                    let mut models = self.models.write().expect("models lock");
-                    let entry = models.entry(name.to_string()).or_default();
-                    let serving = !entry.ready.is_empty();
-                    if serving {
-                        keep_serving(entry, &e.message);
-                    }
-                    serving
-                };
-                if serving {
-                    tracing::error!(
-                        model = name,
-                        "reload failed, the loaded versions keep serving: {e}"
-                    );
-                    self.count_load_failure(name);
-                } else {
-                    self.record_failure(name, &e);
-                }
+                self.record_failure(name, &e);
                 Err(e)
             }
         }
@@ -603,7 +567,7 @@ impl Repository {
             let models = self.models.read().expect("models lock");
             composing_models(config)
                 .into_iter()
-                .filter(|m| models.get(m).is_none_or(|e| e.ready.is_empty()))
+                .filter(|m| models.get(m).is_none_or(|e| !e.serving()))
                 .collect()
         };
         if missing.is_empty() {
@@ -691,12 +655,7 @@ impl Repository {
             let Some(entry) = models.get_mut(name) else {
                 return;
             };
-            for r in entry.index.iter_mut() {
-                r.state = State::Unloading;
-                r.reason.clear();
-            }
-            entry.load_secs.clear();
-            std::mem::take(&mut entry.ready).into_values().collect()
+            entry.begin_unload()
         };
         let deadline = Instant::now() + UNLOAD_DRAIN;
         for h in &handles {
@@ -708,12 +667,7 @@ impl Repository {
         drop(handles);
         let mut models = self.models.write().expect("models lock");
         if let Some(entry) = models.get_mut(name) {
-            for r in entry.index.iter_mut() {
-                r.state = State::Unavailable;
-                r.reason = super::UNLOADED.into();
-            }
-            entry.config = None;
-            entry.origin = None;
+            entry.finish_unload();
         }
         tracing::info!(model = name, "model unloaded");
     }
@@ -818,23 +772,6 @@ impl Repository {
                 }
             })
             .map_err(|e| Error::internal(format!("cannot start the repository poll thread: {e}")))
-    }
-}
-
-/// Marks the serving rows of a model whose reload failed.
-fn keep_serving(entry: &mut ModelEntry, reason: &str) {
-    for r in entry.index.iter_mut().filter(|r| r.state == State::Ready) {
-        r.reason =
-            format!("serving the previously loaded version; the latest load failed: {reason}");
-    }
-}
-
-fn row(name: &str, version: Option<i64>, state: State, reason: &str) -> IndexEntry {
-    IndexEntry {
-        name: name.to_string(),
-        version,
-        state,
-        reason: reason.to_string(),
     }
 }
 

@@ -5,6 +5,7 @@
 //! the others.
 
 pub mod control;
+mod entry;
 mod versions;
 
 use std::collections::{BTreeMap, HashMap};
@@ -16,13 +17,16 @@ pub use versions::{list_versions, select_versions};
 use crate::backends::Registry;
 use crate::scheduler::ensemble;
 use crate::scheduler::ModelHandle;
+use entry::ModelEntry;
+#[cfg(test)]
+use entry::UNLOADED;
 use tern_core::backend::{BackendSettings, ModelFiles};
 use tern_core::config::is_ensemble;
 use tern_core::config::validate::{check_supported, normalize, not_acted_on, validate};
 use tern_core::config::{parse_pbtxt, ModelConfig};
 use tern_core::error::{Error, Result};
 use tern_core::router::{InferFuture, ModelRouter};
-use tern_core::InferRequest;
+use tern_core::{InferRequest, InferResponse};
 
 /// How models are found and loaded.
 #[derive(Debug, Clone, Default)]
@@ -89,20 +93,6 @@ struct Prepared {
     labels: HashMap<String, Vec<String>>,
 }
 
-/// One model's place in the repository: its serving versions, index rows
-/// and where it was loaded from.
-#[derive(Default)]
-struct ModelEntry {
-    config: Option<Arc<ModelConfig>>,
-    ready: BTreeMap<i64, Arc<ModelHandle>>,
-    index: Vec<IndexEntry>,
-    /// Seconds each ready version took to load (`nv_model_load_duration_secs`).
-    load_secs: BTreeMap<i64, f64>,
-    origin: Option<control::Origin>,
-    /// Fingerprint of the folder whose load failed, when nothing serves (poll retries after it changes).
-    failed: Option<u64>,
-}
-
 /// All models known to the server.
 pub struct Repository {
     me: std::sync::Weak<Repository>,
@@ -136,17 +126,21 @@ impl Repository {
         &self.options
     }
 
+    /// Records a failed load: a serving model keeps serving, any other
+    /// shows the failure in the index.
     fn record_failure(&self, name: &str, e: &Error) {
-        tracing::error!(model = name, "failed to load: {e}");
         self.count_load_failure(name);
         let mut models = self.models.write().expect("models lock");
         let entry = models.entry(name.to_string()).or_default();
-        entry.index = vec![IndexEntry {
-            name: name.to_string(),
-            version: None,
-            state: State::Unavailable,
-            reason: e.message.clone(),
-        }];
+        if entry.serving() {
+            tracing::error!(
+                model = name,
+                "reload failed, the loaded versions keep serving: {e}"
+            );
+        } else {
+            tracing::error!(model = name, "failed to load: {e}");
+        }
+        entry.failed_load(&e.message);
     }
 
     fn count_load_failure(&self, name: &str) {
@@ -171,7 +165,7 @@ impl Repository {
         let models = self.models.read().expect("models lock");
         models
             .iter()
-            .flat_map(|(n, e)| e.load_secs.iter().map(move |(v, s)| (n.clone(), *v, *s)))
+            .flat_map(|(n, e)| e.load_secs().map(move |(v, s)| (n.clone(), v, s)))
             .collect()
     }
 
@@ -274,25 +268,16 @@ impl Repository {
     pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<ModelHandle>> {
         let models = self.models.read().expect("models lock");
         let entry = models.get(name).ok_or_else(|| unknown(name, version))?;
-        let handle = match version {
-            Some(v) => entry.ready.get(&v).cloned(),
-            None => entry.ready.values().next_back().cloned(),
-        };
-        handle.ok_or_else(|| {
-            let reason = entry
-                .index
-                .iter()
-                .find(|i| version.is_none() || i.version == version)
-                .filter(|i| i.state != State::Ready)
-                .map(|i| i.reason.clone());
-            match reason {
+        entry
+            .handle(version)
+            .cloned()
+            .ok_or_else(|| match entry.not_ready_reason(name, version) {
                 Some(r) => Error::unavailable(format!(
                     "model '{name}'{} is not ready: {r}",
                     version_suffix(version)
                 )),
                 None => unknown(name, version),
-            }
-        })
+            })
     }
 
     /// Config of a model (of any state that got far enough to have one).
@@ -302,7 +287,7 @@ impl Repository {
         }
         let models = self.models.read().expect("models lock");
         let entry = models.get(name).ok_or_else(|| unknown(name, version))?;
-        if let Some(h) = entry.ready.values().next_back() {
+        if let Some(h) = entry.handle(None) {
             return Ok(h.config.clone());
         }
         entry.config.clone().ok_or_else(|| {
@@ -320,17 +305,13 @@ impl Repository {
     ) -> Result<Vec<Arc<ModelHandle>>> {
         let models = self.models.read().expect("models lock");
         match name {
-            None => Ok(models
-                .values()
-                .flat_map(|e| e.ready.values().cloned())
-                .collect()),
+            None => Ok(models.values().flat_map(|e| e.handles().cloned()).collect()),
             Some(n) => {
                 let entry = models.get(n).ok_or_else(|| unknown(n, version))?;
                 match version {
-                    None => Ok(entry.ready.values().cloned().collect()),
+                    None => Ok(entry.handles().cloned().collect()),
                     Some(v) => entry
-                        .ready
-                        .get(&v)
+                        .handle(Some(v))
                         .cloned()
                         .map(|h| vec![h])
                         .ok_or_else(|| unknown(n, version)),
@@ -344,17 +325,14 @@ impl Repository {
         let models = self.models.read().expect("models lock");
         models
             .get(name)
-            .map(|e| e.ready.keys().copied().collect())
+            .map(|e| e.ready_versions())
             .unwrap_or_default()
     }
 
     /// The repository index (every model, every version, with state and reason).
     pub fn index(&self) -> Vec<IndexEntry> {
         let models = self.models.read().expect("models lock");
-        models
-            .values()
-            .flat_map(|e| e.index.iter().cloned())
-            .collect()
+        models.iter().flat_map(|(name, e)| e.rows(name)).collect()
     }
 
     /// The index the repository API answers with: [`Repository::index`] plus
@@ -383,9 +361,8 @@ impl Repository {
 
     /// Whether every model the server knows (loaded or failed, not unloaded) has all its versions ready.
     pub fn all_ready(&self) -> bool {
-        self.index()
-            .iter()
-            .all(|e| e.state == State::Ready || e.reason == UNLOADED)
+        let models = self.models.read().expect("models lock");
+        models.values().all(entry::ModelEntry::settled)
     }
 
     /// Stops every model: queued requests finish, instance threads are joined.
@@ -394,7 +371,7 @@ impl Repository {
         self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
         let models = std::mem::take(&mut *self.models.write().expect("models lock"));
         for entry in models.values() {
-            for handle in entry.ready.values() {
+            for handle in entry.handles() {
                 handle.shutdown();
             }
         }
@@ -415,19 +392,26 @@ impl Repository {
     }
 }
 
-impl ModelRouter for Repository {
-    /// Looks up the version the request names and runs the request on it:
-    /// the one routing path of HTTP, gRPC, ensemble steps and BLS calls.
-    fn infer(&self, request: InferRequest) -> InferFuture {
-        match self.get(&request.model_name, request.model_version) {
-            Ok(handle) => Box::pin(async move { handle.infer(request).await }),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
+impl Repository {
+    /// Looks up the version a request names (failing at once when there is
+    /// none) and returns the future of its response: the one routing path of
+    /// gRPC, ensemble steps and BLS calls (through [`ModelRouter`]). HTTP
+    /// resolves the version itself first, because decoding a raw body needs
+    /// its config, and runs the request on that same version.
+    pub fn route(
+        &self,
+        request: InferRequest,
+    ) -> Result<impl std::future::Future<Output = Result<InferResponse>> + Send + 'static> {
+        let handle = self.get(&request.model_name, request.model_version)?;
+        Ok(async move { handle.infer(request).await })
     }
 }
 
-/// The index reason of an unloaded model.
-const UNLOADED: &str = "unloaded";
+impl ModelRouter for Repository {
+    fn infer(&self, request: InferRequest) -> Result<InferFuture> {
+        Ok(Box::pin(self.route(request)?))
+    }
+}
 
 fn version_suffix(version: Option<i64>) -> String {
     version.map(|v| format!(" version {v}")).unwrap_or_default()
@@ -489,17 +473,17 @@ mod tests {
             .build()
             .unwrap();
         let router: Arc<dyn ModelRouter> = repo.clone();
-        let r = rt.block_on(router.infer(request("id"))).unwrap();
+        let r = rt.block_on(router.infer(request("id")).unwrap()).unwrap();
         assert_eq!((r.model_name.as_str(), r.model_version), ("id", 1));
         assert_eq!(r.outputs[0].data, request("id").inputs[0].data);
-        let e = rt.block_on(router.infer(request("nope"))).unwrap_err();
+        let e = router.infer(request("nope")).err().unwrap();
         assert_eq!(e.code, tern_core::Code::NotFound);
         assert_eq!(e.message, "Request for unknown model: 'nope' is not found");
         assert!(repo.all_ready());
         assert_eq!(repo.index()[0].state, State::Ready);
 
         repo.unload_model("id", false).unwrap();
-        let e = rt.block_on(router.infer(request("id"))).unwrap_err();
+        let e = router.infer(request("id")).err().unwrap();
         assert!(e.message.contains("'id'"), "{e}");
         let row = &repo.index()[0];
         assert_eq!(
@@ -512,7 +496,7 @@ mod tests {
         );
 
         repo.load_model("id", Default::default()).unwrap();
-        assert!(rt.block_on(router.infer(request("id"))).is_ok());
+        assert!(rt.block_on(router.infer(request("id")).unwrap()).is_ok());
         repo.shutdown();
         assert!(repo.load_model("id", Default::default()).is_err());
     }

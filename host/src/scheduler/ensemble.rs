@@ -498,7 +498,8 @@ impl Ensemble {
                 } else {
                     0
                 };
-                running.push((i, step_batch, router.infer(sub)));
+                let call = router.infer(sub).map_err(|err| self.step_error(i, err))?;
+                running.push((i, step_batch, call));
             }
             if running.is_empty() {
                 break;
@@ -653,11 +654,6 @@ impl EnsembleScheduler {
     /// The request placement rules (priority levels, timeouts) of the ensemble.
     pub fn policy(&self) -> &BatchPolicy {
         &self.policy
-    }
-
-    /// The DAG.
-    pub fn ensemble(&self) -> &Ensemble {
-        &self.ensemble
     }
 
     /// Statistics of this version.

@@ -1,6 +1,6 @@
 //! The gRPC frontend: Triton's `inference.GRPCInferenceService` (tonic) and
 //! the standard `grpc.health.v1.Health` service. Requests go through the
-//! same core as HTTP (`core::validate`, the model's scheduler), so both
+//! same core as HTTP (`tern_core::validate`, the model's scheduler), so both
 //! frontends give the same answers and the same error messages.
 
 pub mod codec;
@@ -30,7 +30,6 @@ use crate::proto::*;
 use crate::scheduler::stats::{CountNs, Snapshot};
 use tern_core::error::{Code, Error, Result};
 use tern_core::request::ControlValue;
-use tern_core::router::ModelRouter;
 use tern_memory::shm::{self, Kind as ShmKind};
 
 /// TLS material for the gRPC server (PEM).
@@ -153,7 +152,7 @@ impl InferenceService {
     async fn infer(&self, req: ModelInferRequest) -> Result<ModelInferResponse> {
         let request = codec::decode_request(req, &self.info.shm)?;
         let requested = request.outputs.clone();
-        let response = self.info.repository.infer(request).await?;
+        let response = self.info.repository.route(request)?.await?;
         shm::write_outputs(&response, &requested)?;
         Ok(codec::encode_response(response, &requested))
     }
@@ -164,6 +163,8 @@ fn control_values(
     params: HashMap<String, ModelRepositoryParameter>,
 ) -> impl Iterator<Item = (String, ControlValue)> {
     use model_repository_parameter::ParameterChoice as P;
+    let mut params: Vec<_> = params.into_iter().collect();
+    params.sort_by(|a, b| a.0.cmp(&b.0));
     params.into_iter().map(|(k, p)| {
         let value = match p.parameter_choice {
             Some(P::BoolParam(b)) => ControlValue::Bool(b),
@@ -546,6 +547,9 @@ impl GrpcInferenceService for InferenceService {
             };
             changes.push((k, value));
         }
+        // In name order, as HTTP's JSON object is read: the same request gets
+        // the same error whichever setting is wrong first.
+        changes.sort_by(|a, b| a.0.cmp(&b.0));
         let updated = crate::logging::update(&changes).map_err(status)?;
         Ok(Response::new(log_settings_response(&updated)))
     }

@@ -24,7 +24,6 @@ use crate::scheduler::stats::{CountNs, Snapshot};
 use body::read_body;
 use tern_core::error::{Code, Error, Result};
 use tern_core::request::ControlValue;
-use tern_core::router::ModelRouter;
 use tern_memory::shm as shm_io;
 
 /// Shared state of the HTTP frontend.
@@ -505,13 +504,20 @@ async fn run_infer(
     // that hyper can read the body into the same buffer instead of a new one.
     drop(parts);
     let body = body::read(s, body_headers, body, header_len.unwrap_or(0)).await?;
-    // The model is resolved before the body is decoded: an unknown model is
-    // reported as such, and raw (header-less) bodies are read by its config.
-    let config = s.info.repository.get(model, version)?.config.clone();
-    let (request, opts) =
-        codec::decode_request(model, version, body, header_len, &config, &s.info.shm)?;
+    // The version is resolved before the body is decoded (an unknown model is
+    // reported as such, and a raw body is read by its config), and the
+    // request runs on that same version (see `Repository::route`).
+    let handle = s.info.repository.get(model, version)?;
+    let (request, opts) = codec::decode_request(
+        model,
+        version,
+        body,
+        header_len,
+        &handle.config,
+        &s.info.shm,
+    )?;
     let requested = request.outputs.clone();
-    let response = s.info.repository.infer(request).await?;
+    let response = handle.infer(request).await?;
     shm_io::write_outputs(&response, &requested)?;
     let encoded = codec::encode_response(&response, &requested, &opts);
     let json_len = encoded.json_len;

@@ -1,5 +1,5 @@
 //! HTTP routes of the shared-memory extensions (`/v2/systemsharedmemory/...`,
-//! `/v2/cudasharedmemory/...`); the registries live in `memory::shm`.
+//! `/v2/cudasharedmemory/...`); the registries live in `tern_memory::shm`.
 
 use std::sync::Arc;
 
