@@ -170,7 +170,10 @@ fn bls_calls_go_through_the_router() {
             i32s("INPUT1", &b),
         ],
     );
-    let r = run(&mut bls, &[req]).pop().unwrap().unwrap();
+    let r = run(&mut bls, std::slice::from_ref(&req))
+        .pop()
+        .unwrap()
+        .unwrap();
     assert_eq!(r.outputs[0].data, i32s("x", &a).data);
     assert_eq!(r.outputs[1].data, i32s("x", &b).data);
     let seen = router.seen.lock().unwrap().clone();
@@ -181,14 +184,6 @@ fn bls_calls_go_through_the_router() {
 
     // Without a router (the server is gone), the call fails cleanly.
     let mut alone = instance(tern_test_components::BLS_CALLER, BLS, unrouted());
-    let req = request(
-        "bls_caller",
-        vec![
-            text("ROUTE", "simple", vec![1, 1]),
-            i32s("INPUT0", &a),
-            i32s("INPUT1", &b),
-        ],
-    );
     let e = run(&mut alone, &[req]).pop().unwrap().unwrap_err();
     assert!(e.message.contains("shutting down"), "{e}");
 }
