@@ -7,16 +7,16 @@
 //! unloaded versions finish their in-flight requests before their instances
 //! stop.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{ModelEntry, Prepared, Repository};
-use crate::scheduler::ensemble::{composing_models, Ensemble};
+use super::graph::DependencyGraph;
+use super::load::{Found, LoadJob};
+use super::Repository;
 use crate::scheduler::ModelHandle;
-use tern_core::backend::LoadContext;
 use tern_core::error::{Code, Error, Result};
 use tern_core::request::ControlValue;
 
@@ -112,20 +112,6 @@ pub fn unload_dependents(params: impl IntoIterator<Item = (String, ControlValue)
     Ok(dependents)
 }
 
-/// Where a loaded model came from.
-pub(super) struct Origin {
-    /// The model folder.
-    dir: PathBuf,
-    /// Fingerprint of the folder when it was loaded (poll mode compares it).
-    fingerprint: u64,
-    /// Fingerprint of everything but the config files (an unchanged one allows in-place instance changes).
-    content: u64,
-    /// The API load's config override, kept for dependent reloads.
-    config: Option<String>,
-    /// The private folder holding files delivered over the API (removed with the model).
-    _temp: Option<Arc<tempfile::TempDir>>,
-}
-
 /// How long an unload waits for in-flight requests before stopping the instances anyway.
 const UNLOAD_DRAIN: Duration = Duration::from_secs(30);
 
@@ -150,7 +136,7 @@ impl Repository {
         let mut errors = Vec::new();
         for name in wanted {
             match found.get(&name) {
-                Some(dir) => jobs.push((name, dir.clone())),
+                Some(dir) => jobs.push(LoadJob::from_folder(&name, dir.clone())),
                 None => {
                     let e = Error::invalid_arg(format!(
                         "failed to load '{name}': no such model in the model repository"
@@ -160,12 +146,12 @@ impl Repository {
                 }
             }
         }
-        errors.extend(self.load_set(jobs, &found));
+        errors.extend(self.apply(jobs, &found).into_values());
         Ok(errors)
     }
 
     /// Model folders in every root: name -> folder, or the reason the name cannot be used.
-    pub(super) fn scan(&self) -> Result<BTreeMap<String, Result<PathBuf>>> {
+    pub(super) fn scan(&self) -> Result<Found> {
         let mut found: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         for root in &self.options.roots {
             let entries = std::fs::read_dir(root).map_err(|e| {
@@ -205,392 +191,13 @@ impl Repository {
             .collect())
     }
 
-    /// Loads (or reloads) a set of models: the others in parallel, then the
-    /// ensembles in dependency order, loading the models they call first.
-    fn load_set(
-        &self,
-        jobs: Vec<(String, Result<PathBuf>)>,
-        found: &BTreeMap<String, Result<PathBuf>>,
-    ) -> Vec<Error> {
-        let threads = self.options.load_threads.max(1);
-        let errors = Mutex::new(Vec::new());
-        let queue = Mutex::new(jobs);
-        let ensembles = Mutex::new(Vec::new());
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| loop {
-                    let Some((name, dir)) = queue.lock().expect("queue").pop() else {
-                        break;
-                    };
-                    let prepared = dir.and_then(|dir| Ok((self.prepare(&name, &dir, None)?, dir)));
-                    let result = match prepared {
-                        Ok((p, dir)) if p.backend.is_none() => {
-                            ensembles.lock().expect("ensembles").push((name, dir, p));
-                            continue;
-                        }
-                        Ok((p, dir)) => self.install(&name, &dir, p, LoadOverride::default(), None),
-                        Err(e) => {
-                            self.record_failure(&name, &e);
-                            Err(e)
-                        }
-                    };
-                    if let Err(e) = result {
-                        errors.lock().expect("errors").push(e);
-                    }
-                });
-            }
-        });
-        let mut errors = errors.into_inner().expect("errors");
-        errors.extend(self.load_ensembles(ensembles.into_inner().expect("ensembles"), found));
-        errors
-    }
-
-    /// Loads ensembles after the models they call, ensembles of ensembles in
-    /// dependency order; ensembles that call each other in a cycle fail.
-    fn load_ensembles(
-        &self,
-        mut waiting: Vec<(String, PathBuf, Prepared)>,
-        found: &BTreeMap<String, Result<PathBuf>>,
-    ) -> Vec<Error> {
-        let mut errors = Vec::new();
-        // Composing models nobody asked for (explicit mode): load them first.
-        let pending: HashSet<String> = waiting.iter().map(|(n, _, _)| n.clone()).collect();
-        let mut missing: Vec<(String, Result<PathBuf>)> = Vec::new();
-        for (_, _, p) in &waiting {
-            for m in composing_models(&p.config) {
-                let known = self.models.read().expect("models lock").contains_key(&m);
-                if !known && !pending.contains(&m) && !missing.iter().any(|(n, _)| *n == m) {
-                    if let Some(dir) = found.get(&m) {
-                        missing.push((m, dir.clone()));
-                    }
-                }
-            }
-        }
-        if !missing.is_empty() {
-            errors.extend(self.load_set(missing, found));
-        }
-        loop {
-            let names: HashSet<String> = waiting.iter().map(|(n, _, _)| n.clone()).collect();
-            let (ready, blocked): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|(_, _, p)| {
-                !composing_models(&p.config)
-                    .iter()
-                    .any(|m| names.contains(m))
-            });
-            waiting = blocked;
-            if ready.is_empty() {
-                break;
-            }
-            for (name, dir, p) in ready {
-                if let Err(e) = self.install(&name, &dir, p, LoadOverride::default(), None) {
-                    errors.push(e);
-                }
-            }
-        }
-        for (name, _, _) in waiting {
-            let e = Error::invalid_arg(format!(
-                "ensemble '{name}': its steps call ensembles that call it back (a cycle of ensembles)"
-            ));
-            self.record_failure(&name, &e);
-            errors.push(e);
-        }
-        errors
-    }
-
-    /// Loads every selected version of a prepared model beside what serves
-    /// now, then swaps them in. A model that serves keeps serving when any
-    /// version of the new load fails; the failure shows in the index.
-    fn install(
-        &self,
-        name: &str,
-        dir: &Path,
-        prepared: Prepared,
-        overrides: LoadOverride,
-        temp: Option<Arc<tempfile::TempDir>>,
-    ) -> Result<()> {
-        let origin = Origin {
-            dir: dir.to_path_buf(),
-            fingerprint: fingerprint(dir),
-            content: content_fingerprint(dir),
-            config: overrides.config,
-            _temp: temp,
-        };
-        let origin = match self.resize_in_place(name, &prepared, origin) {
-            Ok(()) => return Ok(()),
-            Err(origin) => origin,
-        };
-        self.mark_loading(name);
-        let mut entry = ModelEntry::new(prepared.config.clone(), origin);
-        let mut errors = Vec::new();
-        for version in prepared.versions.clone() {
-            let started = Instant::now();
-            match self.load_version(name, dir, &prepared, version) {
-                Ok(handle) => {
-                    tracing::info!(
-                        model = name,
-                        version,
-                        backend = prepared.backend.as_ref().map_or("ensemble", |b| b.name()),
-                        "model loaded in {:?}",
-                        started.elapsed()
-                    );
-                    entry.loaded(handle, started.elapsed().as_secs_f64());
-                }
-                Err(e) => {
-                    tracing::error!(model = name, version, "failed to load version: {e}");
-                    entry.load_failed(Some(version), &e.message);
-                    errors.push(e);
-                }
-            }
-        }
-        if entry.untried() {
-            let e = Error::not_found(format!(
-                "model '{name}': no version folder matches the version policy in '{}'",
-                dir.display()
-            ));
-            entry.load_failed(None, &e.message);
-            errors.push(e);
-        }
-        let first_error = errors.into_iter().next();
-        let replaced = {
-            let mut models = self.models.write().expect("models lock");
-            let current = models.entry(name.to_string()).or_default();
-            match &first_error {
-                Some(e) if current.serving() => {
-                    current.failed_load(&e.message);
-                    None
-                }
-                _ => Some(std::mem::replace(current, entry)),
-            }
-        };
-        if let Some(e) = first_error {
-            self.count_load_failure(name);
-            return Err(e);
-        }
-        // The old versions finish their in-flight requests, then stop (the instance pool's Drop).
-        drop(replaced);
-        self.reload_dependents(name);
-        Ok(())
-    }
-
-    /// Applies a config that differs from the serving one only in
-    /// `instance_group`, with unchanged model files, by adjusting the
-    /// instances of every serving version in place (no reload). Gives the
-    /// origin back when the change needs a full load.
-    fn resize_in_place(
-        &self,
-        name: &str,
-        prepared: &Prepared,
-        origin: Origin,
-    ) -> std::result::Result<(), Origin> {
-        let handles: Vec<Arc<ModelHandle>> = {
-            let models = self.models.read().expect("models lock");
-            let Some(entry) = models.get(name) else {
-                return Err(origin);
-            };
-            let same_files = entry
-                .origin
-                .as_ref()
-                .is_some_and(|o| o.dir == origin.dir && o.content == origin.content);
-            let same_rest = entry.config.as_ref().is_some_and(|old| {
-                let (mut a, mut b) = ((**old).clone(), (*prepared.config).clone());
-                a.instance_group.clear();
-                b.instance_group.clear();
-                a == b && old.instance_group != prepared.config.instance_group
-            });
-            let versions = entry.ready_versions();
-            let all_ready = entry.all_ready();
-            if !same_files
-                || !same_rest
-                || !all_ready
-                || versions != prepared.versions
-                || entry.handles().any(|h| !h.resizable())
-            {
-                return Err(origin);
-            }
-            entry.handles().cloned().collect()
-        };
-        let mut resized = BTreeMap::new();
-        for h in &handles {
-            match h.resized(prepared.config.clone()) {
-                Ok(r) => {
-                    resized.insert(h.version, Arc::new(r));
-                }
-                Err(e) => {
-                    // Versions resized so far keep their new instances; the rest keep theirs.
-                    tracing::warn!(
-                        model = name,
-                        version = h.version,
-                        "adjusting instances in place failed ({e}); reloading instead"
-                    );
-                    return Err(origin);
-                }
-            }
-        }
-        let mut models = self.models.write().expect("models lock");
-        let entry = models
-            .get_mut(name)
-            .expect("entry exists: changes are serialised");
-        entry.resized(resized);
-        entry.config = Some(prepared.config.clone());
-        entry.origin = Some(origin);
-        Ok(())
-    }
-
-    /// Builds one version of a prepared model.
-    fn load_version(
-        &self,
-        name: &str,
-        dir: &Path,
-        prepared: &Prepared,
-        version: i64,
-    ) -> Result<ModelHandle> {
-        let version_dir = dir.join(version.to_string());
-        if !version_dir.is_dir() {
-            return Err(Error::not_found(format!(
-                "model '{name}': version {version} is not present in '{}'",
-                dir.display()
-            )));
-        }
-        let config = &prepared.config;
-        match &prepared.backend {
-            Some(backend) => {
-                let ctx = LoadContext {
-                    config,
-                    version,
-                    version_dir: &version_dir,
-                    settings: &self.options.backend,
-                    models: self.me.clone(),
-                };
-                let model = backend.load(&ctx)?;
-                ModelHandle::start(
-                    config.clone(),
-                    version,
-                    model,
-                    prepared.labels.clone(),
-                    self.options.gpu_count,
-                    dir,
-                    self.options.summary_latencies,
-                )
-            }
-            None => {
-                let ensemble = Ensemble::build(
-                    config,
-                    |m, v| self.get(m, v).map(|h| h.config.clone()),
-                    self.me.clone(),
-                )?;
-                // An output without labels of its own classifies with the labels of
-                // the composing model output it comes from, as that model answers.
-                let mut labels = prepared.labels.clone();
-                for (output, model, v, key) in ensemble.output_producers() {
-                    if labels.contains_key(output) {
-                        continue;
-                    }
-                    if let Some(l) = self
-                        .get(model, v)
-                        .ok()
-                        .and_then(|h| h.labels().get(key).cloned())
-                    {
-                        labels.insert(output.to_string(), l);
-                    }
-                }
-                ModelHandle::ensemble(
-                    config.clone(),
-                    version,
-                    ensemble,
-                    labels,
-                    self.options.summary_latencies,
-                )
-            }
-        }
-    }
-
-    /// Shows a model as LOADING unless it serves already (then it keeps its rows).
-    fn mark_loading(&self, name: &str) {
-        let mut models = self.models.write().expect("models lock");
-        models.entry(name.to_string()).or_default().begin_load();
-    }
-
-    /// Re-checks the loaded ensembles that call `name` against its new config.
-    fn reload_dependents(&self, name: &str) {
-        let dependents: Vec<(String, PathBuf, Option<String>)> = {
-            let models = self.models.read().expect("models lock");
-            models
-                .iter()
-                .filter(|(_, e)| {
-                    e.serving()
-                        && e.config
-                            .as_ref()
-                            .is_some_and(|c| composing_models(c).iter().any(|m| m == name))
-                })
-                .filter_map(|(n, e)| {
-                    let o = e.origin.as_ref()?;
-                    Some((n.clone(), o.dir.clone(), o.config.clone()))
-                })
-                .collect()
-        };
-        for (dependent, dir, config) in dependents {
-            tracing::info!(model = %dependent, "reloading: it calls '{name}', which changed");
-            let overrides = LoadOverride {
-                config,
-                files: Vec::new(),
-            };
-            if let Err(e) = self.reload(&dependent, &dir, overrides, None) {
-                tracing::error!(model = %dependent, "reload after '{name}' changed failed: {e}");
-            }
-        }
-    }
-
-    /// Prepares and installs one model from a folder.
-    fn reload(
-        &self,
-        name: &str,
-        dir: &Path,
-        overrides: LoadOverride,
-        temp: Option<Arc<tempfile::TempDir>>,
-    ) -> Result<()> {
-        match self.prepare(name, dir, overrides.config.as_deref()) {
-            Ok(p) => {
-                if p.backend.is_none() {
-                    self.load_composing(&p.config)?;
-                }
-                self.install(name, dir, p, overrides, temp)
-            }
-            Err(e) => {
-                self.record_failure(name, &e);
-                Err(e)
-            }
-        }
-    }
-
-    /// Loads the models an ensemble calls that are not loaded yet (explicit mode).
-    fn load_composing(&self, config: &tern_core::config::ModelConfig) -> Result<()> {
-        let missing: Vec<String> = {
-            let models = self.models.read().expect("models lock");
-            composing_models(config)
-                .into_iter()
-                .filter(|m| models.get(m).is_none_or(|e| !e.serving()))
-                .collect()
-        };
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let found = self.scan()?;
-        let jobs: Vec<(String, Result<PathBuf>)> = missing
-            .into_iter()
-            .filter_map(|m| found.get(&m).map(|d| (m, d.clone())))
-            .collect();
-        match self.load_set(jobs, &found).into_iter().next() {
-            Some(e) => Err(e.context(format!("ensemble '{}'", config.name))),
-            None => Ok(()),
-        }
-    }
-
     /// `POST /v2/repository/models/{name}/load`: loads or reloads a model
     /// from the repository, or from a config and files given in the request.
     pub fn load_model(&self, name: &str, overrides: LoadOverride) -> Result<()> {
         check_model_name(name)?;
         let _control = self.control_for_load()?;
+        let found = self.scan()?;
         let (dir, temp) = if overrides.files.is_empty() {
-            let found = self.scan()?;
             match found.get(name) {
                 Some(dir) => (dir.clone()?, None),
                 None if overrides.config.is_some() => {
@@ -612,12 +219,19 @@ impl Repository {
             let temp = write_files(name, &overrides.files)?;
             (temp.path().join(name), Some(Arc::new(temp)))
         };
-        self.reload(name, &dir, overrides, temp).map_err(|e| {
-            Error::new(
+        let job = LoadJob {
+            name: name.to_string(),
+            dir: Ok(dir),
+            config: overrides.config,
+            temp,
+        };
+        match self.apply(vec![job], &found).remove(name) {
+            Some(e) => Err(Error::new(
                 load_code(&e),
                 format!("load failed for model '{name}': {}", e.message),
-            )
-        })
+            )),
+            None => Ok(()),
+        }
     }
 
     /// `POST /v2/repository/models/{name}/unload`: stops serving a model (and,
@@ -628,20 +242,12 @@ impl Repository {
         let mut names = vec![name.to_string()];
         if unload_dependents {
             let models = self.models.read().expect("models lock");
-            let mut i = 0;
-            while i < names.len() {
-                let target = names[i].clone();
-                for (n, e) in models.iter() {
-                    let calls = e
-                        .config
-                        .as_ref()
-                        .is_some_and(|c| composing_models(c).contains(&target));
-                    if calls && !names.contains(n) {
-                        names.push(n.clone());
-                    }
-                }
-                i += 1;
-            }
+            let graph = DependencyGraph::of(
+                models
+                    .iter()
+                    .filter_map(|(n, e)| Some((n.as_str(), &**e.config.as_ref()?))),
+            );
+            names.extend(graph.dependents(name));
         }
         for n in names {
             self.unload_one(&n);
@@ -680,7 +286,7 @@ impl Repository {
         let found = self.scan()?;
         let (changed, gone) = {
             let models = self.models.read().expect("models lock");
-            let changed: Vec<(String, Result<PathBuf>)> = found
+            let changed: Vec<LoadJob> = found
                 .iter()
                 .filter(|(name, dir)| {
                     let Some(entry) = models.get(*name) else {
@@ -692,7 +298,7 @@ impl Repository {
                         (Some(_), Err(_)) => true,
                     }
                 })
-                .map(|(n, d)| (n.clone(), d.clone()))
+                .map(|(n, d)| LoadJob::from_folder(n, d.clone()))
                 .collect();
             let gone: Vec<String> = models
                 .iter()
@@ -705,46 +311,10 @@ impl Repository {
             tracing::info!(model = %name, "model folder removed from the repository: unloading");
             self.unload_one(&name);
         }
-        let mut errors = Vec::new();
-        let mut ensembles = Vec::new();
-        for (name, dir) in changed {
-            tracing::info!(model = %name, "model folder changed: loading");
-            let result = match dir {
-                Ok(dir) => match self.prepare(&name, &dir, None) {
-                    Ok(p) if p.backend.is_none() => {
-                        ensembles.push((name.clone(), dir.clone(), p));
-                        Ok(())
-                    }
-                    Ok(p) => self.install(&name, &dir, p, LoadOverride::default(), None),
-                    Err(_) => self.reload(&name, &dir, LoadOverride::default(), None),
-                }
-                .map_err(|e| (e, Some(dir))),
-                Err(e) => Err((e, None)),
-            };
-            if let Err((e, dir)) = result {
-                self.remember_failed(&name, dir.as_deref());
-                errors.push(e);
-            }
+        for job in &changed {
+            tracing::info!(model = %job.name, "model folder changed: loading");
         }
-        errors.extend(self.load_ensembles(ensembles, &found));
-        Ok(errors)
-    }
-
-    /// Remembers the fingerprint of a folder whose load failed, so polling retries only after it changes.
-    fn remember_failed(&self, name: &str, dir: Option<&Path>) {
-        let mut models = self.models.write().expect("models lock");
-        if let Some(entry) = models.get_mut(name) {
-            let fp = dir.map(fingerprint);
-            match &mut entry.origin {
-                Some(o) => {
-                    // Still serving the old load: remember the failed folder state beside it.
-                    if let Some(fp) = fp {
-                        o.fingerprint = fp;
-                    }
-                }
-                None => entry.failed = fp,
-            }
-        }
+        Ok(self.apply(changed, &found).into_values().collect())
     }
 
     /// Starts polling every `interval` on a background thread until `stop` is set.
@@ -835,7 +405,7 @@ pub fn fingerprint(dir: &Path) -> u64 {
 }
 
 /// The fingerprint of a model folder without its config files (`config.pbtxt`, `configs/`).
-fn content_fingerprint(dir: &Path) -> u64 {
+pub(super) fn content_fingerprint(dir: &Path) -> u64 {
     let (config, configs) = (dir.join("config.pbtxt"), dir.join("configs"));
     fingerprint_where(dir, |p| p != config && !p.starts_with(&configs))
 }

@@ -5,15 +5,29 @@
 //! here.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::control::Origin;
 use super::{IndexEntry, State};
 use crate::scheduler::ModelHandle;
 use tern_core::config::ModelConfig;
 
 /// The index reason of an unloaded model.
 pub(super) const UNLOADED: &str = "unloaded";
+
+/// Where a loaded model came from.
+pub(super) struct Origin {
+    /// The model folder.
+    pub dir: PathBuf,
+    /// Fingerprint of the folder when it was loaded (poll mode compares it).
+    pub fingerprint: u64,
+    /// Fingerprint of everything but the config files (an unchanged one allows in-place instance changes).
+    pub content: u64,
+    /// The API load's config override, kept for dependent reloads.
+    pub config: Option<String>,
+    /// The private folder holding files delivered over the API (removed with the model).
+    pub temp: Option<Arc<tempfile::TempDir>>,
+}
 
 /// The lifecycle state of one version.
 pub(super) enum VersionState {

@@ -6,6 +6,8 @@
 
 pub mod control;
 mod entry;
+mod graph;
+mod load;
 mod versions;
 
 use std::collections::{BTreeMap, HashMap};

@@ -1,0 +1,559 @@
+//! The one path every load takes, whatever triggered it (startup, a
+//! repository poll, the load API, or a model the loaded ensembles call
+//! changing): read and check every config, add the models the ensembles
+//! call that do not serve yet, order the set by its dependency graph, load
+//! each wave in parallel beside what serves, swap the new versions in, then
+//! re-check the serving ensembles that call a model that changed. Failures
+//! are recorded in the index in one place and never stop the other models.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::control::{content_fingerprint, fingerprint};
+use super::entry::Origin;
+use super::graph::DependencyGraph;
+use super::{ModelEntry, Prepared, Repository};
+use crate::scheduler::ensemble::Ensemble;
+use crate::scheduler::ModelHandle;
+use tern_core::backend::LoadContext;
+use tern_core::error::{Error, Result};
+
+/// Model folders by name, as a scan of the repositories found them.
+pub(super) type Found = BTreeMap<String, Result<PathBuf>>;
+
+/// One model to load, and where from.
+pub(super) struct LoadJob {
+    /// The model name.
+    pub name: String,
+    /// The model folder, or why it cannot be used.
+    pub dir: Result<PathBuf>,
+    /// The API load's config override.
+    pub config: Option<String>,
+    /// The private folder holding files delivered over the API.
+    pub temp: Option<Arc<tempfile::TempDir>>,
+}
+
+impl LoadJob {
+    /// A model loaded from its repository folder as it is.
+    pub fn from_folder(name: &str, dir: Result<PathBuf>) -> LoadJob {
+        LoadJob {
+            name: name.to_string(),
+            dir,
+            config: None,
+            temp: None,
+        }
+    }
+}
+
+/// A job whose config is read and checked: ready to install.
+struct Staged {
+    job: LoadJob,
+    dir: PathBuf,
+    prepared: Prepared,
+}
+
+impl Repository {
+    /// Loads (or reloads) a set of models and returns the failures by model
+    /// name. The caller holds the control lock.
+    pub(super) fn apply(&self, jobs: Vec<LoadJob>, found: &Found) -> BTreeMap<String, Error> {
+        let mut failed = BTreeMap::new();
+        let mut staged: BTreeMap<String, Staged> = BTreeMap::new();
+        let mut jobs = jobs;
+        while !jobs.is_empty() {
+            for (job, result) in self.parallel(jobs, |job| {
+                let result = job.dir.clone().and_then(|dir| {
+                    let p = self.prepare(&job.name, &dir, job.config.as_deref())?;
+                    Ok((dir, p))
+                });
+                (job, result)
+            }) {
+                match result {
+                    Ok((dir, prepared)) => {
+                        let name = job.name.clone();
+                        staged.insert(name, Staged { job, dir, prepared });
+                    }
+                    Err(e) => {
+                        self.record_failure(&job.name, &e);
+                        self.remember_failed(&job);
+                        failed.insert(job.name, e);
+                    }
+                }
+            }
+            jobs = self.missing_composing(&staged, &failed, found);
+        }
+        let graph = DependencyGraph::of(
+            staged
+                .iter()
+                .map(|(n, s)| (n.as_str(), &*s.prepared.config)),
+        );
+        let (waves, cyclic) = graph.waves();
+        for name in cyclic {
+            let e = Error::invalid_arg(format!(
+                "ensemble '{name}': its steps call ensembles that call it back (a cycle of ensembles)"
+            ));
+            self.record_failure(&name, &e);
+            if let Some(s) = staged.remove(&name) {
+                self.remember_failed(&s.job);
+            }
+            failed.insert(name, e);
+        }
+        let mut changed = Vec::new();
+        for wave in waves {
+            let wave: Vec<Staged> = wave.iter().filter_map(|n| staged.remove(n)).collect();
+            for (job, result) in self.parallel(wave, |s| {
+                let result = self.install(&s.job, &s.dir, s.prepared);
+                (s.job, result)
+            }) {
+                match result {
+                    Ok(true) => changed.push(job.name),
+                    Ok(false) => {}
+                    Err(e) => {
+                        self.remember_failed(&job);
+                        failed.insert(job.name, e);
+                    }
+                }
+            }
+        }
+        let done: BTreeSet<&String> = graph.names().chain(failed.keys()).collect();
+        let dependents = self.dependents_to_recheck(&changed, &done);
+        if !dependents.is_empty() {
+            for (name, e) in self.apply(dependents, found) {
+                tracing::error!(model = %name, "reload after a model it calls changed failed: {e}");
+            }
+        }
+        failed
+    }
+
+    /// The models the staged ensembles call that neither serve nor are part
+    /// of this load, from the repository (explicit mode loads them with the
+    /// ensemble).
+    fn missing_composing(
+        &self,
+        staged: &BTreeMap<String, Staged>,
+        failed: &BTreeMap<String, Error>,
+        found: &Found,
+    ) -> Vec<LoadJob> {
+        let graph = DependencyGraph::of(
+            staged
+                .iter()
+                .map(|(n, s)| (n.as_str(), &*s.prepared.config)),
+        );
+        let models = self.models.read().expect("models lock");
+        let wanted: BTreeSet<&str> = staged
+            .keys()
+            .flat_map(|n| graph.calls(n))
+            .filter(|m| !staged.contains_key(*m) && !failed.contains_key(*m))
+            .filter(|m| models.get(*m).is_none_or(|e| !e.serving()))
+            .collect();
+        wanted
+            .into_iter()
+            .filter_map(|m| Some(LoadJob::from_folder(m, found.get(m)?.clone())))
+            .collect()
+    }
+
+    /// The serving ensembles that call a model in `changed` and were not part
+    /// of the load: they reload against the new config, from where they were
+    /// loaded (with their config override and API files).
+    fn dependents_to_recheck(&self, changed: &[String], done: &BTreeSet<&String>) -> Vec<LoadJob> {
+        let models = self.models.read().expect("models lock");
+        let graph = DependencyGraph::of(
+            models
+                .iter()
+                .filter(|(_, e)| e.serving())
+                .filter_map(|(n, e)| Some((n.as_str(), &**e.config.as_ref()?))),
+        );
+        let callers: BTreeSet<String> = changed
+            .iter()
+            .flat_map(|n| {
+                graph.callers(n).into_iter().inspect(move |d| {
+                    tracing::info!(model = %d, "reloading: it calls '{n}', which changed");
+                })
+            })
+            .filter(|d| !done.contains(d))
+            .collect();
+        callers
+            .into_iter()
+            .filter_map(|name| {
+                let o = models.get(&name)?.origin.as_ref()?;
+                Some(LoadJob {
+                    dir: Ok(o.dir.clone()),
+                    config: o.config.clone(),
+                    temp: o.temp.clone(),
+                    name,
+                })
+            })
+            .collect()
+    }
+
+    /// Runs `f` on every item on up to `--model-load-thread-count` threads.
+    fn parallel<T: Send, R: Send>(&self, items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+        let threads = self.options.load_threads.clamp(1, items.len().max(1));
+        if threads == 1 {
+            return items.into_iter().map(f).collect();
+        }
+        let queue = Mutex::new(items);
+        let out = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let item = queue.lock().expect("load queue").pop();
+                    let Some(item) = item else { break };
+                    let r = f(item);
+                    out.lock().expect("load results").push(r);
+                });
+            }
+        });
+        out.into_inner().expect("load results")
+    }
+
+    /// Loads every selected version of a prepared model beside what serves
+    /// now, then swaps them in. A model that serves keeps serving when any
+    /// version of the new load fails; the failure shows in the index.
+    /// Returns whether the model changed (false when only its instances were
+    /// adjusted in place).
+    fn install(&self, job: &LoadJob, dir: &Path, prepared: Prepared) -> Result<bool> {
+        let name = job.name.as_str();
+        let origin = Origin {
+            dir: dir.to_path_buf(),
+            fingerprint: fingerprint(dir),
+            content: content_fingerprint(dir),
+            config: job.config.clone(),
+            temp: job.temp.clone(),
+        };
+        let origin = match self.resize_in_place(name, &prepared, origin) {
+            Ok(()) => return Ok(false),
+            Err(origin) => origin,
+        };
+        self.mark_loading(name);
+        let mut entry = ModelEntry::new(prepared.config.clone(), origin);
+        let mut errors = Vec::new();
+        for version in prepared.versions.clone() {
+            let started = Instant::now();
+            match self.load_version(name, dir, &prepared, version) {
+                Ok(handle) => {
+                    tracing::info!(
+                        model = name,
+                        version,
+                        backend = prepared.backend.as_ref().map_or("ensemble", |b| b.name()),
+                        "model loaded in {:?}",
+                        started.elapsed()
+                    );
+                    entry.loaded(handle, started.elapsed().as_secs_f64());
+                }
+                Err(e) => {
+                    tracing::error!(model = name, version, "failed to load version: {e}");
+                    entry.load_failed(Some(version), &e.message);
+                    errors.push(e);
+                }
+            }
+        }
+        if entry.untried() {
+            let e = Error::not_found(format!(
+                "model '{name}': no version folder matches the version policy in '{}'",
+                dir.display()
+            ));
+            entry.load_failed(None, &e.message);
+            errors.push(e);
+        }
+        let first_error = errors.into_iter().next();
+        let replaced = {
+            let mut models = self.models.write().expect("models lock");
+            let current = models.entry(name.to_string()).or_default();
+            match &first_error {
+                Some(e) if current.serving() => {
+                    current.failed_load(&e.message);
+                    None
+                }
+                _ => Some(std::mem::replace(current, entry)),
+            }
+        };
+        if let Some(e) = first_error {
+            self.count_load_failure(name);
+            return Err(e);
+        }
+        // The old versions finish their in-flight requests, then stop (the instance pool's Drop).
+        drop(replaced);
+        Ok(true)
+    }
+
+    /// Applies a config that differs from the serving one only in
+    /// `instance_group`, with unchanged model files, by adjusting the
+    /// instances of every serving version in place (no reload). Gives the
+    /// origin back when the change needs a full load.
+    fn resize_in_place(
+        &self,
+        name: &str,
+        prepared: &Prepared,
+        origin: Origin,
+    ) -> std::result::Result<(), Origin> {
+        let handles: Vec<Arc<ModelHandle>> = {
+            let models = self.models.read().expect("models lock");
+            let Some(entry) = models.get(name) else {
+                return Err(origin);
+            };
+            let same_files = entry
+                .origin
+                .as_ref()
+                .is_some_and(|o| o.dir == origin.dir && o.content == origin.content);
+            let same_rest = entry.config.as_ref().is_some_and(|old| {
+                let (mut a, mut b) = ((**old).clone(), (*prepared.config).clone());
+                a.instance_group.clear();
+                b.instance_group.clear();
+                a == b && old.instance_group != prepared.config.instance_group
+            });
+            let versions = entry.ready_versions();
+            let all_ready = entry.all_ready();
+            if !same_files
+                || !same_rest
+                || !all_ready
+                || versions != prepared.versions
+                || entry.handles().any(|h| !h.resizable())
+            {
+                return Err(origin);
+            }
+            entry.handles().cloned().collect()
+        };
+        let mut resized = BTreeMap::new();
+        for h in &handles {
+            match h.resized(prepared.config.clone()) {
+                Ok(r) => {
+                    resized.insert(h.version, Arc::new(r));
+                }
+                Err(e) => {
+                    // Versions resized so far keep their new instances; the rest keep theirs.
+                    tracing::warn!(
+                        model = name,
+                        version = h.version,
+                        "adjusting instances in place failed ({e}); reloading instead"
+                    );
+                    return Err(origin);
+                }
+            }
+        }
+        let mut models = self.models.write().expect("models lock");
+        let entry = models
+            .get_mut(name)
+            .expect("entry exists: changes are serialised");
+        entry.resized(resized);
+        entry.config = Some(prepared.config.clone());
+        entry.origin = Some(origin);
+        Ok(())
+    }
+
+    /// Builds one version of a prepared model.
+    fn load_version(
+        &self,
+        name: &str,
+        dir: &Path,
+        prepared: &Prepared,
+        version: i64,
+    ) -> Result<ModelHandle> {
+        let version_dir = dir.join(version.to_string());
+        if !version_dir.is_dir() {
+            return Err(Error::not_found(format!(
+                "model '{name}': version {version} is not present in '{}'",
+                dir.display()
+            )));
+        }
+        let config = &prepared.config;
+        match &prepared.backend {
+            Some(backend) => {
+                let ctx = LoadContext {
+                    config,
+                    version,
+                    version_dir: &version_dir,
+                    settings: &self.options.backend,
+                    models: self.me.clone(),
+                };
+                let model = backend.load(&ctx)?;
+                ModelHandle::start(
+                    config.clone(),
+                    version,
+                    model,
+                    prepared.labels.clone(),
+                    self.options.gpu_count,
+                    dir,
+                    self.options.summary_latencies,
+                )
+            }
+            None => {
+                let ensemble = Ensemble::build(
+                    config,
+                    |m, v| self.get(m, v).map(|h| h.config.clone()),
+                    self.me.clone(),
+                )?;
+                // An output without labels of its own classifies with the labels of
+                // the composing model output it comes from, as that model answers.
+                let mut labels = prepared.labels.clone();
+                for (output, model, v, key) in ensemble.output_producers() {
+                    if labels.contains_key(output) {
+                        continue;
+                    }
+                    if let Some(l) = self
+                        .get(model, v)
+                        .ok()
+                        .and_then(|h| h.labels().get(key).cloned())
+                    {
+                        labels.insert(output.to_string(), l);
+                    }
+                }
+                ModelHandle::ensemble(
+                    config.clone(),
+                    version,
+                    ensemble,
+                    labels,
+                    self.options.summary_latencies,
+                )
+            }
+        }
+    }
+
+    /// Shows a model as LOADING unless it serves already (then it keeps its rows).
+    fn mark_loading(&self, name: &str) {
+        let mut models = self.models.write().expect("models lock");
+        models.entry(name.to_string()).or_default().begin_load();
+    }
+
+    /// Remembers the fingerprint of a folder whose load failed, so polling
+    /// retries only after it changes.
+    fn remember_failed(&self, job: &LoadJob) {
+        let mut models = self.models.write().expect("models lock");
+        if let Some(entry) = models.get_mut(&job.name) {
+            let fp = job.dir.as_deref().ok().map(fingerprint);
+            match &mut entry.origin {
+                Some(o) => {
+                    // Still serving the old load: remember the failed folder state beside it.
+                    if let Some(fp) = fp {
+                        o.fingerprint = fp;
+                    }
+                }
+                None => entry.failed = fp,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{RepositoryOptions, State};
+    use super::*;
+    use crate::repository::control::{ControlMode, LoadOverride};
+
+    const ID: &str = r#"name: "id" backend: "identity" max_batch_size: 4
+        input [{name: "X" data_type: TYPE_INT32 dims: [2]}]
+        output [{name: "Y" data_type: TYPE_INT32 dims: [2]}]"#;
+
+    /// An ensemble of one step calling `model`.
+    fn ensemble(name: &str, model: &str) -> String {
+        format!(
+            r#"name: "{name}" platform: "ensemble" max_batch_size: 4
+            input [{{name: "X" data_type: TYPE_INT32 dims: [2]}}]
+            output [{{name: "Y" data_type: TYPE_INT32 dims: [2]}}]
+            ensemble_scheduling {{ step [{{model_name: "{model}" model_version: -1
+              input_map {{key: "X" value: "X"}} output_map {{key: "Y" value: "Y"}}}}] }}"#
+        )
+    }
+
+    fn write_model(root: &Path, name: &str, config: &str) {
+        std::fs::create_dir_all(root.join(name).join("1")).unwrap();
+        std::fs::write(root.join(name).join("config.pbtxt"), config).unwrap();
+    }
+
+    fn repository(root: &Path) -> Arc<Repository> {
+        write_model(root, "id", ID);
+        write_model(root, "ens", &ensemble("ens", "id"));
+        write_model(root, "nested", &ensemble("nested", "ens"));
+        write_model(root, "cycle_a", &ensemble("cycle_a", "cycle_b"));
+        write_model(root, "cycle_b", &ensemble("cycle_b", "cycle_a"));
+        Repository::new(RepositoryOptions {
+            roots: vec![root.to_path_buf()],
+            load_threads: 2,
+            ..Default::default()
+        })
+    }
+
+    fn state(repo: &Repository, name: &str) -> (State, String) {
+        let rows = repo.index_with_unloaded();
+        let row = rows.iter().find(|r| r.name == name).expect("a row");
+        (row.state, row.reason.clone())
+    }
+
+    #[test]
+    fn an_ensemble_loads_after_the_models_it_calls_and_cycles_fail() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = repository(t.path());
+        let errors = repo
+            .load_startup(ControlMode::Explicit, &["nested".into(), "cycle_a".into()])
+            .unwrap();
+        for name in ["id", "ens", "nested"] {
+            assert!(repo.get(name, None).is_ok(), "{name} serves");
+        }
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        for name in ["cycle_a", "cycle_b"] {
+            let (s, reason) = state(&repo, name);
+            assert_eq!(s, State::Unavailable);
+            assert!(reason.contains("a cycle of ensembles"), "{reason}");
+        }
+    }
+
+    #[test]
+    fn a_changed_model_reloads_its_callers_and_unload_follows_them() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = repository(t.path());
+        repo.load_startup(ControlMode::Explicit, &["nested".into()])
+            .unwrap();
+        let (ens, nested) = (
+            repo.get("ens", None).unwrap(),
+            repo.get("nested", None).unwrap(),
+        );
+        let smaller = ID.replace("max_batch_size: 4", "max_batch_size: 2");
+        let overrides = LoadOverride {
+            config: Some(
+                tern_core::config::json::to_json(
+                    &tern_core::config::parse_pbtxt(&smaller).unwrap(),
+                )
+                .to_string(),
+            ),
+            files: Vec::new(),
+        };
+        // The ensembles' batch size no longer fits the model they call: they keep serving their old versions.
+        repo.load_model("id", overrides).unwrap();
+        assert_eq!(repo.get("id", None).unwrap().config.max_batch_size, 2);
+        for (name, old) in [("ens", &ens), ("nested", &nested)] {
+            assert!(Arc::ptr_eq(&repo.get(name, None).unwrap(), old), "{name}");
+        }
+        assert!(state(&repo, "ens").1.contains("the latest load failed"));
+        // Back to the original config: both ensembles reload against it.
+        repo.load_model("id", LoadOverride::default()).unwrap();
+        for (name, old) in [("ens", &ens), ("nested", &nested)] {
+            assert!(
+                !Arc::ptr_eq(&repo.get(name, None).unwrap(), old),
+                "{name} reloaded"
+            );
+            assert_eq!(state(&repo, name), (State::Ready, String::new()));
+        }
+        drop((ens, nested));
+        repo.unload_model("id", true).unwrap();
+        for name in ["id", "ens", "nested"] {
+            assert!(repo.get(name, None).is_err(), "{name} unloaded");
+        }
+    }
+
+    #[test]
+    fn polling_retries_a_failed_folder_only_after_it_changes() {
+        let t = tempfile::tempdir().unwrap();
+        write_model(t.path(), "id", "name: \"id\" backend: \"identity\" input [");
+        let repo = Repository::new(RepositoryOptions {
+            roots: vec![t.path().to_path_buf()],
+            load_threads: 1,
+            ..Default::default()
+        });
+        assert_eq!(repo.load_all().unwrap().len(), 1);
+        assert!(repo.poll().unwrap().is_empty(), "unchanged: not retried");
+        std::fs::write(t.path().join("id/config.pbtxt"), ID).unwrap();
+        assert!(repo.poll().unwrap().is_empty());
+        assert!(repo.get("id", None).is_ok());
+    }
+}
