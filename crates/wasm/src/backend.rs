@@ -6,7 +6,7 @@
 //! WASI grants nothing but the version folder, read-only, at `/model`: no
 //! network, no environment, no other files. A trap, deadline or memory-cap
 //! hit fails that batch's requests with a message naming the model and
-//! what happened, counts in [`crate::counters`], and the instance is
+//! what happened, counts in the backend's [`PluginTelemetry`], and the instance is
 //! re-instantiated; a plugin's malformed answer fails its requests only.
 
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::host::{error_from_wit, params_from_wit, request_to_wit, tensor_from_wit, HostState};
 use crate::tern::plugin::types as wit;
-use crate::{cache, counters, ticks, Plugin, PluginCounters, PluginPre, Runtime};
+use crate::{cache, ticks, Plugin, PluginCounters, PluginPre, PluginTelemetry, Runtime};
 use tern_core::backend::{
     model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, ExecTiming, Instance,
     InstanceSpec, LoadContext, Model, ModelFiles,
@@ -34,8 +34,23 @@ pub const GUEST_MODEL_DIR: &str = "/model";
 const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 const DEFAULT_MAX_MEMORY: usize = 256 << 20;
 
-/// The `wasm` backend.
-pub struct WasmBackend;
+/// The `wasm` backend; its plugins count into its telemetry.
+#[derive(Default)]
+pub struct WasmBackend {
+    telemetry: Arc<PluginTelemetry>,
+}
+
+impl WasmBackend {
+    /// A backend counting into `telemetry`.
+    pub fn new(telemetry: Arc<PluginTelemetry>) -> Self {
+        WasmBackend { telemetry }
+    }
+
+    /// What the plugins of this backend counted.
+    pub fn telemetry(&self) -> &Arc<PluginTelemetry> {
+        &self.telemetry
+    }
+}
 
 impl Backend for WasmBackend {
     fn name(&self) -> &'static str {
@@ -66,7 +81,10 @@ impl Backend for WasmBackend {
     }
 
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
-        Ok(Arc::new(Loaded(Arc::new(WasmModel::load(ctx)?))))
+        Ok(Arc::new(Loaded(Arc::new(WasmModel::load(
+            ctx,
+            &self.telemetry,
+        )?))))
     }
 }
 
@@ -108,10 +126,11 @@ pub struct WasmModel {
     sandbox: Sandbox,
     models: Weak<dyn ModelRouter>,
     counters: Arc<PluginCounters>,
+    telemetry: Arc<PluginTelemetry>,
 }
 
 impl WasmModel {
-    fn load(ctx: &LoadContext) -> Result<WasmModel> {
+    fn load(ctx: &LoadContext, telemetry: &Arc<PluginTelemetry>) -> Result<WasmModel> {
         let cfg = ctx.config;
         let sandbox = Sandbox::from_config(cfg)?;
         let runtime = crate::runtime()?;
@@ -123,6 +142,7 @@ impl WasmModel {
             ctx.settings.wasm_cache_dir.as_deref(),
         )
         .map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+        telemetry.count_component(source);
         tracing::info!(model = %cfg.name, version = ctx.version, "component ready in {:?} ({:?})", started.elapsed(), source);
         let mut linker = wasmtime::component::Linker::<HostState>::new(&runtime.engine);
         let link = |e: wasmtime::Error| {
@@ -154,7 +174,8 @@ impl WasmModel {
             version_dir: ctx.version_dir.to_path_buf(),
             sandbox,
             models: ctx.models.clone(),
-            counters: counters(&cfg.name),
+            counters: telemetry.counters(&cfg.name),
+            telemetry: telemetry.clone(),
         })
     }
 
@@ -177,6 +198,7 @@ impl WasmModel {
             &self.name,
             self.sandbox.max_memory,
             self.models.clone(),
+            self.telemetry.clone(),
         );
         let mut store = Store::new(&self.runtime.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -460,7 +482,7 @@ mod tests {
 
     #[test]
     fn plugins_must_declare_their_io() {
-        let e = WasmBackend
+        let e = WasmBackend::default()
             .auto_complete(
                 &ModelFiles {
                     model_dir: "/m".into(),

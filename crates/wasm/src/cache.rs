@@ -7,7 +7,6 @@
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use wasmtime::component::Component;
@@ -22,14 +21,6 @@ pub enum Source {
     Cache,
     /// Compiled now (and stored when a cache directory is set).
     Compiled,
-}
-
-static HITS: AtomicU64 = AtomicU64::new(0);
-static MISSES: AtomicU64 = AtomicU64::new(0);
-
-/// Components loaded from the cache and components compiled, since start.
-pub fn counts() -> (u64, u64) {
-    (HITS.load(Ordering::Relaxed), MISSES.load(Ordering::Relaxed))
 }
 
 /// The cache file name for `bytes` on `engine`.
@@ -55,7 +46,6 @@ pub fn load(engine: &Engine, path: &Path, cache_dir: Option<&Path>) -> Result<(C
             // binds it to this engine's configuration and the source bytes.
             match unsafe { Component::deserialize_file(engine, entry) } {
                 Ok(c) => {
-                    HITS.fetch_add(1, Ordering::Relaxed);
                     return Ok((c, Source::Cache));
                 }
                 Err(e) => tracing::warn!(
@@ -65,7 +55,6 @@ pub fn load(engine: &Engine, path: &Path, cache_dir: Option<&Path>) -> Result<(C
             }
         }
     }
-    MISSES.fetch_add(1, Ordering::Relaxed);
     let started = Instant::now();
     let compiled = engine.precompile_component(&bytes).map_err(|e| {
         Error::invalid_arg(format!(

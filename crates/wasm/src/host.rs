@@ -15,6 +15,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::metrics;
 use super::tern::plugin::host::{Host, LogLevel, MetricKind};
 use super::tern::plugin::types as wit;
+use super::PluginTelemetry;
 use tern_core::error::{Code, Error, Result};
 use tern_core::router::ModelRouter;
 use tern_core::{
@@ -72,6 +73,8 @@ pub struct HostState {
     pub chain: Vec<String>,
     /// When the executing call must be over; bounds BLS waits.
     pub deadline: Option<Instant>,
+    /// Where the plugin's metric families live.
+    telemetry: Arc<PluginTelemetry>,
 }
 
 impl HostState {
@@ -81,6 +84,7 @@ impl HostState {
         model: &str,
         max_memory: usize,
         models: Weak<dyn ModelRouter>,
+        telemetry: Arc<PluginTelemetry>,
     ) -> Self {
         HostState {
             wasi,
@@ -93,6 +97,7 @@ impl HostState {
             models,
             chain: Vec::new(),
             deadline: None,
+            telemetry,
         }
     }
 
@@ -189,7 +194,10 @@ impl Host for HostState {
             MetricKind::Gauge => metrics::Kind::Gauge,
             MetricKind::Histogram => metrics::Kind::Histogram,
         };
-        metrics::family(&name, &description, kind, &buckets).map_err(|e| error_to_wit(&e))
+        self.telemetry
+            .metrics
+            .family(&name, &description, kind, &buckets)
+            .map_err(|e| error_to_wit(&e))
     }
 
     fn metric_record(
@@ -198,7 +206,10 @@ impl Host for HostState {
         labels: Vec<(String, String)>,
         value: f64,
     ) -> std::result::Result<(), wit::Error> {
-        metrics::record(family, labels, value).map_err(|e| error_to_wit(&e))
+        self.telemetry
+            .metrics
+            .record(family, labels, value)
+            .map_err(|e| error_to_wit(&e))
     }
 
     fn metric_set(
@@ -207,7 +218,10 @@ impl Host for HostState {
         labels: Vec<(String, String)>,
         value: f64,
     ) -> std::result::Result<(), wit::Error> {
-        metrics::set(family, labels, value).map_err(|e| error_to_wit(&e))
+        self.telemetry
+            .metrics
+            .set(family, labels, value)
+            .map_err(|e| error_to_wit(&e))
     }
 }
 

@@ -8,10 +8,11 @@ pub mod backend;
 pub mod cache;
 pub mod host;
 pub mod metrics;
+mod telemetry;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+pub use telemetry::{PluginCounters, PluginTelemetry};
+
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -111,58 +112,4 @@ pub fn runtime() -> Result<Arc<Runtime>> {
 /// Epoch ticks covering `d` (at least one).
 pub fn ticks(d: Duration) -> u64 {
     (d.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64 + 1
-}
-
-/// Failure counts of one plugin model (all versions and instances).
-#[derive(Debug, Default)]
-pub struct PluginCounters {
-    /// Traps other than the two below (panics, out-of-bounds accesses, ...).
-    pub traps: AtomicU64,
-    /// Executions stopped at their deadline.
-    pub timeouts: AtomicU64,
-    /// Executions stopped at the memory cap.
-    pub memory_cap_hits: AtomicU64,
-    /// Instances re-instantiated after one of the above.
-    pub restarts: AtomicU64,
-}
-
-impl PluginCounters {
-    /// Counts one failed execution.
-    pub fn record(&self, memory_cap: bool, timeout: bool) {
-        let c = if memory_cap {
-            &self.memory_cap_hits
-        } else if timeout {
-            &self.timeouts
-        } else {
-            &self.traps
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-fn all() -> &'static Mutex<HashMap<String, Arc<PluginCounters>>> {
-    static ALL: OnceLock<Mutex<HashMap<String, Arc<PluginCounters>>>> = OnceLock::new();
-    ALL.get_or_init(Default::default)
-}
-
-/// The counters of plugin model `model`.
-pub fn counters(model: &str) -> Arc<PluginCounters> {
-    all()
-        .lock()
-        .expect("plugin counters lock")
-        .entry(model.to_string())
-        .or_default()
-        .clone()
-}
-
-/// The counters of every plugin model loaded since start, by model name.
-pub fn all_counters() -> Vec<(String, Arc<PluginCounters>)> {
-    let mut v: Vec<(String, Arc<PluginCounters>)> = all()
-        .lock()
-        .expect("plugin counters lock")
-        .iter()
-        .map(|(k, c)| (k.clone(), c.clone()))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
 }

@@ -22,7 +22,7 @@ fn instance(
     let path = Path::new(component);
     let file = path.file_name().unwrap().to_str().unwrap();
     let cfg = parse_pbtxt(&format!("{config} default_model_filename: \"{file}\"")).unwrap();
-    let model = WasmBackend
+    let model = WasmBackend::default()
         .load(&LoadContext {
             config: &cfg,
             version: 1,

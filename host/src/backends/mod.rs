@@ -34,21 +34,29 @@ const TRITON_ONLY_PLATFORMS: &[&str] = &[
 /// The backends built into this binary.
 pub struct Registry {
     backends: Vec<Arc<dyn Backend>>,
+    plugins: Arc<tern_wasm::PluginTelemetry>,
 }
 
 impl Default for Registry {
     fn default() -> Self {
+        let plugins = Arc::new(tern_wasm::PluginTelemetry::default());
         Registry {
             backends: vec![
                 Arc::new(tern_onnx::OnnxBackend),
                 Arc::new(identity::IdentityBackend),
-                Arc::new(tern_wasm::backend::WasmBackend),
+                Arc::new(tern_wasm::backend::WasmBackend::new(plugins.clone())),
             ],
+            plugins,
         }
     }
 }
 
 impl Registry {
+    /// What the `wasm` backend's plugins counted (for the metrics endpoint).
+    pub fn plugin_telemetry(&self) -> &Arc<tern_wasm::PluginTelemetry> {
+        &self.plugins
+    }
+
     /// Finds a backend by name.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Backend>> {
         self.backends.iter().find(|b| b.name() == name).cloned()

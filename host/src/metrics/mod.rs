@@ -326,7 +326,7 @@ impl Metrics {
             }
         }
         self.render_tern(&mut out);
-        out.push_str(&tern_wasm::metrics::render());
+        out.push_str(&self.repository.plugin_telemetry().metrics.render());
         out
     }
 
@@ -360,7 +360,8 @@ impl Metrics {
 
     /// Tern's own families.
     fn render_tern(&self, out: &mut String) {
-        let plugins = tern_wasm::all_counters();
+        let telemetry = self.repository.plugin_telemetry();
+        let plugins = telemetry.all_counters();
         type Read = fn(&tern_wasm::PluginCounters) -> u64;
         let plugin_families: [(&str, &str, Read); 4] = [
             (
@@ -395,7 +396,7 @@ impl Metrics {
                 );
             }
         }
-        let (hits, misses) = tern_wasm::cache::counts();
+        let (hits, misses) = telemetry.cache_counts();
         for (name, help, v) in [
             (
                 "tern_wasm_cache_hits_total",

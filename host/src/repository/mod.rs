@@ -123,6 +123,11 @@ impl Repository {
         })
     }
 
+    /// What the plugins of this repository counted (failures, cache, custom metrics).
+    pub fn plugin_telemetry(&self) -> &Arc<tern_wasm::PluginTelemetry> {
+        self.registry.plugin_telemetry()
+    }
+
     /// The options the repository was created with.
     pub fn options(&self) -> &RepositoryOptions {
         &self.options

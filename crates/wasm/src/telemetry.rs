@@ -1,0 +1,115 @@
+//! What the server counts about its plugins: failures per plugin model, the
+//! `.cwasm` cache's hits and misses, and the metric families plugins
+//! declare. One [`PluginTelemetry`] belongs to the `wasm` backend of a
+//! repository; the metrics renderer reads it from there.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::cache::Source;
+use crate::metrics::MetricRegistry;
+
+/// Failure counts of one plugin model (all versions and instances).
+#[derive(Debug, Default)]
+pub struct PluginCounters {
+    /// Traps other than the two below (panics, out-of-bounds accesses, ...).
+    pub traps: AtomicU64,
+    /// Executions stopped at their deadline.
+    pub timeouts: AtomicU64,
+    /// Executions stopped at the memory cap.
+    pub memory_cap_hits: AtomicU64,
+    /// Instances re-instantiated after one of the above.
+    pub restarts: AtomicU64,
+}
+
+impl PluginCounters {
+    /// Counts one failed execution.
+    pub fn record(&self, memory_cap: bool, timeout: bool) {
+        let c = if memory_cap {
+            &self.memory_cap_hits
+        } else if timeout {
+            &self.timeouts
+        } else {
+            &self.traps
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Plugin failure counters, cache counts and plugin-declared metrics.
+#[derive(Debug, Default)]
+pub struct PluginTelemetry {
+    counters: Mutex<HashMap<String, Arc<PluginCounters>>>,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+    /// The metric families plugins declared.
+    pub metrics: MetricRegistry,
+}
+
+impl PluginTelemetry {
+    /// The counters of plugin model `model` (kept across reloads).
+    pub fn counters(&self, model: &str) -> Arc<PluginCounters> {
+        self.counters
+            .lock()
+            .expect("plugin counters lock")
+            .entry(model.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// The counters of every plugin model loaded since start, by model name.
+    pub fn all_counters(&self) -> Vec<(String, Arc<PluginCounters>)> {
+        let mut v: Vec<(String, Arc<PluginCounters>)> = self
+            .counters
+            .lock()
+            .expect("plugin counters lock")
+            .iter()
+            .map(|(k, c)| (k.clone(), c.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Counts a component obtained from the cache or compiled.
+    pub fn count_component(&self, source: Source) {
+        let c = match source {
+            Source::Cache => &self.cache_hits,
+            Source::Compiled => &self.cache_misses,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Components loaded from the cache and components compiled, since start.
+    pub fn cache_counts(&self) -> (u64, u64) {
+        (
+            self.cache_hits.load(Ordering::Relaxed),
+            self.cache_misses.load(Ordering::Relaxed),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_per_model_and_shared_across_loads() {
+        let t = PluginTelemetry::default();
+        t.counters("b").record(false, true);
+        t.counters("a").record(true, false);
+        t.counters("b").record(false, false);
+        let all = t.all_counters();
+        assert_eq!(
+            all.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(all[1].1.timeouts.load(Ordering::Relaxed), 1);
+        assert_eq!(all[1].1.traps.load(Ordering::Relaxed), 1);
+        assert_eq!(all[0].1.memory_cap_hits.load(Ordering::Relaxed), 1);
+        t.count_component(Source::Cache);
+        t.count_component(Source::Compiled);
+        t.count_component(Source::Compiled);
+        assert_eq!(t.cache_counts(), (1, 2));
+    }
+}
