@@ -12,7 +12,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test test-fast setup build release unit e2e lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test test-fast setup build release unit e2e flavours lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -85,6 +85,7 @@ run: release
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --features tern/bench -- -D warnings
+	$(CARGO) clippy -p tern --no-default-features --all-targets -- -D warnings
 
 # The edit loop: every crate's unit tests, the Rust integration tests and the
 # component tests; no Python, no language toolchains, no e2e (tests/README.md).
@@ -97,10 +98,21 @@ unit: setup
 	$(CARGO) test --workspace
 	cd plugins && $(CARGO) test -p wordpiece -p prep_rust -p magika_prep -p magika_post
 
-e2e: setup
+# The build without default features (WebAssembly plugins + identity, no
+# ONNX Runtime, no CUDA): its unit tests, and its binary for
+# tests/test_build_flavours.py. Built in the same target dir, then copied out,
+# so the default binary is relinked, not rebuilt.
+MINIMAL_BIN := $(CARGO_TARGET_DIR)/minimal/tern
+flavours: setup
+	$(CARGO) test -p tern --no-default-features --lib
+	$(CARGO) build -p tern --no-default-features
+	mkdir -p $(dir $(MINIMAL_BIN)) && cp $(CARGO_TARGET_DIR)/debug/tern $(MINIMAL_BIN)
+	$(CARGO) build -p tern
+
+e2e: setup flavours
 	$(CARGO) build --workspace
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
-	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests -q
+	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests -q
 
 test: setup lint unit e2e
 

@@ -4,6 +4,7 @@
 //! from `tern-core` (`tern_core::config::pb`).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    version_info();
     println!("cargo:rerun-if-changed=proto");
     println!("cargo:rerun-if-changed=../crates/core/proto");
     let fds = protox::compile(
@@ -25,4 +26,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     builder.compile_fds(fds)?;
     Ok(())
+}
+
+/// What `tern --version` reports about the build: the target triple and the
+/// git commit (`TERN_GIT_COMMIT` when set, as for builds from a tarball).
+fn version_info() {
+    println!(
+        "cargo:rustc-env=TERN_TARGET={}",
+        std::env::var("TARGET").unwrap_or_default()
+    );
+    println!("cargo:rerun-if-env-changed=TERN_GIT_COMMIT");
+    let commit = std::env::var("TERN_GIT_COMMIT").ok().or_else(|| {
+        let out = std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    });
+    println!(
+        "cargo:rustc-env=TERN_GIT_COMMIT={}",
+        commit.as_deref().unwrap_or("unknown")
+    );
+    // Follow the commit: HEAD names the branch, the branch's ref file (or packed-refs) its commit.
+    let git = std::path::Path::new("../.git");
+    if let Ok(head) = std::fs::read_to_string(git.join("HEAD")) {
+        println!("cargo:rerun-if-changed=../.git/HEAD");
+        if let Some(r) = head.strip_prefix("ref: ") {
+            let r = git.join(r.trim());
+            if r.exists() {
+                println!("cargo:rerun-if-changed={}", r.display());
+            } else {
+                println!("cargo:rerun-if-changed=../.git/packed-refs");
+            }
+        }
+    }
 }

@@ -13,8 +13,8 @@ use tern_core::error::{Error, Result};
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "tern",
-    version,
     about,
+    disable_version_flag = true,
     // As tritonserver's getopt_long: `--log-warn` for `--log-warning`, and a
     // repeated flag takes its last value.
     infer_long_args = true,
@@ -28,9 +28,13 @@ pub struct Args {
         alias = "model-store",
         env = "TERN_MODEL_REPOSITORY",
         value_delimiter = ',',
-        required = true
+        required_unless_present = "version"
     )]
     pub model_repository: Vec<PathBuf>,
+
+    /// Print the version, git commit, target, cargo features and the ONNX Runtime library found, then exit.
+    #[arg(short = 'V', long = "version")]
+    pub version: bool,
 
     /// HTTP port (0 = pick a free port).
     #[arg(long, env = "TERN_HTTP_PORT", default_value_t = 8000)]
@@ -274,7 +278,7 @@ pub struct Args {
     #[arg(long, env = "TERN_WASM_CACHE_DIR")]
     pub wasm_cache_dir: Option<PathBuf>,
 
-    /// Path of libonnxruntime.so (default: $ORT_DYLIB_PATH, next to the binary, then the system loader).
+    /// Path of libonnxruntime.so (default: $ORT_DYLIB_PATH, next to the binary, ../lib/tern/ or ../lib/ beside it, then the system loader).
     #[arg(long, env = "TERN_ONNXRUNTIME_LIBRARY")]
     pub onnxruntime_library: Option<PathBuf>,
 }

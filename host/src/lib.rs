@@ -13,3 +13,4 @@ pub mod proto;
 pub mod repository;
 pub mod scheduler;
 pub mod server;
+pub mod version;

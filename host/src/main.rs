@@ -18,6 +18,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.version {
+        let settings = match args.backend_settings() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        print!("{}", tern::version::report(&settings));
+        return ExitCode::SUCCESS;
+    }
     if let Err(e) = tern::logging::init(args.log_settings(), args.log_file.as_deref()) {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;

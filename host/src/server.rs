@@ -42,6 +42,7 @@ pub struct RunningServer {
 /// Loads the repository and starts the frontends.
 pub async fn start(args: &Args) -> Result<RunningServer> {
     let (mode, load_models) = args.model_control()?;
+    tracing::info!("{}", crate::version::line());
     tern_memory::cuda::log_devices();
     if let Some(bad) = args
         .cuda_memory_pool_byte_size

@@ -10,9 +10,9 @@
 
 use std::path::{Path, PathBuf};
 
-use ort::ep::{
-    ArbitrarilyConfigurableExecutionProvider as _, ExecutionProviderDispatch, TensorRT, CUDA,
-};
+use ort::ep::{ArbitrarilyConfigurableExecutionProvider as _, ExecutionProviderDispatch};
+#[cfg(feature = "cuda")]
+use ort::ep::{TensorRT, CUDA};
 
 use tern_core::backend::DeviceKind;
 use tern_core::config::ModelConfig;
@@ -27,6 +27,15 @@ pub fn providers(cfg: &ModelConfig, device: DeviceKind) -> Result<Vec<ExecutionP
         .and_then(|o| o.execution_accelerators.as_ref());
     let mut out = Vec::new();
     match device {
+        #[cfg(not(feature = "cuda"))]
+        DeviceKind::Gpu(_) => {
+            return Err(Error::unsupported(format!(
+                "model '{}': GPU instances need CUDA: this build has no CUDA support \
+                 (built without the 'cuda' feature)",
+                cfg.name
+            )))
+        }
+        #[cfg(feature = "cuda")]
         DeviceKind::Gpu(id) => {
             let mut cuda = CUDA::default().with_device_id(id);
             for a in accel
@@ -78,6 +87,7 @@ pub fn providers(cfg: &ModelConfig, device: DeviceKind) -> Result<Vec<ExecutionP
 }
 
 /// TensorRT with Triton's parameter names mapped to ORT's options.
+#[cfg(feature = "cuda")]
 fn tensorrt(
     cfg: &ModelConfig,
     device: i32,
@@ -183,6 +193,7 @@ mod tests {
         assert!(providers(&config(""), DeviceKind::Cpu).unwrap().is_empty());
     }
 
+    #[cfg(feature = "cuda")]
     #[test]
     fn gpu_instances_get_cuda_and_tensorrt_in_front_when_configured() {
         assert_eq!(providers(&config(""), DeviceKind::Gpu(0)).unwrap().len(), 1);
@@ -198,6 +209,14 @@ mod tests {
         assert!(providers(&trt, DeviceKind::Cpu).unwrap().is_empty());
     }
 
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn gpu_instances_are_unsupported_without_the_cuda_feature() {
+        let e = err(providers(&config(""), DeviceKind::Gpu(0)));
+        assert!(e.contains("built without the 'cuda' feature"), "{e}");
+    }
+
+    #[cfg(feature = "cuda")]
     #[test]
     fn bad_accelerators_are_refused_by_name() {
         let gpu = |body: &str| {
@@ -223,6 +242,10 @@ mod tests {
             e.contains("'max_workspace_size_bytes' has an invalid value 'lots'"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn cpu_accelerators_other_than_openvino_are_refused() {
         let cpu = config(
             "optimization { execution_accelerators { cpu_execution_accelerator : [ { name: \"tensorrt\" } ] } }",
         );

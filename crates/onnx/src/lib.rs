@@ -32,7 +32,10 @@ pub struct OnnxBackend;
 
 const DEFAULT_FILE: &str = "model.onnx";
 
-/// Candidate library paths: the configured one, `ORT_DYLIB_PATH`, next to the executable, then the system loader.
+/// Candidate library paths: the configured one, `ORT_DYLIB_PATH`, next to
+/// the executable, where the packages install it (`<prefix>/lib/tern/` for
+/// `<prefix>/bin/tern`, `lib/` beside `bin/` in a tarball), then the system
+/// loader.
 fn library_candidates(settings: &BackendSettings) -> Vec<PathBuf> {
     if let Some(p) = &settings.onnxruntime_library {
         return vec![p.clone()];
@@ -45,18 +48,27 @@ fn library_candidates(settings: &BackendSettings) -> Vec<PathBuf> {
         .ok()
         .and_then(|e| e.parent().map(|p| p.to_path_buf()))
     {
-        out.push(dir.join("libonnxruntime.so"));
+        out.push(dir.join(LIBRARY));
+        out.push(dir.join("../lib/tern").join(LIBRARY));
+        out.push(dir.join("../lib").join(LIBRARY));
     }
-    out.push(PathBuf::from("libonnxruntime.so"));
+    out.push(PathBuf::from(LIBRARY));
     out
+}
+
+const LIBRARY: &str = "libonnxruntime.so";
+
+/// The loaded ONNX Runtime: its environment and the library it came from.
+struct Loaded {
+    env: ort::environment::Environment,
+    path: PathBuf,
 }
 
 /// The process-wide ORT environment, created on first use. A missing or
 /// broken library is remembered as an error and reported at every model load.
-fn environment(settings: &BackendSettings) -> Result<&'static ort::environment::Environment> {
-    static ENV: OnceLock<std::result::Result<ort::environment::Environment, String>> =
-        OnceLock::new();
-    let env = ENV.get_or_init(|| {
+fn loaded(settings: &BackendSettings) -> std::result::Result<&'static Loaded, &'static str> {
+    static LOADED: OnceLock<std::result::Result<Loaded, String>> = OnceLock::new();
+    let loaded = LOADED.get_or_init(|| {
         let mut errors = Vec::new();
         for path in library_candidates(settings) {
             if path.is_absolute() && !path.exists() {
@@ -65,7 +77,12 @@ fn environment(settings: &BackendSettings) -> Result<&'static ort::environment::
             }
             match ort::init_from(&path) {
                 Ok(builder) => {
-                    return builder.with_name("tern").build().map_err(|e| format!("creating the ONNX Runtime environment: {e}"));
+                    let env = builder
+                        .with_name("tern")
+                        .build()
+                        .map_err(|e| format!("creating the ONNX Runtime environment: {e}"))?;
+                    let path = path.canonicalize().unwrap_or(path);
+                    return Ok(Loaded { env, path });
                 }
                 Err(e) => errors.push(format!("{}: {e}", path.display())),
             }
@@ -76,7 +93,20 @@ fn environment(settings: &BackendSettings) -> Result<&'static ort::environment::
             errors.join("; ")
         ))
     });
-    env.as_ref().map_err(|e| Error::unavailable(e.clone()))
+    loaded.as_ref().map_err(String::as_str)
+}
+
+fn environment(settings: &BackendSettings) -> Result<&'static ort::environment::Environment> {
+    loaded(settings).map(|l| &l.env).map_err(Error::unavailable)
+}
+
+/// The ONNX Runtime library this process uses (loading it if needed) and
+/// ORT's build information, or why none could be loaded.
+pub fn library_status(
+    settings: &BackendSettings,
+) -> std::result::Result<(PathBuf, String), String> {
+    let l = loaded(settings).map_err(str::to_string)?;
+    Ok((l.path.clone(), ort::info().to_string()))
 }
 
 /// (name, data type, shape with -1 for dynamic dims) of a session input or output.

@@ -37,17 +37,26 @@ pub struct Registry {
     plugins: Arc<tern_wasm::PluginTelemetry>,
 }
 
+/// Backends a build can leave out (cargo features): backend name,
+/// platform, default file name, feature and what the build lacks.
+const OPTIONAL_BACKENDS: &[(&str, &str, &str, &str, &str)] = &[(
+    "onnxruntime",
+    "onnxruntime_onnx",
+    "model.onnx",
+    "onnx",
+    "ONNX Runtime",
+)];
+
 impl Default for Registry {
     fn default() -> Self {
         let plugins = Arc::new(tern_wasm::PluginTelemetry::default());
-        Registry {
-            backends: vec![
-                Arc::new(tern_onnx::OnnxBackend),
-                Arc::new(identity::IdentityBackend),
-                Arc::new(tern_wasm::backend::WasmBackend::new(plugins.clone())),
-            ],
-            plugins,
-        }
+        let backends: Vec<Arc<dyn Backend>> = vec![
+            #[cfg(feature = "onnx")]
+            Arc::new(tern_onnx::OnnxBackend),
+            Arc::new(identity::IdentityBackend),
+            Arc::new(tern_wasm::backend::WasmBackend::new(plugins.clone())),
+        ];
+        Registry { backends, plugins }
     }
 }
 
@@ -80,7 +89,7 @@ impl Registry {
                 }
                 return Ok(b);
             }
-            return Err(unknown("backend", &cfg.backend, m, TRITON_ONLY_BACKENDS));
+            return Err(self.unknown("backend", &cfg.backend, m, TRITON_ONLY_BACKENDS));
         }
         if !cfg.platform.is_empty() {
             if let Some(b) = self
@@ -90,7 +99,7 @@ impl Registry {
             {
                 return Ok(b.clone());
             }
-            return Err(unknown("platform", &cfg.platform, m, TRITON_ONLY_PLATFORMS));
+            return Err(self.unknown("platform", &cfg.platform, m, TRITON_ONLY_PLATFORMS));
         }
         if let Some(dir) = version_dir {
             let file = |name: &str| {
@@ -105,21 +114,137 @@ impl Registry {
                     return Ok(b.clone());
                 }
             }
+            if let Some(missing) = self.left_out(|_, _, f| file(f)) {
+                return Err(missing.for_model(m));
+            }
         }
+        let files: Vec<String> = self
+            .backends
+            .iter()
+            .filter_map(|b| Some(format!("'{}'", b.default_filename()?)))
+            .collect();
         Err(Error::invalid_arg(format!(
             "model '{m}': no 'backend' or 'platform' is set and none can be inferred from the model files \
-             (Tern recognises 'model.onnx' and 'model.wasm')"
+             (Tern recognises {})",
+            files.join(" and ")
         )))
+    }
+
+    /// The error for a backend or platform this build does not serve.
+    fn unknown(&self, field: &str, value: &str, model: &str, triton_only: &[&str]) -> Error {
+        if let Some(missing) =
+            self.left_out(|b, p, _| value == if field == "backend" { b } else { p })
+        {
+            return missing.for_model(model);
+        }
+        if triton_only.contains(&value) {
+            let names: Vec<String> = self
+                .backends
+                .iter()
+                .map(|b| format!("'{}'", b.name()))
+                .collect();
+            Error::unsupported(format!(
+                "model '{model}': {field} '{value}' is a Triton {field} that Tern does not provide \
+                 (this build serves {}; custom logic runs as WebAssembly plugins, backend: \"wasm\")",
+                names.join(", ")
+            ))
+        } else {
+            Error::invalid_arg(format!("model '{model}': unknown {field} '{value}'"))
+        }
+    }
+
+    /// An optional backend this build was compiled without that matches
+    /// (backend name, platform, default file name).
+    fn left_out(&self, matches: impl Fn(&str, &str, &str) -> bool) -> Option<LeftOut> {
+        OPTIONAL_BACKENDS
+            .iter()
+            .find(|(b, p, f, _, _)| self.get(b).is_none() && matches(b, p, f))
+            .map(|(b, _, _, feature, what)| LeftOut {
+                backend: b,
+                feature,
+                what,
+            })
     }
 }
 
-fn unknown(field: &str, value: &str, model: &str, triton_only: &[&str]) -> Error {
-    if triton_only.contains(&value) {
+/// A backend this build leaves out.
+struct LeftOut {
+    backend: &'static str,
+    feature: &'static str,
+    what: &'static str,
+}
+
+impl LeftOut {
+    fn for_model(&self, model: &str) -> Error {
         Error::unsupported(format!(
-            "model '{model}': {field} '{value}' is a Triton {field} that Tern does not provide \
-             (Tern serves 'onnxruntime', 'wasm' and 'identity'; custom logic runs as WebAssembly plugins, backend: \"wasm\")"
+            "model '{model}': this build has no {what} (built without the '{feature}' feature), \
+             so it cannot serve '{backend}' models; install a Tern build that includes it",
+            what = self.what,
+            feature = self.feature,
+            backend = self.backend,
         ))
-    } else {
-        Error::invalid_arg(format!("model '{model}': unknown {field} '{value}'"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern_core::config::parse_pbtxt;
+
+    fn resolve(config: &str, files: &[&str]) -> Result<&'static str> {
+        let dir = tempfile::tempdir().unwrap();
+        for f in files {
+            std::fs::write(dir.path().join(f), b"").unwrap();
+        }
+        let cfg = parse_pbtxt(&format!("name: \"m\" {config}")).unwrap();
+        Registry::default()
+            .resolve(&cfg, Some(dir.path()))
+            .map(|b| b.name())
+    }
+
+    #[test]
+    fn backends_are_picked_by_name_platform_or_file() {
+        assert_eq!(resolve("backend: \"wasm\"", &[]).unwrap(), "wasm");
+        assert_eq!(resolve("", &["model.wasm"]).unwrap(), "wasm");
+        assert_eq!(resolve("backend: \"identity\"", &[]).unwrap(), "identity");
+        let e = resolve("backend: \"python\"", &[]).unwrap_err();
+        assert_eq!(e.code, tern_core::Code::Unsupported);
+        assert!(
+            e.message
+                .contains("is a Triton backend that Tern does not provide"),
+            "{e}"
+        );
+        let e = resolve("platform: \"nope\"", &[]).unwrap_err();
+        assert_eq!(e.message, "model 'm': unknown platform 'nope'");
+        let e = resolve("", &["weights.bin"]).unwrap_err();
+        assert!(e.message.contains("'model.wasm'"), "{e}");
+    }
+
+    #[cfg(feature = "onnx")]
+    #[test]
+    fn onnx_models_resolve_to_onnx_runtime() {
+        assert_eq!(
+            resolve("platform: \"onnxruntime_onnx\"", &[]).unwrap(),
+            "onnxruntime"
+        );
+        assert_eq!(resolve("", &["model.onnx"]).unwrap(), "onnxruntime");
+    }
+
+    #[cfg(not(feature = "onnx"))]
+    #[test]
+    fn a_build_without_onnx_runtime_says_so_for_onnx_models() {
+        for (config, files) in [
+            ("backend: \"onnxruntime\"", &[][..]),
+            ("platform: \"onnxruntime_onnx\"", &[][..]),
+            ("", &["model.onnx"][..]),
+        ] {
+            let e = resolve(config, files).unwrap_err();
+            assert_eq!(e.code, tern_core::Code::Unsupported, "{e}");
+            assert!(
+                e.message
+                    .contains("this build has no ONNX Runtime (built without the 'onnx' feature)"),
+                "{e}"
+            );
+        }
     }
 }

@@ -4,6 +4,10 @@
 //! `tern_` families (plugin faults, `.cwasm` cache, load failures) and the
 //! families plugins declare.
 
+#[cfg(feature = "cuda")]
+pub mod gpu;
+#[cfg(not(feature = "cuda"))]
+#[path = "gpu_absent.rs"]
 pub mod gpu;
 pub mod system;
 

@@ -1,47 +1,14 @@
-//! CUDA through the driver API, loaded at run time (`cudarc` dynamic loading):
-//! device discovery, per-thread contexts, device and page-locked allocations,
-//! and IPC handles for CUDA shared memory. Without `libcuda` every entry point
-//! reports "no CUDA" instead of failing the process.
+//! The CUDA driver calls (`cudarc`, `libcuda` opened at run time).
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use cudarc::driver::{result, sys};
 
+use super::{devices, require, GpuInfo};
 use tern_core::error::{Error, Result};
 
-/// One CUDA device as discovery saw it.
-#[derive(Debug, Clone)]
-pub struct GpuInfo {
-    /// CUDA ordinal.
-    pub index: usize,
-    /// Marketing name (`NVIDIA H100 80GB HBM3`).
-    pub name: String,
-    /// `GPU-xxxxxxxx-...`, as nvidia-smi prints it.
-    pub uuid: String,
-    /// Compute capability (major, minor).
-    pub compute_capability: (i32, i32),
-    /// Device memory in bytes.
-    pub total_memory: usize,
-    /// Integrated GPU (Jetson): no CUDA IPC.
-    pub integrated: bool,
-}
-
-impl GpuInfo {
-    /// `"9.0"`: the key `cc_model_filenames` uses.
-    pub fn cc_string(&self) -> String {
-        format!(
-            "{}.{}",
-            self.compute_capability.0, self.compute_capability.1
-        )
-    }
-}
-
-static DISCOVERY: OnceLock<std::result::Result<Vec<GpuInfo>, String>> = OnceLock::new();
-
-fn discover() -> std::result::Result<Vec<GpuInfo>, String> {
-    if std::env::var_os("TERN_DISABLE_CUDA").is_some() {
-        return Err("CUDA disabled by TERN_DISABLE_CUDA".into());
-    }
+/// Finds the CUDA devices through the driver.
+pub(super) fn discover() -> std::result::Result<Vec<GpuInfo>, String> {
     // SAFETY: only probes whether the library can be opened.
     if !unsafe { sys::is_culib_present() } {
         return Err("the NVIDIA driver library (libcuda.so) was not found".into());
@@ -83,54 +50,6 @@ fn format_uuid(b: &[std::ffi::c_char; 16]) -> String {
         h[8..10].concat(),
         h[10..16].concat()
     )
-}
-
-/// The CUDA devices of this machine (empty without a driver or GPU). Discovery
-/// runs once; its result is logged by [`log_devices`].
-pub fn devices() -> &'static [GpuInfo] {
-    match DISCOVERY.get_or_init(discover) {
-        Ok(d) => d,
-        Err(_) => &[],
-    }
-}
-
-/// Why CUDA is unusable, or `None` when at least the driver initialised.
-pub fn unavailable_reason() -> Option<String> {
-    match DISCOVERY.get_or_init(discover) {
-        Ok(d) if d.is_empty() => Some("no CUDA device was found".into()),
-        Ok(_) => None,
-        Err(e) => Some(e.clone()),
-    }
-}
-
-/// Logs what discovery found (called once at startup).
-pub fn log_devices() {
-    match unavailable_reason() {
-        Some(why) => tracing::info!(
-            "no GPU: {why}; GPU instance groups fail to load, KIND_AUTO uses the CPU"
-        ),
-        None => {
-            for g in devices() {
-                tracing::info!(
-                    gpu = g.index,
-                    name = %g.name,
-                    uuid = %g.uuid,
-                    compute_capability = %g.cc_string(),
-                    memory_mib = g.total_memory >> 20,
-                    integrated = g.integrated,
-                    "CUDA device"
-                );
-            }
-        }
-    }
-}
-
-/// Fails with UNSUPPORTED (naming `what`) when CUDA is unusable.
-pub fn require(what: &str) -> Result<()> {
-    match unavailable_reason() {
-        None => Ok(()),
-        Some(why) => Err(Error::unsupported(format!("{what} needs CUDA: {why}"))),
-    }
 }
 
 /// Makes `device`'s primary context current on the calling thread (the
@@ -339,7 +258,7 @@ mod tests {
 
     #[test]
     fn without_cuda_everything_reports_unsupported() {
-        if unavailable_reason().is_none() {
+        if super::super::unavailable_reason().is_none() {
             eprintln!("skipped: a CUDA device is present (the GPU path is tested by tests/gpu/)");
             return;
         }
