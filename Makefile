@@ -12,7 +12,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test test-fast setup build release unit e2e flavours lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test test-fast setup build release unit e2e flavours smoke-aarch64 package-check dist lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -114,7 +114,47 @@ e2e: setup flavours
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests -q
 
-test: setup lint unit e2e
+test: setup lint unit e2e smoke-aarch64 package-check
+
+# Cross builds with cargo-zigbuild (the ziglang wheel is the C toolchain and
+# libc for every target): glibc 2.31 for JetPack 5 and newer, static musl.
+ZIG_STAMP := $(VENV)/.zig-stamp
+ZIG_PATH := PATH=$(CURDIR)/$(VENV)/bin:$$PATH
+$(ZIG_STAMP): $(VENV)/.stamp
+	$(VENV)/bin/pip install -q ziglang==0.17.1 cargo-zigbuild==0.24.0
+	touch $@
+
+# The aarch64 binary (profile `cross`, glibc <= 2.31) under qemu-user with a
+# 39-bit address space and plugins precompiled here: tests/test_device_smoke.py.
+QEMU_DIR := .cache/qemu-aarch64
+AARCH64_BIN := $(CARGO_TARGET_DIR)/aarch64-unknown-linux-gnu/cross/tern
+smoke-aarch64: setup $(ZIG_STAMP)
+	@rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
+	$(CARGO) build -p tern
+	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
+	$(ZIG_PATH) $(PY) scripts/dist.py --arch aarch64 --profile cross --build-only
+	bash scripts/qemu-aarch64.sh $(QEMU_DIR) $(AARCH64_BIN)
+	TERN_BIN=$(QEMU_DIR)/tern TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_SMOKE_TARGET=aarch64-unknown-linux-gnu \
+		ORT_DYLIB_PATH=$$($(PY) scripts/dist.py --arch aarch64 --onnxruntime-only) TERN_PLUGINS_DIR=$(WASM_OUT) \
+		$(PY) -m pytest tests/test_device_smoke.py -q
+
+# The aarch64 tarball and .deb from that build: lintian, then the packaged
+# binary extracted and run (it must find ONNX Runtime where the package put it).
+package-check: smoke-aarch64
+	@command -v lintian >/dev/null || (apt-get update -qq && apt-get install -y -qq lintian)
+	$(ZIG_PATH) $(PY) scripts/dist.py --arch aarch64 --profile cross --out .cache/package-check
+	bash scripts/check-packages.sh .cache/package-check $(QEMU_DIR)/root
+
+# Release artifacts in dist/: tarballs (x86_64, aarch64: glibc 2.31 + ONNX
+# Runtime; static musl plugins-only) and .debs, with the `dist` profile (fat
+# LTO); ~15 minutes per target on 2 cores. Sizes: docs/deployment.md.
+dist: setup $(ZIG_STAMP)
+	@for t in aarch64-unknown-linux-gnu x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do \
+		rustup target list --installed | grep -qx $$t || rustup target add $$t; done
+	@command -v lintian >/dev/null || (apt-get update -qq && apt-get install -y -qq lintian)
+	for a in x86_64 aarch64; do $(ZIG_PATH) $(PY) scripts/dist.py --arch $$a --flavour gnu && \
+		$(ZIG_PATH) $(PY) scripts/dist.py --arch $$a --flavour musl || exit 1; done
+	lintian --fail-on error dist/*.deb
 
 # Load benchmark (release build): see docs/PERFORMANCE.md.
 bench: release

@@ -163,7 +163,10 @@ def deb(arch, ver, binary, ort, licences, wasm_dir, out, work):
     doc = os.path.join(root, "usr/share/doc/tern")
     os.makedirs(doc)
     with open(os.path.join(doc, "copyright"), "w") as f:
-        f.write(debian_copyright(ort, licences))
+        f.write(debian_copyright(ort))
+    put(licences, "usr/share/doc/tern/rust-crates.txt")
+    put(os.path.join(ort, "ThirdPartyNotices.txt"), "usr/share/doc/tern/onnxruntime-ThirdPartyNotices.txt")
+    put(os.path.join(ROOT, "packaging", "debian", "lintian-overrides"), "usr/share/lintian/overrides/tern")
     with gzip.GzipFile(os.path.join(doc, "changelog.gz"), "wb", mtime=0) as f:
         f.write(f"tern ({ver}) stable; urgency=medium\n\n  * Release {ver}.\n\n"
                 f" -- Tern maintainers <maintainers@tern.invalid>  Tue, 24 Nov 2026 00:00:00 +0000\n".encode())
@@ -197,19 +200,21 @@ Description: Triton-compatible inference server with WebAssembly plugins
     return path
 
 
-def debian_copyright(ort, licences):
+def debian_copyright(ort):
+    """Tern's licence, ONNX Runtime's; the crates' licence texts and ORT's
+    third-party notices are files beside it (named here)."""
+    mit = "".join(f" {l}\n" if l.strip() else " .\n" for l in open(os.path.join(ort, "LICENSE")).read().splitlines())
     return (
         "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
         "Upstream-Name: tern\n\n"
         "Files: *\nCopyright: Tern authors\nLicense: Apache-2.0\n"
-        " On Debian systems the full text is in /usr/share/common-licenses/Apache-2.0.\n\n"
+        "Comment: The Rust crates compiled into /usr/bin/tern and their licence texts are listed in\n"
+        " /usr/share/doc/tern/rust-crates.txt.\n\n"
         "Files: usr/lib/tern/libonnxruntime.so\nCopyright: Microsoft Corporation\nLicense: MIT\n"
-        + "".join(f" {l}\n" if l.strip() else " .\n" for l in open(os.path.join(ort, "LICENSE")).read().splitlines())
-        + "\nComment: ONNX Runtime's third-party notices and the licences of the Rust crates compiled\n"
-        " into /usr/bin/tern follow.\n"
-        + "".join(f" {l}\n" if l.strip() else " .\n"
-                  for l in (open(os.path.join(ort, "ThirdPartyNotices.txt"), errors="replace").read()
-                            + "\n" + open(licences).read()).splitlines())
+        "Comment: ONNX Runtime's third-party notices are in\n"
+        " /usr/share/doc/tern/onnxruntime-ThirdPartyNotices.txt.\n\n"
+        "License: Apache-2.0\n On Debian systems the full text is in /usr/share/common-licenses/Apache-2.0.\n\n"
+        "License: MIT\n" + mit
     )
 
 
@@ -221,7 +226,14 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "dist"))
     ap.add_argument("--wasm-dir", default=os.path.join(ROOT, "target", "wasm32-wasip2", "release"))
     ap.add_argument("--no-deb", action="store_true")
+    ap.add_argument("--build-only", action="store_true",
+                    help="build and check the binary, print its path; no packages")
+    ap.add_argument("--onnxruntime-only", action="store_true",
+                    help="fetch ONNX Runtime for --arch and print the library's path")
     a = ap.parse_args()
+    if a.onnxruntime_only:
+        print(os.path.join(onnxruntime(a.arch, os.path.join(ROOT, ".cache", "dist")), "libonnxruntime.so"))
+        return
     ver = version()
     cache = os.path.join(ROOT, ".cache", "dist")
     work = os.path.join(cache, f"work-{a.arch}-{a.flavour}")
@@ -229,6 +241,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     binary = build(a.arch, a.flavour, a.profile)
     check_binary(binary, a.flavour)
+    if a.build_only:
+        print(binary)
+        return
     name = f"tern-{ver}-{triple(a.arch, a.flavour).replace('-unknown', '')}"
     stage = os.path.join(work, name)
     os.makedirs(os.path.join(stage, "bin"))

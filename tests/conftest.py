@@ -30,11 +30,12 @@ def tern_bin():
 class Tern:
     """A running tern process; `url` is host:port of its HTTP endpoint."""
 
-    def __init__(self, args, env=None, wait_ready=True, binary=None):
+    def __init__(self, args, env=None, wait_ready=True, binary=None, wrapper=()):
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.proc = subprocess.Popen(
             [
+                *wrapper,
                 binary or tern_bin(),
                 "--http-port=0",
                 "--http-address=127.0.0.1",

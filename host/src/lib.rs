@@ -9,6 +9,7 @@ pub mod cli;
 pub mod frontend;
 pub mod logging;
 pub mod metrics;
+pub mod plugins;
 pub mod proto;
 pub mod repository;
 pub mod scheduler;

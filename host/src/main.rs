@@ -9,7 +9,7 @@ use tern::server;
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if argv.get(1).is_some_and(|a| a == "plugin") {
-        return tern_plugin_tool::main(argv[2..].to_vec());
+        return tern_plugin_tool::main(argv[2..].to_vec(), &tern::plugins::compile);
     }
     let args = match Args::parse_checked(argv) {
         Ok(a) => a,

@@ -1,8 +1,10 @@
-//! `tern plugin new|build`: scaffolding and building WebAssembly plugins in
-//! Rust, Python, JavaScript and C. `new` writes a ready-to-build folder (a
-//! `config.pbtxt`, the source skeleton, the WIT contract and the language's
-//! guest SDK, all embedded in this binary); `build` finds the language's
-//! toolchain, runs it and writes `<dir>/1/model.wasm`.
+//! `tern plugin new|build|compile`: scaffolding and building WebAssembly
+//! plugins in Rust, Python, JavaScript and C. `new` writes a ready-to-build
+//! folder (a `config.pbtxt`, the source skeleton, the WIT contract and the
+//! language's guest SDK, all embedded in this binary); `build` finds the
+//! language's toolchain, runs it and writes `<dir>/1/model.wasm`; `compile`
+//! precompiles a repository's plugins for a device (the host binary, which
+//! holds the WebAssembly engine, does the compiling).
 
 mod build;
 mod scaffold;
@@ -74,11 +76,45 @@ enum Command {
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
+    /// Precompiles every plugin of a model repository into a .cwasm cache
+    /// folder for a target machine, so it never compiles them at first boot
+    /// (copy the folder to the device's --wasm-cache-dir).
+    Compile {
+        /// The model repository.
+        repository: PathBuf,
+        /// The cache folder to write.
+        #[arg(long)]
+        cache_dir: PathBuf,
+        /// Target triple of the device (default: this machine), e.g. aarch64-unknown-linux-gnu.
+        #[arg(long)]
+        target: Option<String>,
+        /// The device runs plugins with on-demand allocation (its address
+        /// space cannot hold the pooling allocator, e.g. 39-bit Jetson
+        /// kernels; its log says "pooling allocator unavailable").
+        #[arg(long)]
+        on_demand: bool,
+    },
 }
+
+/// What `tern plugin compile` asks the host binary to do.
+#[derive(Debug, Clone)]
+pub struct CompileOptions {
+    /// The model repository.
+    pub repository: PathBuf,
+    /// The cache folder to write.
+    pub cache_dir: PathBuf,
+    /// Target triple (`None` = this machine).
+    pub target: Option<String>,
+    /// Compile for on-demand allocation instead of the pooling allocator.
+    pub on_demand: bool,
+}
+
+/// Compiles plugins for `tern plugin compile`; returns one line per plugin.
+pub type Compiler = dyn Fn(&CompileOptions) -> tern_core::error::Result<Vec<String>>;
 
 /// Runs `tern plugin ...` (`args` starts after `plugin`); messages go to
 /// stderr because this is an interactive tool, not the server.
-pub fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
+pub fn main(args: Vec<std::ffi::OsString>, compiler: &Compiler) -> ExitCode {
     let cli = match PluginCli::try_parse_from(
         std::iter::once(std::ffi::OsString::from("tern plugin")).chain(args),
     ) {
@@ -120,6 +156,22 @@ pub fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
                 out.display(),
                 size
             );
+        }),
+        Command::Compile {
+            repository,
+            cache_dir,
+            target,
+            on_demand,
+        } => compiler(&CompileOptions {
+            repository,
+            cache_dir,
+            target,
+            on_demand,
+        })
+        .map(|lines| {
+            for l in lines {
+                eprintln!("{l}");
+            }
         }),
     };
     match result {

@@ -136,12 +136,9 @@ impl WasmModel {
         let runtime = crate::runtime()?;
         let path = model_file(cfg, ctx.version_dir, "model.wasm")?;
         let started = Instant::now();
-        let (component, source) = cache::load(
-            &runtime.engine,
-            &path,
-            ctx.settings.wasm_cache_dir.as_deref(),
-        )
-        .map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+        let (component, source) =
+            cache::load(&runtime, &path, ctx.settings.wasm_cache_dir.as_deref())
+                .map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
         telemetry.count_component(source);
         tracing::info!(model = %cfg.name, version = ctx.version, "component ready in {:?} ({:?})", started.elapsed(), source);
         let mut linker = wasmtime::component::Linker::<HostState>::new(&runtime.engine);

@@ -5,13 +5,13 @@
 //! a different file name; an unreadable or corrupt entry is recompiled and
 //! rewritten. Without a cache directory everything still works, slower.
 
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
+use crate::Runtime;
 use tern_core::error::{Error, Result};
 
 /// How a component was obtained.
@@ -23,22 +23,55 @@ pub enum Source {
     Compiled,
 }
 
-/// The cache file name for `bytes` on `engine`.
-pub fn key(engine: &Engine, bytes: &[u8]) -> String {
+/// The cache file name for `bytes` compiled by an engine with cache tag
+/// `tag` (architecture and memory layout, [`crate::Runtime::cache_tag`]).
+/// The tag leaves out the CPU features the engine detected, so that a cache
+/// precompiled for a device on another machine is found there; Wasmtime
+/// checks when loading that the code needs nothing the CPU lacks.
+pub fn key(tag: &str, bytes: &[u8]) -> String {
     // BLAKE3 rather than SHA-256: as collision resistant, and ~10x faster
     // without SHA instructions (a 19 MB componentize-py plugin hashed with
     // SHA-256 was a quarter of the warm start's CPU time).
     let digest = blake3::hash(bytes);
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    engine.precompile_compatibility_hash().hash(&mut h);
-    format!("{}-{:016x}.cwasm", digest.to_hex(), h.finish())
+    format!("{}-{tag}.cwasm", digest.to_hex())
+}
+
+/// Compiles the component at `path` with `runtime` (which may target another
+/// machine) into `cache_dir`, under the name that machine looks it up by.
+/// Returns the cache entry and the compiled size.
+pub fn precompile(runtime: &Runtime, path: &Path, cache_dir: &Path) -> Result<(PathBuf, usize)> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))?;
+    let compiled = compile(&runtime.engine, path, &bytes)?;
+    let entry = cache_dir.join(key(&runtime.cache_tag(), &bytes));
+    store(&entry, &compiled).map_err(|e| {
+        Error::internal(format!(
+            "cannot write cache entry '{}': {e}",
+            entry.display()
+        ))
+    })?;
+    Ok((entry, compiled.len()))
+}
+
+fn compile(engine: &Engine, path: &Path, bytes: &[u8]) -> Result<Vec<u8>> {
+    engine.precompile_component(bytes).map_err(|e| {
+        Error::invalid_arg(format!(
+            "'{}' is not a valid WebAssembly component: {e:#}",
+            path.display()
+        ))
+    })
 }
 
 /// Loads the component at `path`, from the cache when possible.
-pub fn load(engine: &Engine, path: &Path, cache_dir: Option<&Path>) -> Result<(Component, Source)> {
+pub fn load(
+    runtime: &Runtime,
+    path: &Path,
+    cache_dir: Option<&Path>,
+) -> Result<(Component, Source)> {
+    let engine = &runtime.engine;
     let bytes = std::fs::read(path)
         .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))?;
-    let entry: Option<PathBuf> = cache_dir.map(|d| d.join(key(engine, &bytes)));
+    let entry: Option<PathBuf> = cache_dir.map(|d| d.join(key(&runtime.cache_tag(), &bytes)));
     if let Some(entry) = &entry {
         if entry.is_file() {
             // SAFETY: the file was written by `Engine::precompile_component`
@@ -56,12 +89,7 @@ pub fn load(engine: &Engine, path: &Path, cache_dir: Option<&Path>) -> Result<(C
         }
     }
     let started = Instant::now();
-    let compiled = engine.precompile_component(&bytes).map_err(|e| {
-        Error::invalid_arg(format!(
-            "'{}' is not a valid WebAssembly component: {e:#}",
-            path.display()
-        ))
-    })?;
+    let compiled = compile(engine, path, &bytes)?;
     tracing::info!("compiled '{}' in {:?}", path.display(), started.elapsed());
     if let Some(entry) = &entry {
         if let Err(e) = store(entry, &compiled) {
@@ -103,20 +131,60 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_binds_content_and_engine() {
-        let engine = Engine::default();
-        let a = key(&engine, b"one");
-        assert_eq!(a, key(&engine, b"one"));
-        assert_ne!(a, key(&engine, b"two"));
-        assert!(a.ends_with(".cwasm") && a.len() == 64 + 1 + 16 + 6, "{a}");
-        let mut c = wasmtime::Config::new();
-        c.epoch_interruption(true);
-        let other = Engine::new(&c).unwrap();
-        assert_ne!(
-            a,
-            key(&other, b"one"),
-            "a different engine configuration gets its own entry"
+    fn key_binds_content_architecture_and_layout() {
+        let native = Runtime::new(false).unwrap();
+        let a = key(&native.cache_tag(), b"one");
+        assert_eq!(a, key(&native.cache_tag(), b"one"));
+        assert_ne!(a, key(&native.cache_tag(), b"two"));
+        assert!(
+            a.ends_with(&format!("-{}-on-demand.cwasm", std::env::consts::ARCH)),
+            "{a}"
         );
+        let cross = Runtime::for_target("aarch64-unknown-linux-gnu", true).unwrap();
+        assert_eq!(cross.cache_tag(), "aarch64-pooling");
+        let same = Runtime::for_target(
+            &format!("{}-unknown-linux-gnu", std::env::consts::ARCH),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            same.cache_tag(),
+            native.cache_tag(),
+            "a cache precompiled for this architecture is found by the native engine"
+        );
+    }
+
+    #[test]
+    fn a_precompiled_entry_for_this_machine_loads_from_the_cache_and_another_targets_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("model.wasm");
+        // The smallest component: no imports, no exports.
+        std::fs::write(&file, b"\0asm\x0d\0\x01\0").unwrap();
+        let cache = dir.path().join("cache");
+        let native = Runtime::new(false).unwrap();
+        let host = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+        let (entry, size) =
+            precompile(&Runtime::for_target(&host, false).unwrap(), &file, &cache).unwrap();
+        assert!(entry.is_file() && size > 0);
+        assert_eq!(load(&native, &file, Some(&cache)).unwrap().1, Source::Cache);
+        // An entry written for another engine under this machine's name is recompiled, not trusted.
+        let other = if std::env::consts::ARCH == "aarch64" {
+            "x86_64"
+        } else {
+            "aarch64"
+        };
+        let (foreign, _) = precompile(
+            &Runtime::for_target(&format!("{other}-unknown-linux-gnu"), false).unwrap(),
+            &file,
+            &cache,
+        )
+        .unwrap();
+        std::fs::rename(&foreign, &entry).unwrap();
+        assert_eq!(
+            load(&native, &file, Some(&cache)).unwrap().1,
+            Source::Compiled
+        );
+        assert_eq!(load(&native, &file, Some(&cache)).unwrap().1, Source::Cache);
     }
 
     #[test]
@@ -126,7 +194,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(&file, b"\0asm nonsense").unwrap();
         let cache = dir.join("cache");
-        let e = load(&Engine::default(), &file, Some(&cache)).err().unwrap();
+        let e = load(&Runtime::new(false).unwrap(), &file, Some(&cache))
+            .err()
+            .unwrap();
         assert!(
             e.message.contains("is not a valid WebAssembly component"),
             "{e}"

@@ -8,6 +8,7 @@ pub mod backend;
 pub mod cache;
 pub mod host;
 pub mod metrics;
+pub mod precompile;
 mod telemetry;
 
 pub use telemetry::{PluginCounters, PluginTelemetry};
@@ -31,8 +32,11 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 pub struct Runtime {
     /// The engine every plugin is compiled for.
     pub engine: Engine,
-    /// Whether the pooling instance allocator is in use (else on-demand).
+    /// Whether the pooling instance allocator's memory layout is in use
+    /// (else on-demand allocation with small reservations).
     pub pooling: bool,
+    /// The architecture the engine generates code for (`x86_64`, `aarch64`).
+    pub arch: String,
 }
 
 fn base_config() -> Config {
@@ -47,12 +51,25 @@ fn base_config() -> Config {
     c
 }
 
+/// On-demand allocation with small reservations: what a machine whose
+/// address space cannot hold the pool runs with.
+fn on_demand(c: &mut Config) {
+    c.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+    c.memory_reservation(64 << 20);
+    c.memory_guard_size(64 << 10);
+}
+
+fn engine(c: &Config) -> Result<Engine> {
+    Engine::new(c).map_err(|e| Error::internal(format!("cannot create the wasm engine: {e:#}")))
+}
+
 impl Runtime {
     /// Builds the engine: the pooling allocator if its address-space
     /// reservation succeeds, otherwise on-demand allocation with small
     /// reservations (kernels with a 39-bit address space, as on some Jetson
     /// boards, cannot reserve the pool). `pooling = false` skips the probe.
     pub fn new(pooling: bool) -> Result<Runtime> {
+        let arch = std::env::consts::ARCH.to_string();
         if pooling {
             let mut pool = PoolingAllocationConfig::default();
             pool.total_component_instances(512)
@@ -67,6 +84,7 @@ impl Runtime {
                     return Ok(Runtime {
                         engine,
                         pooling: true,
+                        arch,
                     })
                 }
                 Err(e) => tracing::info!(
@@ -75,15 +93,45 @@ impl Runtime {
             }
         }
         let mut c = base_config();
-        c.allocation_strategy(InstanceAllocationStrategy::OnDemand);
-        c.memory_reservation(64 << 20);
-        c.memory_guard_size(64 << 10);
-        let engine = Engine::new(&c)
-            .map_err(|e| Error::internal(format!("cannot create the wasm engine: {e:#}")))?;
+        on_demand(&mut c);
         Ok(Runtime {
-            engine,
+            engine: engine(&c)?,
             pooling: false,
+            arch,
         })
+    }
+
+    /// An engine generating code for another machine, `target` a triple such
+    /// as `aarch64-unknown-linux-gnu`, with the memory layout the device will
+    /// use (`pooling`, or on-demand where the pool cannot be reserved): for
+    /// precompiling plugins into a device's `.cwasm` cache. Code uses the
+    /// target's baseline instruction set, which every CPU of it runs.
+    pub fn for_target(target: &str, pooling: bool) -> Result<Runtime> {
+        let mut c = base_config();
+        c.target(target).map_err(|e| {
+            Error::invalid_arg(format!("unknown compilation target '{target}': {e:#}"))
+        })?;
+        if pooling {
+            // The pool's memory layout is the default one; no pool is reserved here.
+            c.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+        } else {
+            on_demand(&mut c);
+        }
+        let arch = target.split('-').next().unwrap_or(target).to_string();
+        Ok(Runtime {
+            engine: engine(&c)?,
+            pooling,
+            arch,
+        })
+    }
+
+    /// What a `.cwasm` cache entry of this engine is made for: architecture
+    /// and memory layout. Entries for another one are never picked; an entry
+    /// from another Wasmtime version fails its check when loaded and is
+    /// compiled again.
+    pub fn cache_tag(&self) -> String {
+        let layout = if self.pooling { "pooling" } else { "on-demand" };
+        format!("{}-{layout}", self.arch)
     }
 }
 

@@ -164,15 +164,14 @@ impl Repository {
                 .filter(|(_, e)| e.serving())
                 .filter_map(|(n, e)| Some((n.as_str(), &**e.config.as_ref()?))),
         );
-        let callers: BTreeSet<String> = changed
-            .iter()
-            .flat_map(|n| {
-                graph.callers(n).into_iter().inspect(move |d| {
-                    tracing::info!(model = %d, "reloading: it calls '{n}', which changed");
-                })
-            })
-            .filter(|d| !done.contains(d))
-            .collect();
+        let mut callers = BTreeSet::new();
+        for name in changed {
+            for caller in graph.callers(name) {
+                if !done.contains(&caller) && callers.insert(caller.clone()) {
+                    tracing::info!(model = %caller, "reloading: it calls '{name}', which changed");
+                }
+            }
+        }
         callers
             .into_iter()
             .filter_map(|name| {

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Checks the packages scripts/dist.py wrote in <dir>: lintian on each .deb,
+# then the binary of each .deb and tarball, extracted, must report the ONNX
+# Runtime library the package ships and serve the example repository.
+#   scripts/check-packages.sh <dir> [<aarch64 sysroot for qemu>]
+set -euo pipefail
+dir=$(realpath "$1")
+qroot=${2:+$(realpath "$2")}
+run() {  # run <binary> args...: natively, or under qemu for an aarch64 binary
+    if file -L "$1" | grep -q aarch64 && [ "$(uname -m)" != aarch64 ]; then
+        qemu-aarch64 -R 512G -L "$qroot" "$@"
+    else
+        "$@"
+    fi
+}
+check() {  # check <binary> <expected libonnxruntime.so> <example repository>
+    local out
+    out=$(run "$1" --version)
+    echo "$out"
+    grep -qF "onnxruntime: $(realpath "$2") (ORT Build Info" <<<"$out" || { echo "FAIL: $1 does not load $2"; exit 1; }
+    local log=$dir/serve.log port=$((20000 + RANDOM % 20000))
+    run "$1" --model-repository="$3" --http-port=$port --grpc-port=0 --metrics-port=0 \
+        --wasm-cache-dir=none >"$log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 120); do
+        curl -sf "localhost:$port/v2/health/ready" >/dev/null && break
+        kill -0 $pid 2>/dev/null || { cat "$log"; echo "FAIL: server exited"; exit 1; }
+        sleep 1
+    done
+    curl -sf "localhost:$port/v2/health/ready" >/dev/null || { cat "$log"; echo "FAIL: not ready"; exit 1; }
+    curl -sf -X POST "localhost:$port/v2/models/simple/infer" -d \
+        '{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]},
+          {"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}' \
+        | grep -q '"data":\[2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17\]' || { echo "FAIL: wrong answer"; exit 1; }
+    kill -TERM $pid && wait $pid || true
+    echo "ok: $1 serves the example repository"
+}
+for deb in "$dir"/*.deb; do
+    echo "== lintian $(basename "$deb")"
+    lintian --fail-on error "$deb"
+    x=$dir/extract-$(basename "$deb" .deb)
+    rm -rf "$x" && dpkg-deb -x "$deb" "$x"
+    check "$x/usr/bin/tern" "$x/usr/lib/tern/libonnxruntime.so" "$x/usr/share/tern/examples/model_repository"
+done
+for tgz in "$dir"/*.tar.gz; do
+    case $tgz in *musl*) continue ;; esac
+    x=$dir/extract-$(basename "$tgz" .tar.gz)
+    rm -rf "$x" && mkdir -p "$x" && tar -xzf "$tgz" -C "$x"
+    top=$(echo "$x"/*)
+    check "$top/bin/tern" "$top/lib/libonnxruntime.so" "$top/share/tern/model_repository"
+done

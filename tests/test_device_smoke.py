@@ -1,0 +1,85 @@
+"""The device smoke test: the server as a device runs it. Its plugins are
+precompiled on the build machine with `tern plugin compile` (for
+TERN_SMOKE_TARGET, default this machine) and must all load from that cache;
+the server runs in an address space too small for the pooling allocator (as on
+Jetson kernels with 39-bit addresses), so the engine falls back to on-demand
+allocation. An ONNX model, a Rust plugin, a Python plugin, an ensemble and a
+BLS plugin answer over HTTP and gRPC.
+
+`make e2e` runs it on this machine (address space capped with prlimit);
+`make smoke-aarch64` runs the aarch64 binary under qemu-user with a 39-bit
+guest address space (TERN_BIN is then a qemu wrapper, TERN_HOST_BIN the
+native binary that precompiles)."""
+
+import os
+import platform
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from conftest import ROOT, Tern, tern_bin
+from test_lang_plugins import TEXTS, check_prep, prep_inputs
+from test_plugins import add_sub_inputs, bls_inputs, plugins_dir
+
+import gen_models
+
+# 2^39 bytes: the user address space of a 39-bit-VA kernel.
+SMALL_ADDRESS_SPACE = 1 << 39
+PLUGINS = ["add_sub", "bls_caller", "bls_caller2", "misbehave", "prep_python", "simple_identity"]
+
+
+def target():
+    return os.environ.get("TERN_SMOKE_TARGET", f"{platform.machine()}-unknown-linux-gnu")
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("device") / "models")
+    gen_models.plugin_repo(root, plugins_dir())
+    os.makedirs(f"{root}/prep_python/1")
+    shutil.copy(os.path.join(ROOT, "model_repository", "prep_python", "config.pbtxt"), f"{root}/prep_python")
+    shutil.copy(os.path.join(plugins_dir(), "prep_python.wasm"), f"{root}/prep_python/1/model.wasm")
+    cache = str(tmp_path_factory.mktemp("cwasm"))
+    host = os.environ.get("TERN_HOST_BIN", tern_bin())
+    out = subprocess.run(
+        [host, "plugin", "compile", root, f"--cache-dir={cache}", f"--target={target()}", "--on-demand"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"{len(PLUGINS)} plugin(s) compiled for {target()}" in out.stderr, out.stderr
+    # Under qemu the wrapper reserves the small guest address space itself.
+    wrapper = [] if "TERN_SMOKE_TARGET" in os.environ else ["prlimit", f"--as={SMALL_ADDRESS_SPACE}"]
+    t = Tern([f"--model-repository={root}", f"--wasm-cache-dir={cache}"], wrapper=wrapper)
+    yield t
+    t.stop()
+
+
+def test_the_pool_falls_back_and_every_plugin_comes_from_the_precompiled_cache(device):
+    log = device.log()
+    assert "pooling allocator unavailable" in log and "pooling=false" in log, log
+    for m in PLUGINS:
+        assert f"(Cache) model={m} " in log, (m, log)
+    assert "(Compiled)" not in log and "recompiling" not in log, log
+
+
+@pytest.mark.parametrize("mod", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_onnx_rust_python_ensemble_and_bls(device, mod):
+    c = mod.InferenceServerClient(device.url if mod is httpclient else device.grpc_url)
+    inputs, a, b = bls_inputs("simple", mod)
+    for model in ("simple", "simple_ens"):
+        r = c.infer(model, inputs[1:])
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    y = np.full((2, 4), 0.5, dtype=np.float32)
+    np.testing.assert_array_equal(c.infer("add_sub", add_sub_inputs(x, y, mod)).as_numpy("OUTPUT0"), x + y)
+    x = np.random.default_rng(3).normal(size=(len(TEXTS), 4)).astype(np.float32)
+    check_prep(c.infer("prep_python", prep_inputs(mod, x, x, TEXTS)), x, x, TEXTS)
+    for route in ("simple", "bls_ens,simple_ens"):
+        inputs, a, b = bls_inputs(route, mod)
+        r = c.infer("bls_caller", inputs)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
