@@ -152,9 +152,11 @@ dist: setup $(ZIG_STAMP)
 	@for t in aarch64-unknown-linux-gnu x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do \
 		rustup target list --installed | grep -qx $$t || rustup target add $$t; done
 	@command -v lintian >/dev/null || (apt-get update -qq && apt-get install -y -qq lintian)
+	rm -rf dist
 	for a in x86_64 aarch64; do $(ZIG_PATH) $(PY) scripts/dist.py --arch $$a --flavour gnu && \
 		$(ZIG_PATH) $(PY) scripts/dist.py --arch $$a --flavour musl || exit 1; done
-	lintian --fail-on error dist/*.deb
+	bash scripts/qemu-aarch64.sh $(QEMU_DIR) $(CARGO_TARGET_DIR)/aarch64-unknown-linux-gnu/dist/tern
+	bash scripts/check-packages.sh dist $(QEMU_DIR)/root
 
 # Load benchmark (release build): see docs/PERFORMANCE.md.
 bench: release

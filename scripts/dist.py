@@ -130,8 +130,8 @@ def rust_licences(arch, flavour, path):
                     break
 
 
-def example_repository(dest, wasm_dir):
-    for m in EXAMPLE_MODELS:
+def example_repository(dest, wasm_dir, onnx=True):
+    for m in EXAMPLE_MODELS if onnx else [m for m in EXAMPLE_MODELS if m != "simple"]:
         src = os.path.join(ROOT, "model_repository", m)
         shutil.copytree(src, os.path.join(dest, m), ignore=shutil.ignore_patterns(".gitkeep"))
         if not os.path.exists(os.path.join(dest, m, "1")):
@@ -263,7 +263,7 @@ def main():
     os.makedirs(share)
     shutil.copy(os.path.join(ROOT, "packaging", "tern.service"), share)
     shutil.copy(os.path.join(ROOT, "packaging", "default"), os.path.join(share, "tern.default"))
-    example_repository(os.path.join(share, "model_repository"), a.wasm_dir)
+    example_repository(os.path.join(share, "model_repository"), a.wasm_dir, onnx=a.flavour == "gnu")
     made = [tarball(name, stage, a.out)]
     if a.flavour == "gnu" and not a.no_deb:
         made.append(deb(a.arch, ver, binary, ort, os.path.join(licences_dir, "rust-crates.txt"),

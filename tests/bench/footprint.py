@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Footprint of a release artifact: cold start to READY and idle RSS, for
+an empty repository (the baseline, measured in the same run), one small ONNX
+model, and the packaged example repository (ONNX + two Rust plugins) with a
+cold and then a warm .cwasm cache; plus the sizes of the files in dist/.
+
+    make dist && python tests/bench/footprint.py dist/tern-<v>-x86_64-linux-gnu.tar.gz
+
+Start time is from exec to the first 200 from /v2/health/ready (polled every
+2 ms); RSS is VmRSS one second after READY. Each figure is the median of
+--runs starts. Results go in docs/PERFORMANCE.md.
+"""
+
+import argparse
+import glob
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import tarfile
+import tempfile
+import time
+
+from http_load import free_port, rss_kib
+
+
+def ready_after(proc, port, started, timeout=60):
+    while time.perf_counter() - started < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tern exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                if s.recv(64).startswith(b"HTTP/1.1 200"):
+                    return time.perf_counter() - started
+        except OSError:
+            pass
+        time.sleep(0.002)
+    raise RuntimeError("not ready in time")
+
+
+def start(binary, repo, cache):
+    port = free_port()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [binary, f"--model-repository={repo}", f"--http-port={port}", "--grpc-port=0", "--metrics-port=0",
+         f"--wasm-cache-dir={cache}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        secs = ready_after(proc, port, t0)
+        time.sleep(1)
+        rss = rss_kib(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return secs, rss
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tarball")
+    ap.add_argument("--runs", type=int, default=5)
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="tern-footprint-")
+    with tarfile.open(a.tarball) as t:
+        t.extractall(work)
+    top = glob.glob(os.path.join(work, "*"))[0]
+    binary = os.path.join(top, "bin", "tern")
+    example = os.path.join(top, "share", "tern", "model_repository")
+    empty = os.path.join(work, "empty")
+    os.makedirs(empty)
+    small = os.path.join(work, "small")
+    shutil.copytree(os.path.join(example, "simple"), os.path.join(small, "simple"))
+    rows = []
+    for label, repo, warm in (
+        ("empty repository (baseline)", empty, True),
+        ("one small ONNX model", small, True),
+        ("example repository, cold .cwasm cache", example, False),
+        ("example repository, warm .cwasm cache", example, True),
+    ):
+        results = []
+        cache = os.path.join(work, "cache")
+        for _ in range(a.runs):
+            if not warm:
+                shutil.rmtree(cache, ignore_errors=True)
+            results.append(start(binary, repo, cache))
+        secs = statistics.median(r[0] for r in results)
+        rss = statistics.median(r[1] for r in results)
+        rows.append((label, secs * 1000, rss / 1024))
+    print(f"binary: {binary} ({os.path.getsize(binary) / 1e6:.1f} MB)")
+    print("| repository | start to READY (ms) | idle RSS (MiB) |")
+    print("|---|---:|---:|")
+    for label, ms, mib in rows:
+        print(f"| {label} | {ms:.0f} | {mib:.1f} |")
+    shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
