@@ -91,7 +91,7 @@ impl Repository {
         let (waves, cyclic) = graph.waves();
         for name in cyclic {
             let e = Error::invalid_arg(format!(
-                "ensemble '{name}': its steps call ensembles that call it back (a cycle of ensembles)"
+                "ensemble '{name}': its steps lead into a cycle of ensembles (ensembles whose steps call each other)"
             ));
             self.record_failure(&name, &e);
             if let Some(s) = staged.remove(&name) {
