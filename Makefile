@@ -12,7 +12,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test test-fast setup build release unit e2e flavours smoke-aarch64 package-check dist lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test test-fast setup build release unit e2e flavours smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -114,7 +114,7 @@ e2e: setup flavours
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests -q
 
-test: setup lint unit e2e smoke-aarch64 package-check
+test: setup lint unit e2e smoke-aarch64 package-check image-check
 
 # Cross builds with cargo-zigbuild (the ziglang wheel is the C toolchain and
 # libc for every target): glibc 2.31 for JetPack 5 and newer, static musl.
@@ -144,6 +144,23 @@ package-check: smoke-aarch64
 	@command -v lintian >/dev/null || (apt-get update -qq && apt-get install -y -qq lintian)
 	$(ZIG_PATH) $(PY) scripts/dist.py --arch aarch64 --profile cross --out .cache/package-check
 	bash scripts/check-packages.sh .cache/package-check $(QEMU_DIR)/root
+
+# The CPU image (tern:<version>-cpu: a multi-architecture OCI index over amd64
+# and arm64, plus an oci-archive) from the gnu tarballs, built with umoci and
+# skopeo (no Docker daemon), then unpacked and run by tests/test_images.py.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+IMAGE_TOOLS := command -v umoci >/dev/null && command -v skopeo >/dev/null || (apt-get update -qq && apt-get install -y -qq umoci skopeo)
+images: dist
+	@$(IMAGE_TOOLS)
+	$(PY) scripts/images.py --tarballs dist --out dist
+	TERN_IMAGE_LAYOUT=dist/oci TERN_IMAGE_TAG=$(VERSION)-cpu $(PY) -m pytest tests/test_images.py -q
+
+# CI's image check: the same image from the cheaper `cross` builds of both architectures.
+image-check: package-check
+	@$(IMAGE_TOOLS)
+	$(ZIG_PATH) $(PY) scripts/dist.py --arch x86_64 --profile cross --out .cache/package-check --no-deb
+	$(PY) scripts/images.py --tarballs .cache/package-check --out .cache/image-check
+	TERN_IMAGE_LAYOUT=.cache/image-check/oci TERN_IMAGE_TAG=$(VERSION)-cpu $(PY) -m pytest tests/test_images.py -q
 
 # Release artifacts in dist/: tarballs (x86_64, aarch64: glibc 2.31 + ONNX
 # Runtime; static musl plugins-only) and .debs, with the `dist` profile (fat

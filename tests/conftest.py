@@ -33,6 +33,7 @@ class Tern:
     def __init__(self, args, env=None, wait_ready=True, binary=None, wrapper=()):
         full_env = dict(os.environ)
         full_env.update(env or {})
+        full_env = {k: v for k, v in full_env.items() if v is not None}  # None removes a variable
         self.proc = subprocess.Popen(
             [
                 *wrapper,

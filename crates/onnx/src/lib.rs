@@ -71,12 +71,27 @@ fn loaded(settings: &BackendSettings) -> std::result::Result<&'static Loaded, &'
     let loaded = LOADED.get_or_init(|| {
         let mut errors = Vec::new();
         for path in library_candidates(settings) {
+            // ort resolves a relative path against the executable's folder and
+            // panics where that is unknown (no /proc, as in a bare chroot): give
+            // it absolute paths, and the bare name only where the lookup works.
+            let path = if path.components().count() > 1 {
+                std::path::absolute(&path).unwrap_or(path)
+            } else {
+                path
+            };
             if path.is_absolute() && !path.exists() {
                 errors.push(format!("{}: no such file", path.display()));
                 continue;
             }
-            match ort::init_from(&path) {
-                Ok(builder) => {
+            if !path.is_absolute() && std::env::current_exe().is_err() {
+                errors.push(format!(
+                    "{}: the system loader lookup needs /proc/self/exe, which is unavailable",
+                    path.display()
+                ));
+                continue;
+            }
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ort::init_from(&path))) {
+                Ok(Ok(builder)) => {
                     let env = builder
                         .with_name("tern")
                         .build()
@@ -84,7 +99,8 @@ fn loaded(settings: &BackendSettings) -> std::result::Result<&'static Loaded, &'
                     let path = path.canonicalize().unwrap_or(path);
                     return Ok(Loaded { env, path });
                 }
-                Err(e) => errors.push(format!("{}: {e}", path.display())),
+                Ok(Err(e)) => errors.push(format!("{}: {e}", path.display())),
+                Err(_) => errors.push(format!("{}: loading it panicked", path.display())),
             }
         }
         Err(format!(

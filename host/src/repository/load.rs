@@ -366,7 +366,16 @@ impl Repository {
                     settings: &self.options.backend,
                     models: self.me.clone(),
                 };
-                let model = backend.load(&ctx)?;
+                // A backend that panics while loading fails this load, not the server.
+                let model = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    backend.load(&ctx)
+                }))
+                .map_err(|_| {
+                    Error::internal(format!(
+                        "model '{name}' version {version}: the '{}' backend panicked while loading it",
+                        backend.name()
+                    ))
+                })??;
                 ModelHandle::start(
                     config.clone(),
                     version,
