@@ -28,7 +28,9 @@ EXAMPLE_MODELS = ["simple", "add_sub", "simple_identity"]
 
 
 def run(cmd, **kw):
-    print("+", " ".join(cmd), flush=True)
+    # Commands are echoed on stderr: stdout carries the paths --build-only and
+    # --onnxruntime-only print for the Makefile.
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
     return subprocess.run(cmd, check=True, **kw)
 
 

@@ -36,7 +36,7 @@ CROSS_PACKAGES = ["libc6-arm64-cross", "libstdc++6-arm64-cross", "libgcc-s1-arm6
 
 
 def run(cmd):
-    print("+", " ".join(cmd), flush=True)
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
     subprocess.run(cmd, check=True)
 
 
