@@ -4,6 +4,7 @@
 # Runtime library the package ships and serve the example repository.
 #   scripts/check-packages.sh <dir> [<aarch64 sysroot for qemu>]
 set -euo pipefail
+shopt -s nullglob
 # The packaged binaries must find the ONNX Runtime they ship, not one the caller points at.
 unset ORT_DYLIB_PATH TERN_ONNXRUNTIME_LIBRARY
 dir=$(realpath "$1")
