@@ -7,6 +7,8 @@
 //! * Protocol-neutral inference types: [`dtype`], [`tensor`],
 //!   [`bytes_tensor`], [`request`], plus request validation ([`validate`])
 //!   and the classification extension ([`classification`]).
+//! * [`sequence`]: sequence (stateful) requests and the sequence batcher's
+//!   control inputs and implicit state.
 //! * [`backend`]: the traits a backend implements; [`router`]: the trait
 //!   through which frontends, ensembles and plugins run requests by model name.
 //! * [`prometheus`]: the text exposition format every metric is written in.
@@ -22,6 +24,7 @@ pub mod error;
 pub mod prometheus;
 pub mod request;
 pub mod router;
+pub mod sequence;
 pub mod tensor;
 pub mod validate;
 

@@ -197,21 +197,35 @@ pub fn validate_outputs(
                 t.name
             )));
         }
-        let Some(spec) = cfg.output.iter().find(|o| o.name == t.name) else {
-            return Err(Error::internal(format!(
-                "model '{m}' returned output '{}', which is not in its configuration",
-                t.name
-            )));
+        // A sequence model's state outputs are checked like outputs: the
+        // batcher keeps them for the sequence's next request.
+        let state;
+        let (data_type, dims) = match cfg.output.iter().find(|o| o.name == t.name) {
+            Some(spec) => (spec.data_type, &spec.dims),
+            None => match crate::sequence::extra_outputs(cfg)
+                .into_iter()
+                .find(|s| s.name == t.name)
+            {
+                Some(s) => {
+                    state = s;
+                    (state.data_type, &state.dims)
+                }
+                None => {
+                    return Err(Error::internal(format!(
+                        "model '{m}' returned output '{}', which is not in its configuration",
+                        t.name
+                    )))
+                }
+            },
         };
-        if t.dtype.to_config() as i32 != spec.data_type {
+        if t.dtype.to_config() as i32 != data_type {
             return Err(Error::internal(format!(
                 "model '{m}' output '{}': expected datatype {}, got {}",
                 t.name,
-                config_name(spec.data_type),
+                config_name(data_type),
                 config_name(t.dtype.to_config() as i32)
             )));
         }
-        let dims = &spec.dims;
         let expected: Vec<i64> = if cfg.max_batch_size > 0 {
             std::iter::once(batch_size as i64)
                 .chain(dims.iter().copied())

@@ -340,6 +340,36 @@ impl Backend for OnnxBackend {
                 )));
             }
         }
+        // The sequence batcher's control and state inputs and state outputs.
+        for extra in tern_core::sequence::extra_inputs(cfg) {
+            let found = session.inputs().iter().find(|o| o.name() == extra.name);
+            let Some(outlet) = found else {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': sequence batching input '{}' is not in the ONNX model (model inputs: {})",
+                    cfg.name,
+                    extra.name,
+                    session.inputs().iter().map(|o| o.name().to_string()).collect::<Vec<_>>().join(", ")
+                )));
+            };
+            let (_, dt, _) = describe(outlet, &cfg.name)?;
+            if dt.to_config() as i32 != extra.data_type {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': sequence batching input '{}' has data type {} in the config but {} in the ONNX model",
+                    cfg.name,
+                    extra.name,
+                    tern_core::dtype::config_name(extra.data_type),
+                    tern_core::dtype::config_name(dt.to_config() as i32)
+                )));
+            }
+        }
+        for extra in tern_core::sequence::extra_outputs(cfg) {
+            if !session.outputs().iter().any(|o| o.name() == extra.name) {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': state output '{}' is not in the ONNX model",
+                    cfg.name, extra.name
+                )));
+            }
+        }
         for output in &cfg.output {
             if !session.outputs().iter().any(|o| o.name() == output.name) {
                 return Err(Error::invalid_arg(format!(
@@ -348,7 +378,12 @@ impl Backend for OnnxBackend {
                 )));
             }
         }
+        let states = tern_core::sequence::extra_outputs(cfg)
+            .into_iter()
+            .map(|o| (o.name, o.data_type))
+            .collect();
         Ok(Arc::new(OnnxModel {
+            states: Arc::new(states),
             config: Arc::new(cfg.clone()),
             version: ctx.version,
             path,
@@ -360,6 +395,8 @@ impl Backend for OnnxBackend {
 
 struct OnnxModel {
     config: Arc<ModelConfig>,
+    /// The sequence batcher's state outputs (name, data type), fetched beside the config's outputs.
+    states: Arc<Vec<(String, i32)>>,
     version: i64,
     path: PathBuf,
     settings: BackendSettings,
@@ -406,6 +443,7 @@ impl Model for OnnxModel {
         }
         Ok(Box::new(OnnxInstance {
             config: self.config.clone(),
+            states: self.states.clone(),
             version: self.version,
             session,
             device: spec.device,
@@ -415,6 +453,7 @@ impl Model for OnnxModel {
 
 struct OnnxInstance {
     config: Arc<ModelConfig>,
+    states: Arc<Vec<(String, i32)>>,
     version: i64,
     session: Session,
     device: DeviceKind,
@@ -495,26 +534,30 @@ impl OnnxInstance {
         drop(staging);
         let mut per_request: Vec<Vec<Tensor>> = batch
             .iter()
-            .map(|_| Vec::with_capacity(cfg.output.len()))
+            .map(|_| Vec::with_capacity(cfg.output.len() + self.states.len()))
             .collect();
-        for output in &cfg.output {
-            let value = outputs.remove(output.name.as_str()).ok_or_else(|| {
+        let wanted = cfg
+            .output
+            .iter()
+            .map(|o| (&o.name, o.data_type, Some(o)))
+            .chain(self.states.iter().map(|(n, dt)| (n, *dt, None)));
+        for (name, data_type, output) in wanted {
+            let value = outputs.remove(name.as_str()).ok_or_else(|| {
                 Error::internal(format!(
-                    "model '{}': the model did not produce output '{}'",
-                    cfg.name, output.name
+                    "model '{}': the model did not produce output '{name}'",
+                    cfg.name
                 ))
             })?;
-            let mut t = io::output(&output.name, value)?;
-            if output.data_type != t.dtype.to_config() as i32 {
+            let mut t = io::output(name, value)?;
+            if data_type != t.dtype.to_config() as i32 {
                 return Err(Error::internal(format!(
-                    "model '{}': output '{}' has type {} but the config declares {}",
+                    "model '{}': output '{name}' has type {} but the config declares {}",
                     cfg.name,
-                    output.name,
                     t.dtype,
-                    tern_core::dtype::config_name(output.data_type)
+                    tern_core::dtype::config_name(data_type)
                 )));
             }
-            if output.reshape.is_some() {
+            if let Some(output) = output.filter(|o| o.reshape.is_some()) {
                 t.shape = unreshape(
                     &output.dims,
                     batched.then(|| t.shape.first().copied().unwrap_or(1)),

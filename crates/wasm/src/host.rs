@@ -340,14 +340,16 @@ pub fn params_from_wit(p: Vec<wit::Parameter>) -> Parameters {
 
 /// A request as the plugin's `execute` receives it.
 pub fn request_to_wit(r: &InferRequest) -> wit::Request {
-    let correlation_id = match r.parameters.get("sequence_id") {
-        Some(Parameter::Int(i)) if *i != 0 => wit::CorrelationId::Number(*i as u64),
-        Some(Parameter::String(s)) if !s.is_empty() => wit::CorrelationId::Text(s.clone()),
-        _ => wit::CorrelationId::None,
-    };
-    let flag = |key: &str, bit: u32| match r.parameters.get(key) {
-        Some(Parameter::Bool(true)) => bit,
-        _ => 0,
+    // Requests reach a plugin validated; a malformed sequence parameter reads as "no sequence".
+    let seq = r.sequence().unwrap_or(tern_core::sequence::SequenceFlags {
+        id: None,
+        start: false,
+        end: false,
+    });
+    let correlation_id = match seq.id {
+        Some(tern_core::sequence::CorrelationId::Number(n)) => wit::CorrelationId::Number(n),
+        Some(tern_core::sequence::CorrelationId::Text(s)) => wit::CorrelationId::Text(s),
+        None => wit::CorrelationId::None,
     };
     wit::Request {
         id: r.id.clone(),
@@ -355,7 +357,7 @@ pub fn request_to_wit(r: &InferRequest) -> wit::Request {
         requested_outputs: r.outputs.iter().map(|o| o.name.clone()).collect(),
         parameters: params_to_wit(&r.parameters),
         correlation_id,
-        flags: flag("sequence_start", 1) | flag("sequence_end", 2),
+        flags: u32::from(seq.start) | (u32::from(seq.end) << 1),
     }
 }
 

@@ -28,11 +28,11 @@ use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
 use tern_core::{InferRequest, InferResponse};
 
-type Reply = oneshot::Sender<Result<InferResponse>>;
+pub(super) type Reply = oneshot::Sender<Result<InferResponse>>;
 
 /// Holds finished responses until all earlier arrivals are released (`preserve_ordering`).
 #[derive(Default)]
-struct Reorder {
+pub(super) struct Reorder {
     next: u64,
     held: BTreeMap<u64, (Reply, Result<InferResponse>)>,
 }
@@ -100,7 +100,7 @@ impl QueueState {
     }
 }
 
-fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<Vec<InstanceSpec>> {
+pub(super) fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<Vec<InstanceSpec>> {
     let mut specs = Vec::new();
     for group in &config.instance_group {
         let devices: Vec<DeviceKind> = if group.kind == Kind::Gpu as i32 {
@@ -155,7 +155,7 @@ struct InstanceSource {
 }
 
 /// Creates one instance and runs every warmup sample on it.
-fn create_instance(
+pub(super) fn create_instance(
     config: &ModelConfig,
     version: i64,
     model: &Arc<dyn Model>,
@@ -390,9 +390,13 @@ impl Pool {
 
 /// The error of a request the version can no longer serve.
 fn gone(s: &Shared) -> Error {
+    gone_error(&s.config.name, s.version)
+}
+
+/// The error of a request a version can no longer serve (unloaded, replaced).
+pub(super) fn gone_error(model: &str, version: i64) -> Error {
     Error::unavailable(format!(
-        "model '{}' version {} is no longer available",
-        s.config.name, s.version
+        "model '{model}' version {version} is no longer available"
     ))
 }
 
@@ -437,18 +441,32 @@ fn stop(shared: &Shared) {
 
 /// Sends a response, in arrival order when `preserve_ordering` is set.
 fn deliver(s: &Shared, seq: u64, reply: Reply, result: Result<InferResponse>) {
-    if !s.policy.preserve_ordering {
-        let _ = reply.send(result);
-        return;
-    }
-    let mut r = s.reorder.lock().expect("reorder lock");
-    r.held.insert(seq, (reply, result));
-    while let Some((reply, result)) = {
-        let next = r.next;
-        r.held.remove(&next)
-    } {
-        r.next += 1;
-        let _ = reply.send(result);
+    Reorder::deliver(&s.reorder, s.policy.preserve_ordering, seq, reply, result);
+}
+
+impl Reorder {
+    /// Sends a response at once, or (`preserve`) once every earlier arrival
+    /// number has been delivered.
+    pub(super) fn deliver(
+        this: &Mutex<Reorder>,
+        preserve: bool,
+        seq: u64,
+        reply: Reply,
+        result: Result<InferResponse>,
+    ) {
+        if !preserve {
+            let _ = reply.send(result);
+            return;
+        }
+        let mut r = this.lock().expect("reorder lock");
+        r.held.insert(seq, (reply, result));
+        while let Some((reply, result)) = {
+            let next = r.next;
+            r.held.remove(&next)
+        } {
+            r.next += 1;
+            let _ = reply.send(result);
+        }
     }
 }
 
@@ -552,6 +570,59 @@ fn next_batch(s: &Shared, retire: &AtomicBool) -> Option<Vec<Pending>> {
     }
 }
 
+/// What one execution of a batch produced.
+pub(super) struct Executed {
+    /// One result per request, in order.
+    pub results: Vec<Result<InferResponse>>,
+    /// The execution's compute times, as the statistics split them.
+    pub times: ComputeTimes,
+    /// When the execution started.
+    pub start: Instant,
+}
+
+/// Runs `requests` on `instance` as one batch: exactly one result per
+/// request (a backend panic or a wrong count becomes an error for each).
+pub(super) fn execute_batch(
+    model: &str,
+    name: &str,
+    instance: &mut dyn Instance,
+    requests: &[InferRequest],
+) -> Executed {
+    let start = Instant::now();
+    let mut timing = ExecTiming::default();
+    let results = catch_unwind(AssertUnwindSafe(|| instance.execute(requests, &mut timing)));
+    let end = Instant::now();
+    let results: Vec<Result<InferResponse>> = match results {
+        Ok(r) if r.len() == requests.len() => r,
+        Ok(r) => {
+            let e = Error::internal(format!(
+                "model '{model}': backend returned {} responses for {} requests",
+                r.len(),
+                requests.len()
+            ));
+            requests.iter().map(|_| Err(e.clone())).collect()
+        }
+        Err(_) => {
+            tracing::error!(model = %model, instance = %name, "backend panicked while executing a batch");
+            let e = Error::internal(format!(
+                "model '{model}': the backend failed while executing the request"
+            ));
+            requests.iter().map(|_| Err(e.clone())).collect()
+        }
+    };
+    let input_done = timing.input_done.unwrap_or(start).clamp(start, end);
+    let infer_done = timing.infer_done.unwrap_or(end).clamp(input_done, end);
+    Executed {
+        results,
+        times: ComputeTimes {
+            input: input_done - start,
+            infer: infer_done - input_done,
+            output: end - infer_done,
+        },
+        start,
+    }
+}
+
 fn worker(s: Arc<Shared>, name: String, mut instance: Box<dyn Instance>, retire: Arc<AtomicBool>) {
     let model = &s.config.name;
     while let Some(batch) = next_batch(&s, &retire) {
@@ -580,37 +651,11 @@ fn worker(s: Arc<Shared>, name: String, mut instance: Box<dyn Instance>, retire:
             metas.push((p.seq, p.reply, p.enqueued, p.batch_size));
             requests.push(p.request);
         }
-        let start = Instant::now();
-        let mut timing = ExecTiming::default();
-        let results = catch_unwind(AssertUnwindSafe(|| {
-            instance.execute(&requests, &mut timing)
-        }));
-        let end = Instant::now();
-        let mut results: Vec<Result<InferResponse>> = match results {
-            Ok(r) if r.len() == requests.len() => r,
-            Ok(r) => {
-                let e = Error::internal(format!(
-                    "model '{model}': backend returned {} responses for {} requests",
-                    r.len(),
-                    requests.len()
-                ));
-                requests.iter().map(|_| Err(e.clone())).collect()
-            }
-            Err(_) => {
-                tracing::error!(model = %model, instance = %name, "backend panicked while executing a batch");
-                let e = Error::internal(format!(
-                    "model '{model}': the backend failed while executing the request"
-                ));
-                requests.iter().map(|_| Err(e.clone())).collect()
-            }
-        };
-        let input_done = timing.input_done.unwrap_or(start).clamp(start, end);
-        let infer_done = timing.infer_done.unwrap_or(end).clamp(input_done, end);
-        let times = ComputeTimes {
-            input: input_done - start,
-            infer: infer_done - input_done,
-            output: end - infer_done,
-        };
+        let Executed {
+            mut results,
+            times,
+            start,
+        } = execute_batch(model, &name, instance.as_mut(), &requests);
         let done = Instant::now();
         let outcomes: Vec<RequestOutcome> = metas
             .iter()

@@ -6,6 +6,8 @@
 //!   queue, with the default scheduler or Triton's dynamic batcher
 //!   ([`queue`] decides, [`policy`] holds the rules, [`deadlines`] answers
 //!   queue timeouts, [`warmup`] runs `model_warmup` on each new instance);
+//! * [`sequence`]: Triton's sequence batcher for stateful models: slots,
+//!   backlog, control inputs and implicit state, one batch loop per instance;
 //! * [`ensemble`]: the step DAG, every step through its composing model's
 //!   scheduler.
 //!
@@ -16,6 +18,7 @@ pub mod ensemble;
 pub mod instances;
 pub mod policy;
 pub mod queue;
+pub mod sequence;
 pub mod stats;
 pub mod warmup;
 
@@ -37,6 +40,8 @@ use tern_core::{InferRequest, InferResponse};
 pub enum Scheduler {
     /// The version's instances, behind its queue.
     Instances(instances::Pool),
+    /// The sequence batcher over the version's instances.
+    Sequence(sequence::Pool),
     /// The ensemble's step DAG.
     Ensemble(Box<ensemble::EnsembleScheduler>),
 }
@@ -53,9 +58,10 @@ pub struct ModelHandle {
 
 impl ModelHandle {
     /// Creates every instance of every `instance_group`, runs the warmup samples on
-    /// each, and starts their threads. Fails (and starts nothing) if any instance
-    /// cannot be created or warmed up. `summaries` keeps recent latencies for
-    /// the Prometheus summaries.
+    /// each, and starts their threads (behind the sequence batcher when the
+    /// config has `sequence_batching`). Fails (and starts nothing) if any
+    /// instance cannot be created or warmed up. `summaries` keeps recent
+    /// latencies for the Prometheus summaries.
     pub fn start(
         config: Arc<ModelConfig>,
         version: i64,
@@ -65,6 +71,22 @@ impl ModelHandle {
         model_dir: &Path,
         summaries: bool,
     ) -> Result<ModelHandle> {
+        if tern_core::sequence::batching(&config).is_some() {
+            let pool = sequence::Pool::start(
+                config.clone(),
+                version,
+                model,
+                gpu_count,
+                model_dir,
+                summaries,
+            )?;
+            return Ok(ModelHandle {
+                config,
+                version,
+                labels,
+                scheduler: Scheduler::Sequence(pool),
+            });
+        }
         let pool = instances::Pool::start(
             config.clone(),
             version,
@@ -155,6 +177,7 @@ impl ModelHandle {
                 pool.schedule(request, batch_size, level, timeout, arrived)
                     .await?
             }
+            Scheduler::Sequence(pool) => pool.schedule(request, batch_size, arrived).await?,
             Scheduler::Ensemble(e) => e.schedule(request, batch_size, arrived).await?,
         };
         if !requested.is_empty() {
@@ -188,6 +211,7 @@ impl ModelHandle {
     fn policy(&self) -> &BatchPolicy {
         match &self.scheduler {
             Scheduler::Instances(p) => p.policy(),
+            Scheduler::Sequence(p) => p.policy(),
             Scheduler::Ensemble(e) => e.policy(),
         }
     }
@@ -195,6 +219,7 @@ impl ModelHandle {
     fn model_stats(&self) -> &ModelStats {
         match &self.scheduler {
             Scheduler::Instances(p) => p.stats(),
+            Scheduler::Sequence(p) => p.stats(),
             Scheduler::Ensemble(e) => e.stats(),
         }
     }
@@ -213,6 +238,7 @@ impl ModelHandle {
     pub fn pending(&self) -> usize {
         match &self.scheduler {
             Scheduler::Instances(p) => p.pending(),
+            Scheduler::Sequence(p) => p.pending(),
             Scheduler::Ensemble(_) => 0,
         }
     }
@@ -221,6 +247,7 @@ impl ModelHandle {
     pub fn shutdown(&self) {
         match &self.scheduler {
             Scheduler::Instances(p) => p.shutdown(),
+            Scheduler::Sequence(p) => p.shutdown(),
             Scheduler::Ensemble(e) => e.shutdown(),
         }
     }

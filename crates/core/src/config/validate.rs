@@ -15,7 +15,8 @@ use crate::tensor::shape_str;
 /// (`KIND_AUTO` resolves to CPU when `gpu_count` is 0). Ensembles get no
 /// instance group: their steps run on the composing models' instances.
 /// Like Triton's `NormalizeModelConfig`, `dynamic_batching` without
-/// preferred sizes prefers `max_batch_size`, models other than ensembles get
+/// preferred sizes prefers `max_batch_size`, `sequence_batching` gets the one-second
+/// idle timeout when it gives none, models other than ensembles get
 /// pinned input/output buffers enabled in `optimization`, and every model has
 /// a `model_transaction_policy` (`decoupled: false` unless configured), so
 /// the config a client reads matches tritonserver's field for field.
@@ -36,6 +37,13 @@ pub fn normalize(cfg: &mut ModelConfig, gpu_count: usize) {
         }
         if opt.output_pinned_memory.is_none() {
             opt.output_pinned_memory = enabled();
+        }
+    }
+    if let Some(pb::model_config::SchedulingChoice::SequenceBatching(sb)) =
+        &mut cfg.scheduling_choice
+    {
+        if sb.max_sequence_idle_microseconds == 0 {
+            sb.max_sequence_idle_microseconds = crate::sequence::DEFAULT_IDLE_MICROSECONDS;
         }
     }
     cfg.model_transaction_policy
@@ -172,6 +180,7 @@ pub fn validate(cfg: &ModelConfig, folder: &str) -> Result<()> {
             }
         }
     }
+    crate::sequence::validate_config(cfg)?;
     Ok(())
 }
 
@@ -328,9 +337,6 @@ pub fn check_supported(cfg: &ModelConfig) -> Result<()> {
             "model '{m}': {what} is not supported by this version of Tern"
         )))
     };
-    if let Some(pb::model_config::SchedulingChoice::SequenceBatching(_)) = &cfg.scheduling_choice {
-        return unsupported("sequence_batching");
-    }
     if cfg
         .model_transaction_policy
         .as_ref()

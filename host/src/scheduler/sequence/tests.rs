@@ -1,0 +1,246 @@
+//! The sequence batcher end to end over a test backend that accumulates
+//! its input in implicit state: many concurrent sequences, backlog, idle
+//! release and Triton's request errors.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Pool;
+use tern_core::backend::{ExecTiming, Instance, InstanceSpec, Model};
+use tern_core::config::parse_pbtxt;
+use tern_core::error::Result;
+use tern_core::{DataType, InferRequest, InferResponse, Parameter, Tensor};
+
+/// OUTPUT = ACC + INPUT (ACC the state), READY echoed; counts rows executed.
+struct Accumulator {
+    rows: Arc<AtomicUsize>,
+}
+
+struct AccInstance {
+    rows: Arc<AtomicUsize>,
+}
+
+impl Model for Accumulator {
+    fn create_instance(&self, _spec: &InstanceSpec) -> Result<Box<dyn Instance>> {
+        Ok(Box::new(AccInstance {
+            rows: self.rows.clone(),
+        }))
+    }
+}
+
+fn int(t: &Tensor) -> i32 {
+    i32::from_le_bytes(t.data[..4].try_into().unwrap())
+}
+
+impl Instance for AccInstance {
+    fn execute(
+        &mut self,
+        batch: &[InferRequest],
+        _timing: &mut ExecTiming,
+    ) -> Vec<Result<InferResponse>> {
+        self.rows.fetch_add(batch.len(), Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(1));
+        batch
+            .iter()
+            .map(|r| {
+                let sum = int(r.input("ACC").unwrap()) + int(r.input("INPUT").unwrap());
+                let shape = r.input("INPUT").unwrap().shape.clone();
+                let t = |n: &str, v: i32| {
+                    Tensor::new(n, DataType::Int32, shape.clone(), v.to_le_bytes().to_vec())
+                };
+                Ok(InferResponse {
+                    outputs: vec![
+                        t("OUTPUT", sum),
+                        t("READY_OUT", int(r.input("READY").unwrap())),
+                        t("ACC_OUT", sum),
+                    ],
+                    ..Default::default()
+                })
+            })
+            .collect()
+    }
+}
+
+fn pool(strategy: &str, instances: u32, idle_us: u64) -> (Arc<Pool>, Arc<AtomicUsize>) {
+    let cfg = parse_pbtxt(&format!(
+        r#"name: "acc" max_batch_size: 4
+           input [{{name: "INPUT" data_type: TYPE_INT32 dims: [1]}}]
+           output [{{name: "OUTPUT" data_type: TYPE_INT32 dims: [1]}},
+                   {{name: "READY_OUT" data_type: TYPE_INT32 dims: [1]}}]
+           instance_group [{{kind: KIND_CPU count: {instances}}}]
+           sequence_batching {{
+             max_sequence_idle_microseconds: {idle_us}
+             {strategy}
+             control_input [{{name: "READY" control [{{kind: CONTROL_SEQUENCE_READY int32_false_true: [0, 1]}}]}}]
+             state [{{input_name: "ACC" output_name: "ACC_OUT" data_type: TYPE_INT32 dims: [1]}}]
+           }}"#
+    ))
+    .unwrap();
+    let rows = Arc::new(AtomicUsize::new(0));
+    let model = Arc::new(Accumulator { rows: rows.clone() });
+    let dir = std::env::temp_dir();
+    let pool = Pool::start(Arc::new(cfg), 1, model, 0, &dir, false).unwrap();
+    (Arc::new(pool), rows)
+}
+
+fn request(id: Parameter, start: bool, end: bool, value: i32) -> InferRequest {
+    let mut r = InferRequest {
+        model_name: "acc".into(),
+        inputs: vec![Tensor::new(
+            "INPUT",
+            DataType::Int32,
+            vec![1, 1],
+            value.to_le_bytes().to_vec(),
+        )],
+        ..Default::default()
+    };
+    r.parameters.insert("sequence_id".into(), id);
+    r.parameters
+        .insert("sequence_start".into(), Parameter::Bool(start));
+    r.parameters
+        .insert("sequence_end".into(), Parameter::Bool(end));
+    r
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// Many more sequences than slots, numeric and string ids: every sequence
+/// sums exactly its own values, in order, whatever it shared a batch with.
+fn concurrent_sequences_keep_their_own_state(strategy: &str) {
+    let (pool, rows) = pool(strategy, 2, 5_000_000);
+    runtime().block_on(async {
+        let tasks: Vec<_> = (0..24u64)
+            .map(|s| {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    let id = if s % 2 == 0 {
+                        Parameter::Int(s as i64 + 1)
+                    } else {
+                        Parameter::String(format!("seq-{s}"))
+                    };
+                    let mut expected = 0;
+                    for step in 0..10 {
+                        let value = (s as i32) * 100 + step;
+                        expected += value;
+                        let r = request(id.clone(), step == 0, step == 9, value);
+                        let out = pool.schedule(r, 1, Instant::now()).await.unwrap();
+                        assert_eq!(out.outputs.len(), 2, "the state output is not returned");
+                        assert_eq!(int(&out.outputs[0]), expected, "sequence {s} step {step}");
+                        assert_eq!(int(&out.outputs[1]), 1, "READY is true for real requests");
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            tokio::time::timeout(Duration::from_secs(60), t)
+                .await
+                .expect("a sequence never finished")
+                .unwrap();
+        }
+    });
+    let snap = pool.stats().snapshot();
+    assert_eq!(
+        snap.inference_count, 240,
+        "fillers are not counted as inferences"
+    );
+    assert!(rows.load(Ordering::SeqCst) >= 240);
+    assert_eq!(
+        pool.sequences(),
+        0,
+        "every sequence ended and freed its slot"
+    );
+}
+
+#[test]
+fn direct_sequences_keep_their_own_state() {
+    concurrent_sequences_keep_their_own_state("direct {}");
+}
+
+#[test]
+fn oldest_sequences_keep_their_own_state() {
+    concurrent_sequences_keep_their_own_state(
+        "oldest { max_candidate_sequences: 6 preferred_batch_size: [4] max_queue_delay_microseconds: 200 }",
+    );
+}
+
+#[test]
+fn requests_outside_a_live_sequence_get_tritons_errors() {
+    let (pool, _) = pool("direct {}", 1, 100_000);
+    runtime().block_on(async {
+        let e = pool
+            .schedule(request(Parameter::Int(5), false, false, 1), 1, Instant::now())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "inference request for sequence 5 to model 'acc' must specify the START flag on the first request of the sequence"
+        );
+        let e = pool
+            .schedule(request(Parameter::Int(0), true, false, 1), 1, Instant::now())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "inference request to model 'acc' must specify a non-zero or non-empty correlation ID"
+        );
+        let e = pool
+            .schedule(request(Parameter::Int(6), true, false, 1), 2, Instant::now())
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("must specify batch-size 1"), "{}", e.message);
+        // Started, then idle past the timeout: released, and forgotten.
+        let s = Parameter::String("vad".into());
+        pool.schedule(request(s.clone(), true, false, 1), 1, Instant::now())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let e = pool
+            .schedule(request(s.clone(), false, false, 1), 1, Instant::now())
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("sequence vad to model 'acc' must specify the START flag"));
+        // A new START starts from the initial state again.
+        let out = pool
+            .schedule(request(s, true, true, 7), 1, Instant::now())
+            .await
+            .unwrap();
+        assert_eq!(int(&out.outputs[0]), 7);
+    });
+}
+
+#[test]
+fn an_idle_sequence_frees_its_slot_for_the_backlog() {
+    // One slot (one instance, max_batch_size 4 but direct on 1 instance has 4 slots:
+    // use 5 sequences so one waits), idle after 200 ms.
+    let (pool, _) = pool("direct {}", 1, 200_000);
+    runtime().block_on(async {
+        for s in 1..=4 {
+            pool.schedule(
+                request(Parameter::Int(s), true, false, 1),
+                1,
+                Instant::now(),
+            )
+            .await
+            .unwrap();
+        }
+        let started = Instant::now();
+        // All four slots are held by idle sequences: the fifth waits for one to be released.
+        let out = pool
+            .schedule(request(Parameter::Int(5), true, true, 3), 1, Instant::now())
+            .await
+            .unwrap();
+        assert_eq!(int(&out.outputs[0]), 3);
+        assert!(
+            started.elapsed() >= Duration::from_millis(150),
+            "{:?}",
+            started.elapsed()
+        );
+    });
+}
