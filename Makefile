@@ -12,7 +12,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test test-fast setup build release unit e2e flavours smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test test-fast setup build release unit e2e flavours smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -35,6 +35,7 @@ $(PERF_ANALYZER): scripts/get_perf_analyzer.sh | $(VENV)/.stamp
 models: $(VENV)/.stamp
 	@test -f model_repository/tiny_lm/1/model.onnx || $(PY) scripts/gen_models.py example model_repository
 	@test -f model_repository/minilm/1/model.onnx -a -f model_repository/bert_tokenizer/1/vocab.txt || $(PY) scripts/gen_minilm.py model_repository
+	@test -f model_repository/silero_vad/1/model.onnx || $(PY) scripts/get_silero_vad.py model_repository
 	@test -f model_repository/magika_model/1/model.onnx -a -f model_repository/magika_post/1/content_types_kb.min.json -a -f model_repository/magika_prep/1/config.min.json || $(PY) scripts/get_magika.py model_repository
 
 # WebAssembly plugins (plugins/, own cargo workspace) and the examples served from model_repository/.
@@ -109,7 +110,11 @@ flavours: setup
 	mkdir -p $(dir $(MINIMAL_BIN)) && cp $(CARGO_TARGET_DIR)/debug/tern $(MINIMAL_BIN)
 	$(CARGO) build -p tern
 
-e2e: setup flavours
+# espeak-ng (Debian) speaks the test audio of the Silero VAD stream tests.
+test-audio:
+	@command -v espeak-ng >/dev/null || (apt-get update -qq && apt-get install -y -qq espeak-ng)
+
+e2e: setup flavours test-audio
 	$(CARGO) build --workspace
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests -q

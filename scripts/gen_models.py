@@ -230,6 +230,130 @@ parameters {{ key: "execution_timeout_ms" value: {{ string_value: "2000" }} }}
     )
 
 
+def sequence_onnx(path, corrid_type):
+    """A stateful accumulator for the sequence batcher: OUTPUT = ACC + INPUT
+    (only when READY), the new sum is also the state output ACC_OUT; the
+    control inputs come back as START_OUT (INT32), END_OUT (FP32), READY_OUT
+    (INT32 from BOOL) and CORRID_OUT."""
+    b = ["batch", 1]
+    vi = helper.make_tensor_value_info
+    inputs = [
+        vi("INPUT", TensorProto.INT32, b),
+        vi("START", TensorProto.INT32, b),
+        vi("END", TensorProto.FLOAT, b),
+        vi("READY", TensorProto.BOOL, b),
+        vi("CORRID", corrid_type, b),
+        vi("ACC", TensorProto.INT32, b),
+    ]
+    outputs = [
+        vi("OUTPUT", TensorProto.INT32, b),
+        vi("ACC_OUT", TensorProto.INT32, b),
+        vi("START_OUT", TensorProto.INT32, b),
+        vi("END_OUT", TensorProto.FLOAT, b),
+        vi("READY_OUT", TensorProto.INT32, b),
+        vi("CORRID_OUT", corrid_type, b),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["READY"], ["READY_OUT"], to=TensorProto.INT32),
+        helper.make_node("Mul", ["INPUT", "READY_OUT"], ["added"]),
+        helper.make_node("Add", ["ACC", "added"], ["OUTPUT"]),
+        helper.make_node("Identity", ["OUTPUT"], ["ACC_OUT"]),
+        helper.make_node("Identity", ["START"], ["START_OUT"]),
+        helper.make_node("Identity", ["END"], ["END_OUT"]),
+        helper.make_node("Identity", ["CORRID"], ["CORRID_OUT"]),
+    ]
+    graph = helper.make_graph(nodes, "sequence_accumulate", inputs, outputs)
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)]), path)
+
+
+SEQUENCE_CONFIG = """name: "{name}"
+backend: "onnxruntime"
+max_batch_size: 4
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [
+  {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "START_OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "END_OUT" data_type: TYPE_FP32 dims: [ 1 ] }},
+  {{ name: "READY_OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "CORRID_OUT" data_type: {corrid} dims: [ 1 ] }}
+]
+instance_group [ {{ kind: KIND_CPU count: 2 }} ]
+sequence_batching {{
+  max_sequence_idle_microseconds: {idle}
+  {strategy}
+  control_input [
+    {{ name: "START" control [ {{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "END" control [ {{ kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "READY" control [ {{ kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] }} ] }},
+    {{ name: "CORRID" control [ {{ kind: CONTROL_SEQUENCE_CORRID data_type: {corrid} }} ] }}
+  ]
+  state [ {{ input_name: "ACC" output_name: "ACC_OUT" data_type: TYPE_INT32 dims: [ 1 ]
+            initial_state {{ data_type: TYPE_INT32 dims: [ 1 ] {initial} name: "start" }} }} ]
+}}
+"""
+
+SEQUENCE_PLUGIN_CONFIG = """name: "{name}"
+backend: "wasm"
+max_batch_size: {mbs}
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [
+  {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "CORRID_OUT" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "READY_OUT" data_type: TYPE_INT32 dims: [ 1 ] }}
+]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+sequence_batching {{
+  max_sequence_idle_microseconds: 2000000
+  control_input [ {{ name: "READY" control [ {{ kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] }} ] }} ]
+}}
+"""
+
+
+def sequence_repo(root, wasm_dir=None):
+    """Stateful models for the sequence batcher's end-to-end tests: the ONNX
+    accumulator under both strategies, with numeric and string correlation
+    ids and an initial state read from a file; the `sequence_sum` plugin
+    (its own per-sequence state) batched and not; Silero VAD when
+    `model_repository/silero_vad` has its model."""
+    sequence_onnx(f"{root}/seq_direct/1/model.onnx", TensorProto.UINT64)
+    write(
+        f"{root}/seq_direct/config.pbtxt",
+        SEQUENCE_CONFIG.format(
+            name="seq_direct", corrid="TYPE_UINT64", idle=1000000, strategy="direct { }", initial="zero_data: true"
+        ),
+    )
+    sequence_onnx(f"{root}/seq_oldest/1/model.onnx", TensorProto.UINT64)
+    write(
+        f"{root}/seq_oldest/config.pbtxt",
+        SEQUENCE_CONFIG.format(
+            name="seq_oldest",
+            corrid="TYPE_UINT64",
+            idle=1000000,
+            strategy="oldest { max_candidate_sequences: 8 preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 2000 }",
+            initial="zero_data: true",
+        ),
+    )
+    # String ids, and every sequence starts from 100 (initial_state/hundred.bin).
+    sequence_onnx(f"{root}/seq_string/1/model.onnx", TensorProto.STRING)
+    write(
+        f"{root}/seq_string/config.pbtxt",
+        SEQUENCE_CONFIG.format(
+            name="seq_string", corrid="TYPE_STRING", idle=300000, strategy="", initial='data_file: "hundred.bin"'
+        ),
+    )
+    os.makedirs(f"{root}/seq_string/initial_state", exist_ok=True)
+    with open(f"{root}/seq_string/initial_state/hundred.bin", "wb") as f:
+        f.write((100).to_bytes(4, "little"))
+    if wasm_dir:
+        for name, mbs in (("seq_plugin", 0), ("seq_plugin_batched", 4)):
+            os.makedirs(f"{root}/{name}/1", exist_ok=True)
+            shutil.copy(os.path.join(wasm_dir, "sequence_sum.wasm"), f"{root}/{name}/1/model.wasm")
+            write(f"{root}/{name}/config.pbtxt", SEQUENCE_PLUGIN_CONFIG.format(name=name, mbs=mbs))
+    vad = os.path.join(ROOT, "model_repository", "silero_vad")
+    if os.path.exists(os.path.join(vad, "1", "model.onnx")):
+        shutil.copytree(vad, f"{root}/silero_vad")
+
+
 def tensor(name, dtype, dims):
     """One `input`/`output` entry of a config."""
     return f'{{ name: "{name}" data_type: {dtype} dims: [ {dims} ] }}'

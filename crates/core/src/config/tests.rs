@@ -83,14 +83,90 @@ fn savedmodel_optimization_and_policy() {
 }
 
 #[test]
-fn unsupported_scheduling_is_refused_at_load() {
-    let cfg = parse_pbtxt(CORPUS[5].1).unwrap();
-    let e = check_supported(&cfg).unwrap_err();
-    assert_eq!(e.code, crate::error::Code::Unsupported, "{}", e);
-    assert!(check_supported(&parse_pbtxt(CORPUS[0].1).unwrap()).is_ok());
-    // Ensembles are served; their DAG is checked by the ensemble scheduler (see its tests).
+fn sequence_batching_is_served_and_decoupled_still_refused() {
+    let mut cfg = parse_pbtxt(CORPUS[5].1).unwrap();
+    assert!(check_supported(&cfg).is_ok());
+    normalize(&mut cfg, 0);
+    let sb = crate::sequence::batching(&cfg).unwrap();
+    assert_eq!(sb.max_sequence_idle_microseconds, 5_000_000);
+    let names: Vec<_> = crate::sequence::extra_inputs(&cfg)
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["START", "CORRID", "INPUT_STATE"]);
+    let decoupled = parse_pbtxt("name: \"d\" model_transaction_policy { decoupled: true }").unwrap();
+    assert_eq!(
+        check_supported(&decoupled).unwrap_err().code,
+        crate::error::Code::Unsupported
+    );
     let ensemble = parse_pbtxt(CORPUS[4].1).unwrap();
     assert!(check_supported(&ensemble).is_ok());
+}
+
+#[test]
+fn sequence_configs_get_tritons_messages() {
+    let seq = |body: &str| {
+        checked(&format!(
+            "name: \"m\" max_batch_size: 2 input [{{name: \"X\" data_type: TYPE_INT32 dims: [1]}}] \
+             sequence_batching {{ {body} }}"
+        ))
+        .map_err(|e| e.message)
+    };
+    assert!(seq("").is_ok());
+    let ctl = |name: &str, c: &str| format!("control_input [{{name: \"{name}\" control [{{{c}}}]}}]");
+    let cases = [
+        (
+            ctl("S", "kind: CONTROL_SEQUENCE_START"),
+            "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_START for m",
+        ),
+        (
+            ctl("S", "kind: CONTROL_SEQUENCE_START int32_false_true: [0]"),
+            "sequence batching control 'int32_false_true' must have exactly 2 entries for CONTROL_SEQUENCE_START for m",
+        ),
+        (
+            ctl("S", "kind: CONTROL_SEQUENCE_READY int32_false_true: [0, 1] fp32_false_true: [0, 1]"),
+            "sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' and 'bool_false_true' for CONTROL_SEQUENCE_READY for m",
+        ),
+        (
+            ctl("C", "kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32"),
+            "unexpected data type for control CONTROL_SEQUENCE_CORRID for m. Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING",
+        ),
+        (
+            ctl("X", "kind: CONTROL_SEQUENCE_END bool_false_true: [false, true]"),
+            "model 'm': 'X' is both a model input and a sequence batching control or state input; remove it from 'input'",
+        ),
+        (
+            "control_input [{name: \"A\" control [{kind: CONTROL_SEQUENCE_END int32_false_true: [0, 1]}]}, \
+             {name: \"B\" control [{kind: CONTROL_SEQUENCE_END int32_false_true: [0, 1]}]}]"
+                .to_string(),
+            "sequence batching specifies multiple CONTROL_SEQUENCE_END tensors for m",
+        ),
+        (
+            "oldest { preferred_batch_size: [3] }".to_string(),
+            "sequence batching preferred batch size must be <= max batch size for m",
+        ),
+        (
+            "state [{input_name: \"I\" output_name: \"O\" data_type: TYPE_FP32 dims: [2] \
+             initial_state {data_type: TYPE_FP32 dims: [3] zero_data: true name: \"z\"}}]"
+                .to_string(),
+            "'initial_state' dim for input name 'I' doesn't match 'state' dim description. 3 != 2",
+        ),
+        (
+            "state [{input_name: \"I\" output_name: \"O\" data_type: TYPE_FP32 dims: [2] \
+             initial_state {data_type: TYPE_INT32 dims: [2] zero_data: true name: \"z\"}}]"
+                .to_string(),
+            "The data type used for 'initial_state' field of state 'I' does not match the state data type.",
+        ),
+        (
+            "state [{input_name: \"I\" output_name: \"O\" data_type: TYPE_FP32 dims: [2] \
+             initial_state {data_type: TYPE_FP32 dims: [2] data_file: \"../../etc/passwd\" name: \"z\"}}]"
+                .to_string(),
+            "model 'm': initial_state data_file '../../etc/passwd' of state 'I' must be a relative path inside the model's initial_state folder",
+        ),
+    ];
+    for (body, want) in cases {
+        assert_eq!(seq(&body).unwrap_err(), want, "{body}");
+    }
 }
 
 #[test]

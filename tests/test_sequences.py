@@ -1,0 +1,377 @@
+"""Stateful models through the sequence batcher, driven by tritonclient's
+sequence API (HTTP and gRPC): correlation ids as numbers and strings, the
+START/END/READY/CORRID control inputs in their int32/fp32/bool/data-type
+forms, implicit state (zero and file initial state), both strategies, idle
+release, Triton's errors, and Silero VAD streaming against silero-vad's own
+iterator."""
+
+import concurrent.futures
+import os
+import sys
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import ROOT, Tern
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import gen_models  # noqa: E402
+
+WASM_DIR = os.environ.get("TERN_PLUGINS_DIR", os.path.join(ROOT, "target", "wasm32-wasip2", "release"))
+
+
+@pytest.fixture(scope="module")
+def seq_server(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("seq") / "models")
+    wasm = WASM_DIR if os.path.exists(os.path.join(WASM_DIR, "sequence_sum.wasm")) else None
+    gen_models.sequence_repo(root, wasm)
+    t = Tern([f"--model-repository={root}", "--log-verbose=0"])
+    yield t
+    t.stop()
+
+
+def clients(server):
+    return [
+        ("http", httpclient, httpclient.InferenceServerClient(server.url, concurrency=8)),
+        ("grpc", grpcclient, grpcclient.InferenceServerClient(server.grpc_url)),
+    ]
+
+
+def int_input(mod, name, value, shape=(1, 1)):
+    i = mod.InferInput(name, list(shape), "INT32")
+    i.set_data_from_numpy(np.full(shape, value, dtype=np.int32))
+    return i
+
+
+def step(client, mod, model, seq, value, start=False, end=False, shape=(1, 1)):
+    return client.infer(
+        model,
+        [int_input(mod, "INPUT", value, shape)],
+        sequence_id=seq,
+        sequence_start=start,
+        sequence_end=end,
+    )
+
+
+def out(result, name):
+    return result.as_numpy(name).reshape(-1)[0]
+
+
+@pytest.mark.parametrize("model", ["seq_direct", "seq_oldest"])
+def test_sequences_accumulate_with_every_control_input(seq_server, model):
+    for proto, mod, c in clients(seq_server):
+        seq = 1000 + (1 if proto == "grpc" else 0)
+        r = step(c, mod, model, seq, 5, start=True)
+        assert out(r, "OUTPUT") == 5
+        assert (out(r, "START_OUT"), out(r, "END_OUT"), out(r, "READY_OUT")) == (1, 0.0, 1)
+        assert out(r, "CORRID_OUT") == seq
+        # The state output is the batcher's, not the client's.
+        assert r.as_numpy("ACC_OUT") is None
+        r = step(c, mod, model, seq, 7)
+        assert out(r, "OUTPUT") == 12
+        assert (out(r, "START_OUT"), out(r, "END_OUT")) == (0, 0.0)
+        r = step(c, mod, model, seq, 1, end=True)
+        assert out(r, "OUTPUT") == 13
+        assert (out(r, "START_OUT"), out(r, "END_OUT"), out(r, "READY_OUT")) == (0, 1.0, 1)
+        # START and END on one request: a whole sequence.
+        r = step(c, mod, model, seq, 9, start=True, end=True)
+        assert (out(r, "OUTPUT"), out(r, "START_OUT"), out(r, "END_OUT")) == (9, 1, 1.0)
+
+
+def test_string_ids_and_initial_state_from_a_file(seq_server):
+    for proto, mod, c in clients(seq_server):
+        seq = f"stream-{proto}"
+        r = step(c, mod, "seq_string", seq, 1, start=True)
+        assert out(r, "OUTPUT") == 101, "starts from initial_state/hundred.bin"
+        assert out(r, "CORRID_OUT") == seq.encode()
+        assert out(step(c, mod, "seq_string", seq, 2, end=True), "OUTPUT") == 103
+
+
+@pytest.mark.parametrize("model", ["seq_direct", "seq_oldest"])
+def test_many_concurrent_sequences_each_keep_their_own_state(seq_server, model):
+    """More sequences than slots (2 instances x 4): the rest wait in the
+    backlog; every sequence sums exactly its own values."""
+    _, mod, c = clients(seq_server)[1]
+
+    def run(s):
+        seq = 5000 + s
+        total = 0
+        for k in range(12):
+            v = s * 100 + k
+            total += v
+            r = step(c, mod, model, seq, v, start=k == 0, end=k == 11)
+            assert out(r, "OUTPUT") == total, (s, k)
+            assert out(r, "CORRID_OUT") == seq
+        return s
+
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        assert sorted(pool.map(run, range(20))) == list(range(20))
+    stats = c.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    # Filler rows of direct batches run on the model but are nobody's requests.
+    assert int(stats["inference_count"]) >= 240
+    assert int(stats["execution_count"]) <= int(stats["inference_count"])
+
+
+def test_requests_outside_a_live_sequence_get_tritons_errors(seq_server):
+    for proto, mod, c in clients(seq_server):
+        with pytest.raises(InferenceServerException) as e:
+            step(c, mod, "seq_direct", 424242, 1)
+        assert (
+            "inference request for sequence 424242 to model 'seq_direct' must specify the START flag "
+            "on the first request of the sequence" in str(e.value)
+        )
+        with pytest.raises(InferenceServerException) as e:
+            c.infer("seq_direct", [int_input(mod, "INPUT", 1)])
+        assert "inference request to model 'seq_direct' must specify a non-zero or non-empty correlation ID" in str(e.value)
+        with pytest.raises(InferenceServerException) as e:
+            step(c, mod, "seq_direct", "text-id", 1, start=True)
+        assert "sequence batching control 'CORRID' data-type is 'BYTES', but model 'seq_direct' expects 'UINT64'" in str(e.value)
+        with pytest.raises(InferenceServerException) as e:
+            step(c, mod, "seq_direct", 77, 1, start=True, shape=(2, 1))
+        assert "must specify batch-size 1 due to requirements of sequence batcher" in str(e.value)
+        # A client cannot feed the batcher's own inputs.
+        with pytest.raises(InferenceServerException) as e:
+            c.infer("seq_direct", [int_input(mod, "INPUT", 1), int_input(mod, "START", 1)], sequence_id=78, sequence_start=True)
+        assert "unexpected inference input 'START'" in str(e.value)
+        # After END the id is free again: without START it is unknown.
+        step(c, mod, "seq_direct", 79, 1, start=True, end=True)
+        with pytest.raises(InferenceServerException) as e:
+            step(c, mod, "seq_direct", 79, 1)
+        assert "must specify the START flag" in str(e.value)
+
+
+def test_bad_sequence_parameters_are_refused(seq_server):
+    import json
+    import urllib.error
+    import urllib.request
+
+    def post(params):
+        body = json.dumps(
+            {"parameters": params, "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}]}
+        ).encode()
+        req = urllib.request.Request(f"http://{seq_server.url}/v2/models/seq_direct/infer", data=body)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req)
+        return e.value.code, json.loads(e.value.read())["error"]
+
+    assert post({"sequence_id": 1.5, "sequence_start": True}) == (
+        400,
+        "sequence_id parameter must be an integer or a string",
+    )
+    assert post({"sequence_id": 3, "sequence_start": 1}) == (400, "sequence_start parameter must be a boolean")
+
+
+def test_an_idle_sequence_is_released_and_others_are_unharmed(seq_server):
+    """seq_string releases a sequence after 300 ms without a request."""
+    import time
+
+    _, mod, c = clients(seq_server)[0]
+    step(c, mod, "seq_string", "idle", 1, start=True)
+    step(c, mod, "seq_string", "busy", 1, start=True)
+    for _ in range(6):
+        time.sleep(0.1)
+        step(c, mod, "seq_string", "busy", 1)
+    with pytest.raises(InferenceServerException) as e:
+        step(c, mod, "seq_string", "idle", 1)
+    assert "inference request for sequence idle to model 'seq_string' must specify the START flag" in str(e.value)
+    assert out(step(c, mod, "seq_string", "busy", 1, end=True), "OUTPUT") == 108
+    assert seq_server.wait_log("sequence idle released after 300000 µs idle")
+
+
+@pytest.mark.parametrize("model", ["seq_plugin", "seq_plugin_batched"])
+def test_plugins_keep_per_sequence_state_by_correlation_id(seq_server, model):
+    if "seq_plugin" not in seq_server.log():
+        pytest.skip("the sequence_sum plugin is not built (make plugins)")
+    shape = (1,) if model == "seq_plugin" else (1, 1)
+    for proto, mod, c in clients(seq_server):
+
+        def run(s):
+            seq = f"{proto}-{s}" if s % 2 else 9000 + s
+            total = 0
+            for k in range(6):
+                total += k + s
+                r = step(c, mod, model, seq, k + s, start=k == 0, end=k == 5, shape=shape)
+                assert out(r, "OUTPUT") == total
+                assert out(r, "CORRID_OUT") == str(seq).encode()
+                assert out(r, "READY_OUT") == 1
+
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            list(pool.map(run, range(6)))
+
+
+# --- Silero VAD -------------------------------------------------------------
+
+SR = 16000
+CHUNK = 512
+CONTEXT = 64
+
+
+def speech(text, seed):
+    """16 kHz mono float32 speech from espeak-ng, with silence around it."""
+    import io
+    import shutil
+    import subprocess
+    import wave
+
+    if not shutil.which("espeak-ng"):
+        pytest.skip("espeak-ng is not installed (make test installs it)")
+    wav = subprocess.run(["espeak-ng", "-s", "150", "--stdout", text], check=True, capture_output=True).stdout
+    with wave.open(io.BytesIO(wav)) as w:
+        rate = w.getframerate()
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32) / 32768
+    t = np.arange(0, len(pcm) / rate, 1 / SR)
+    audio = np.interp(t, np.arange(len(pcm)) / rate, pcm).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    quiet = lambda n: (rng.standard_normal(n) * 0.001).astype(np.float32)  # noqa: E731
+    audio = np.concatenate([quiet(SR // 2), audio, quiet(SR), audio[: SR // 2], quiet(SR // 2)])
+    return audio[: len(audio) // CHUNK * CHUNK]
+
+
+def vad_iterator_class():
+    """silero-vad's own VADIterator, loaded from the installed package with a
+    stand-in for the few torch calls it makes (torch itself is a multi-GB
+    download the tests do without)."""
+    import importlib.util
+    import types
+
+    class Tensor:
+        def __init__(self, data):
+            self.a = np.asarray(data, dtype=np.float32)
+
+        def dim(self):
+            return self.a.ndim
+
+        def __len__(self):
+            return len(self.a)
+
+        def __getitem__(self, i):
+            return self.a[i]
+
+    torch = types.ModuleType("torch")
+    torch.Tensor = Tensor
+    torch.is_tensor = lambda x: isinstance(x, Tensor)
+    torch.no_grad = lambda: (lambda f: f)
+    torch.device = lambda *a, **k: None  # a default argument value
+    spec = importlib.util.find_spec("silero_vad")
+    path = os.path.join(spec.submodule_search_locations[0], "utils_vad.py")
+    saved = sys.modules.get("torch")
+    sys.modules["torch"] = torch
+    try:
+        loader = importlib.util.spec_from_file_location("silero_utils_vad", path)
+        module = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del sys.modules["torch"]
+        else:
+            sys.modules["torch"] = saved
+    return module.VADIterator
+
+
+class ReferenceModel:
+    """silero-vad's OnnxWrapper streaming loop (state and 64-sample context)
+    on the package's ONNX model, in onnxruntime."""
+
+    def __init__(self, path):
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(path)
+        self.reset_states()
+
+    def reset_states(self):
+        self.state = np.zeros((2, 1, 128), dtype=np.float32)
+        self.context = np.zeros((1, CONTEXT), dtype=np.float32)
+        self.probs = []
+
+    def __call__(self, x, sr):
+        x = np.concatenate([self.context, np.asarray(x.a, dtype=np.float32).reshape(1, -1)], axis=1)
+        out, self.state = self.session.run(None, {"input": x, "state": self.state, "sr": np.array(sr, dtype=np.int64)})
+        self.context = x[:, -CONTEXT:]
+        self.probs.append(float(out.item()))
+        return out
+
+
+class TernModel:
+    """The same stream through Tern: one request per chunk, the state kept by
+    the sequence batcher, the context framed by the client."""
+
+    def __init__(self, client, mod, seq):
+        self.client, self.mod, self.seq = client, mod, seq
+        self.reset_states()
+
+    def reset_states(self):
+        self.context = np.zeros((1, CONTEXT), dtype=np.float32)
+        self.probs = []
+        self.first = True
+
+    def finish(self):
+        """Ends the sequence (the iterator never says it is the last chunk)."""
+        self.__call__(type("T", (), {"a": np.zeros(CHUNK, dtype=np.float32)})(), SR, end=True)
+
+    def __call__(self, x, sr, end=False):
+        mod = self.mod
+        x = np.concatenate([self.context, np.asarray(x.a, dtype=np.float32).reshape(1, -1)], axis=1)
+        audio = mod.InferInput("input", [1, CHUNK + CONTEXT], "FP32")
+        audio.set_data_from_numpy(x)
+        rate = mod.InferInput("sr", [1], "INT64")
+        rate.set_data_from_numpy(np.array([sr], dtype=np.int64))
+        r = self.client.infer(
+            "silero_vad", [audio, rate], sequence_id=self.seq, sequence_start=self.first, sequence_end=end
+        )
+        self.first = False
+        self.context = x[:, -CONTEXT:]
+        out = r.as_numpy("output")
+        if not end:
+            self.probs.append(float(out.item()))
+        return out
+
+
+def stream(model, audio, iterator_class):
+    it = iterator_class(model, sampling_rate=SR)
+    # The iterator resets the model's state at creation: mark a fresh start.
+    events = []
+    for i in range(0, len(audio), CHUNK):
+        e = it(audio[i : i + CHUNK])
+        if e:
+            events.append(e)
+    return events
+
+
+def test_silero_vad_streams_match_silero_vads_own_iterator(seq_server):
+    """Eight concurrent audio streams (four instance slots: half wait in the
+    backlog) over HTTP and gRPC; each stream's speech probabilities and
+    speech start/end events equal silero-vad's iterator on the package's
+    model run directly."""
+    if "silero_vad" not in seq_server.log():
+        pytest.skip("model_repository/silero_vad/1/model.onnx is missing (make models)")
+    model_path = os.path.join(ROOT, "model_repository", "silero_vad", "1", "model.onnx")
+    iterator_class = vad_iterator_class()
+    texts = [
+        "Tern serves stateful models.",
+        "Voice activity detection runs on every chunk of audio.",
+        "The state travels from one request to the next.",
+        "Edge devices stream speech to the server.",
+    ]
+    streams = [(i, speech(texts[i % len(texts)], i)) for i in range(8)]
+    conns = clients(seq_server)
+
+    def run(args):
+        i, audio = args
+        _, mod, c = conns[i % 2]
+        tern = TernModel(c, mod, f"vad-{i}" if i % 2 else 7000 + i)
+        got = stream(tern, audio, iterator_class)
+        tern.finish()
+        ref = ReferenceModel(model_path)
+        want = stream(ref, audio, iterator_class)
+        np.testing.assert_allclose(tern.probs, ref.probs, atol=1e-5)
+        assert got == want
+        return got, max(ref.probs)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(run, streams))
+    for events, peak in results:
+        assert peak > 0.5, "the synthetic speech is detected as speech"
+        assert events and "start" in events[0] and any("end" in e for e in events), events
