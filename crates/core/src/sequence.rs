@@ -255,13 +255,12 @@ pub fn validate_config(cfg: &ModelConfig) -> Result<()> {
         }
     }
     match &sb.strategy_choice {
-        Some(Strategy::Direct(d)) => {
-            if !(0.0..=1.0).contains(&d.minimum_slot_utilization) {
-                return err(format!(
-                    "sequence batching minimum slot utilization must be in range (0.0, 1.0] for {m}"
-                ));
-            }
+        Some(Strategy::Direct(d)) if !(0.0..=1.0).contains(&d.minimum_slot_utilization) => {
+            return err(format!(
+                "sequence batching minimum slot utilization must be in range (0.0, 1.0] for {m}"
+            ));
         }
+        Some(Strategy::Direct(_)) => {}
         Some(Strategy::Oldest(o)) => {
             if o.max_candidate_sequences < 0 {
                 return err(format!(
