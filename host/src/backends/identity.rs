@@ -1,5 +1,6 @@
 //! The `identity` test backend, as in Triton's QA suites: output *i* is a
-//! copy of input *i*. Model parameter `execute_delay_ms` sleeps once per
+//! copy of input *i* (and a sequence model's state output a copy of its
+//! state input, so state is carried unchanged). Model parameter `execute_delay_ms` sleeps once per
 //! execution, to make scheduling observable in tests.
 
 use std::sync::Arc;
@@ -57,6 +58,15 @@ impl Backend for IdentityBackend {
                 o.name.clone(),
                 DataType::from_config(o.data_type)?,
             ));
+        }
+        if let Some(sb) = tern_core::sequence::batching(cfg) {
+            for s in &sb.state {
+                pairs.push((
+                    s.input_name.clone(),
+                    s.output_name.clone(),
+                    DataType::from_config(s.data_type)?,
+                ));
+            }
         }
         let delay = numeric_parameter::<u64>(cfg, "execute_delay_ms")?.unwrap_or(0);
         Ok(Arc::new(IdentityModel {
