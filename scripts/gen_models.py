@@ -349,6 +349,15 @@ def sequence_repo(root, wasm_dir=None):
             os.makedirs(f"{root}/{name}/1", exist_ok=True)
             shutil.copy(os.path.join(wasm_dir, "sequence_sum.wasm"), f"{root}/{name}/1/model.wasm")
             write(f"{root}/{name}/config.pbtxt", SEQUENCE_PLUGIN_CONFIG.format(name=name, mbs=mbs))
+    # An ensemble step carries the ensemble request's sequence parameters.
+    ensemble(
+        root,
+        "seq_ensemble",
+        [tensor("INPUT", "TYPE_INT32", "1")],
+        [tensor("SUM", "TYPE_INT32", "1")],
+        [step("seq_direct", {"INPUT": "INPUT"}, {"OUTPUT": "SUM"})],
+        max_batch=4,
+    )
     vad = os.path.join(ROOT, "model_repository", "silero_vad")
     if os.path.exists(os.path.join(vad, "1", "model.onnx")):
         shutil.copytree(vad, f"{root}/silero_vad")

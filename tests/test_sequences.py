@@ -81,6 +81,13 @@ def test_sequences_accumulate_with_every_control_input(seq_server, model):
         assert (out(r, "OUTPUT"), out(r, "START_OUT"), out(r, "END_OUT")) == (9, 1, 1.0)
 
 
+def test_an_ensemble_step_carries_the_sequence(seq_server):
+    for proto, mod, c in clients(seq_server):
+        seq = 3100 + (proto == "grpc")
+        assert out(step(c, mod, "seq_ensemble", seq, 4, start=True), "SUM") == 4
+        assert out(step(c, mod, "seq_ensemble", seq, 6, end=True), "SUM") == 10
+
+
 def test_string_ids_and_initial_state_from_a_file(seq_server):
     for proto, mod, c in clients(seq_server):
         seq = f"stream-{proto}"
