@@ -45,6 +45,7 @@ plugins:
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 	cd plugins && $(CARGO) build --release --target wasm32-wasip2
 	@for p in $(EXAMPLE_PLUGINS); do mkdir -p model_repository/$$p/1 && cp $(WASM_OUT)/$$p.wasm model_repository/$$p/1/model.wasm; done
+	@mkdir -p model_repository/greedy_decoder_stream/1 && cp $(WASM_OUT)/greedy_decoder.wasm model_repository/greedy_decoder_stream/1/model.wasm
 
 # Plugins in Python, JavaScript and C, built by `tern plugin build` (so the
 # binary must exist first) with toolchains make installs: componentize-py

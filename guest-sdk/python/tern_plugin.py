@@ -37,12 +37,18 @@ import sys
 
 from componentize_py_types import Err, Ok
 from wit_world.imports import host as _host
+from wit_world.imports import responses as _responses
 from wit_world.imports import types as _t
+
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+"""Response flag: the request's last message (decoupled models)."""
 
 __all__ = [
     "Batch",
     "InferenceRequest",
     "InferenceResponse",
+    "InferenceResponseSender",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
     "Logger",
     "MetricFamily",
     "Request",
@@ -289,14 +295,72 @@ def _param_value(v):
     return v.value
 
 
+class InferenceResponseSender:
+    """Where a decoupled model's responses to one request go (Triton's
+    `InferenceResponseSender`): `send(response=None, flags=0)` any number of
+    times, the last with `flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`, while
+    `execute` runs or during a later call into the same instance."""
+
+    __slots__ = ("_s", "_closed")
+
+    def __init__(self, s):
+        self._s = s
+        self._closed = False
+
+    def send(self, response=None, flags=0):
+        """Sends `response` (an `InferenceResponse`; `None` only with the final
+        flag). Raises `TritonError` once the sender is closed or the client
+        has gone away (`TritonError.CANCELLED`)."""
+        if self._closed:
+            raise TritonError("Unable to send response. Response sender has been closed.")
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonError("Unable to send response. Unsupported flag provided.")
+        if response is None and flags == 0:
+            raise TritonError("Inference Response object must be provided when the response flags is set to zero.")
+        if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self._closed = True
+        try:
+            if response is not None and response.has_error():
+                self._s.send_error(response._wit().value)
+                self._closed = True
+            else:
+                self._s.send(None if response is None else response._wit().value, flags)
+        except Err as e:
+            self._closed = True
+            raise TritonError(e.value.message, e.value.code) from None
+
+    def is_cancelled(self):
+        """Whether the client has gone away."""
+        return self._s.is_cancelled()
+
+
 class Request:
     """One inference request (what `execute` receives), Triton-style accessors."""
 
-    __slots__ = ("_w", "_inputs")
+    __slots__ = ("_w", "_inputs", "_index", "_sender")
 
-    def __init__(self, w):
+    def __init__(self, w, index=0):
         self._w = w
         self._inputs = None
+        self._index = index
+        self._sender = None
+
+    def get_response_sender(self):
+        """This request's `InferenceResponseSender` (decoupled models only;
+        take it during `execute`, keep it as long as needed)."""
+        if self._sender is None:
+            try:
+                self._sender = InferenceResponseSender(_responses.sender(self._index))
+            except Err as e:
+                raise TritonError(e.value.message, e.value.code) from None
+        return self._sender
+
+    def is_cancelled(self):
+        """Whether the client has gone away (decoupled models: at any time;
+        others: requests cancelled before they run never reach `execute`)."""
+        if self._sender is not None:
+            return self._sender.is_cancelled()
+        return _responses.is_cancelled(self._index)
 
     def inputs(self):
         """All input tensors."""
@@ -611,13 +675,16 @@ def export(model_class):
             except Exception as e:  # noqa: BLE001 (every failure fails the load)
                 raise Err(_as_error(e)) from None
             state["model"] = m
+            state["decoupled"] = bool(json.loads(ctx.config_json).get("model_transaction_policy", {}).get("decoupled"))
 
         def execute(self, requests):
             m = state.get("model")
             if m is None:
                 return [Err(_t.Error(code=_t.ErrorCode.INTERNAL, message="execute called before initialize"))] * len(requests)
             try:
-                responses = m.execute([Request(r) for r in requests])
+                responses = m.execute([Request(r, i) for i, r in enumerate(requests)])
+                if responses is None and state.get("decoupled"):
+                    return []  # answered through the response senders
                 if responses is None or len(responses) != len(requests):
                     n = "None" if responses is None else len(responses)
                     raise TritonError(f"execute returned {n} response(s) for {len(requests)} request(s)")

@@ -71,6 +71,11 @@ pub trait Model: Send + Sync {
     fn supports_ragged(&self) -> bool {
         false
     }
+    /// Whether it can serve a decoupled model: answer each request through its
+    /// [`Responder`](crate::Responder) (any number of responses, then the final flag).
+    fn supports_decoupled(&self) -> bool {
+        false
+    }
 }
 
 /// Moments within one execution, set by backends that can tell them apart;

@@ -30,6 +30,8 @@ pub mod validate;
 
 pub use dtype::DataType;
 pub use error::{Code, Error, Result};
-pub use request::{InferRequest, InferResponse, Parameter, Parameters, RequestedOutput};
+pub use request::{
+    InferRequest, InferResponse, Parameter, Parameters, RequestedOutput, Responder, ResponseSink,
+};
 pub use router::ModelRouter;
 pub use tensor::Tensor;

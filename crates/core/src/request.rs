@@ -112,12 +112,39 @@ pub struct InferRequest {
     /// Plugin models blocked in a BLS call that waits on this request,
     /// outermost first (empty for client requests); used to refuse cycles.
     pub callers: Vec<String>,
+    /// Where a decoupled model sends its responses (set by the scheduler
+    /// for requests to decoupled models, `None` otherwise).
+    pub responder: Option<Responder>,
 }
 
 impl InferRequest {
     /// Finds an input by name.
     pub fn input(&self, name: &str) -> Option<&Tensor> {
         self.inputs.iter().find(|t| t.name == name)
+    }
+}
+
+/// Where a decoupled model's responses to one request go: any number of
+/// responses, then the final flag (Triton's response sender). Implemented by
+/// the server's scheduler; backends only send.
+pub trait ResponseSink: Send + Sync {
+    /// Sends a response or an error (or, with `None`, nothing but the flag);
+    /// `last` closes the stream. Fails once the stream is closed or its
+    /// client has gone (CANCELLED).
+    fn send(&self, response: Option<Result<InferResponse>>, last: bool) -> Result<()>;
+    /// Whether the client has gone away (the request is cancelled).
+    fn is_cancelled(&self) -> bool;
+    /// Whether the final flag has been sent.
+    fn is_closed(&self) -> bool;
+}
+
+/// A shared handle on a request's [`ResponseSink`].
+#[derive(Clone)]
+pub struct Responder(pub Arc<dyn ResponseSink>);
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Responder(closed: {})", self.0.is_closed())
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use wasmtime::Store;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use crate::host::{error_from_wit, params_from_wit, request_to_wit, tensor_from_wit, HostState};
+use crate::host::{error_from_wit, request_to_wit, HostState, ResponseShape, Running};
 use crate::tern::plugin::types as wit;
 use crate::{cache, ticks, Plugin, PluginCounters, PluginPre, PluginTelemetry, Runtime};
 use tern_core::backend::{
@@ -26,7 +26,6 @@ use tern_core::backend::{
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
 use tern_core::router::ModelRouter;
-use tern_core::validate::validate_outputs;
 use tern_core::{InferRequest, InferResponse};
 
 /// Where the version folder appears inside the sandbox.
@@ -127,6 +126,8 @@ pub struct WasmModel {
     models: Weak<dyn ModelRouter>,
     counters: Arc<PluginCounters>,
     telemetry: Arc<PluginTelemetry>,
+    shape: Arc<ResponseShape>,
+    decoupled: bool,
 }
 
 impl WasmModel {
@@ -173,6 +174,15 @@ impl WasmModel {
             models: ctx.models.clone(),
             counters: telemetry.counters(&cfg.name),
             telemetry: telemetry.clone(),
+            shape: Arc::new(ResponseShape {
+                model: cfg.name.clone(),
+                version: ctx.version,
+                config: Arc::new(cfg.clone()),
+            }),
+            decoupled: cfg
+                .model_transaction_policy
+                .as_ref()
+                .is_some_and(|p| p.decoupled),
         })
     }
 
@@ -197,6 +207,8 @@ impl WasmModel {
             self.models.clone(),
             self.telemetry.clone(),
         );
+        let mut state = state;
+        state.shape = Some(self.shape.clone());
         let mut store = Store::new(&self.runtime.engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(ticks(self.sandbox.timeout));
@@ -258,6 +270,10 @@ fn describe(store: &Store<HostState>, e: &wasmtime::Error, sandbox: Sandbox) -> 
 struct Loaded(Arc<WasmModel>);
 
 impl Model for Loaded {
+    fn supports_decoupled(&self) -> bool {
+        true
+    }
+
     fn create_instance(&self, spec: &InstanceSpec) -> Result<Box<dyn Instance>> {
         let (store, plugin) = self.0.instantiate(spec)?;
         Ok(Box::new(WasmInstance {
@@ -327,8 +343,21 @@ impl Instance for WasmInstance {
             }
         }
         chain.push(m.name.clone());
+        let batch_size = |req: &InferRequest| match req.inputs.first().and_then(|t| t.shape.first())
+        {
+            Some(&b) if m.config.max_batch_size > 0 => b as usize,
+            _ => 1,
+        };
         {
             let state = store.data_mut();
+            state.running = batch
+                .iter()
+                .map(|r| Running {
+                    id: r.id.clone(),
+                    batch_size: batch_size(r),
+                    responder: r.responder.clone(),
+                })
+                .collect();
             state.chain = chain;
             state.deadline = Some(Instant::now() + m.sandbox.timeout);
             state.limits.hit = false;
@@ -339,6 +368,14 @@ impl Instance for WasmInstance {
             .tern_plugin_model()
             .call_execute(&mut *store, &requests);
         timing.infer_done = Some(Instant::now());
+        store.data_mut().running.clear();
+        if m.decoupled {
+            if let Ok(results) = &result {
+                if results.is_empty() || results.len() == batch.len() {
+                    return decoupled_results(&m, batch, result.unwrap_or_default());
+                }
+            }
+        }
         match result {
             // The plugin survived a refused memory.grow (Python's MemoryError,
             // a NULL from malloc): its answers stand, failures say why, and the
@@ -405,20 +442,51 @@ fn response(
     r: std::result::Result<wit::Response, wit::Error>,
 ) -> Result<InferResponse> {
     let r = r.map_err(error_from_wit)?;
-    let outputs: Vec<_> = r.outputs.into_iter().map(tensor_from_wit).collect();
     let batch_size = match req.inputs.first().and_then(|t| t.shape.first()) {
         Some(&b) if m.config.max_batch_size > 0 => b as usize,
         _ => 1,
     };
-    validate_outputs(&m.config, batch_size, &outputs)?;
-    Ok(InferResponse {
+    m.shape.response(&req.id, batch_size, r)
+}
+
+/// What a decoupled plugin's `execute` returned: a result it gave for a
+/// request whose stream is still open is sent as that request's last
+/// message; the scheduler gets a placeholder per request (or the error, for
+/// the statistics), since the responses travel through the senders.
+fn decoupled_results(
+    m: &WasmModel,
+    batch: &[InferRequest],
+    results: Vec<std::result::Result<wit::Response, wit::Error>>,
+) -> Vec<Result<InferResponse>> {
+    let mut results = results.into_iter();
+    batch
+        .iter()
+        .map(|req| {
+            let given = results.next().map(|r| response(m, req, r));
+            let open = req.responder.as_ref().filter(|r| !r.0.is_closed());
+            match (given, open) {
+                (Some(r), Some(sink)) => {
+                    let failed = r.as_ref().err().cloned();
+                    let _ = sink.0.send(Some(r), true);
+                    match failed {
+                        Some(e) => Err(e),
+                        None => Ok(placeholder(m, req)),
+                    }
+                }
+                (Some(Err(e)), None) => Err(e),
+                _ => Ok(placeholder(m, req)),
+            }
+        })
+        .collect()
+}
+
+fn placeholder(m: &WasmModel, req: &InferRequest) -> InferResponse {
+    InferResponse {
         model_name: m.name.clone(),
         model_version: m.version,
         id: req.id.clone(),
-        outputs,
-        parameters: params_from_wit(r.parameters),
         ..Default::default()
-    })
+    }
 }
 
 impl Drop for WasmInstance {

@@ -1,7 +1,8 @@
 //! The host side of the `tern:plugin` world: the per-instance store state
 //! (WASI context with nothing granted but the model folder, memory limits,
-//! the BLS call chain), the `host` imports (`log`, `infer`, metrics) and the
-//! conversions between the core's types and the WIT types.
+//! the BLS call chain), the `host` imports (`log`, `infer`, metrics), the
+//! `responses` imports (decoupled models' response senders, cancellation)
+//! and the conversions between the core's types and the WIT types.
 
 use std::future::Future;
 use std::sync::{Arc, Weak};
@@ -9,11 +10,12 @@ use std::task::{Context, Poll, Wake};
 use std::time::Instant;
 
 use bytes::Bytes;
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::metrics;
 use super::tern::plugin::host::{Host, LogLevel, MetricKind};
+use super::tern::plugin::responses;
 use super::tern::plugin::types as wit;
 use super::PluginTelemetry;
 use tern_core::error::{Code, Error, Result};
@@ -21,6 +23,65 @@ use tern_core::router::ModelRouter;
 use tern_core::{
     DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput, Tensor,
 };
+
+/// What a plugin's responses are checked against and labelled with.
+pub struct ResponseShape {
+    /// Model name.
+    pub model: String,
+    /// Model version.
+    pub version: i64,
+    /// The model's config (outputs are checked against it).
+    pub config: Arc<tern_core::config::ModelConfig>,
+}
+
+impl ResponseShape {
+    /// A plugin's response to request `id` (batch size `batch_size`), checked
+    /// against the config.
+    pub fn response(&self, id: &str, batch_size: usize, r: wit::Response) -> Result<InferResponse> {
+        let outputs: Vec<_> = r.outputs.into_iter().map(tensor_from_wit).collect();
+        tern_core::validate::validate_outputs(&self.config, batch_size, &outputs)?;
+        Ok(InferResponse {
+            model_name: self.model.clone(),
+            model_version: self.version,
+            id: id.to_string(),
+            outputs,
+            parameters: params_from_wit(r.parameters),
+            ..Default::default()
+        })
+    }
+}
+
+/// A request of the batch `execute` is running, as the `responses`
+/// interface sees it.
+pub struct Running {
+    /// The client's request id.
+    pub id: String,
+    /// Its batch size.
+    pub batch_size: usize,
+    /// Its response sink (decoupled models only).
+    pub responder: Option<tern_core::Responder>,
+}
+
+/// The host side of a `response-sender` resource: the sink of one request.
+pub struct SenderHandle {
+    responder: tern_core::Responder,
+    shape: Arc<ResponseShape>,
+    id: String,
+    batch_size: usize,
+}
+
+impl Drop for SenderHandle {
+    /// A sender the plugin let go of (or whose instance ended) without the
+    /// final flag closes its stream.
+    fn drop(&mut self) {
+        if !self.responder.0.is_closed() {
+            let _ = self.responder.0.send(None, true);
+        }
+    }
+}
+
+/// Most response senders one instance may hold at once.
+const MAX_SENDERS: usize = 65_536;
 
 /// How deep BLS calls may nest (plugin → plugin → ...).
 pub const MAX_BLS_DEPTH: usize = 16;
@@ -75,6 +136,11 @@ pub struct HostState {
     pub deadline: Option<Instant>,
     /// Where the plugin's metric families live.
     telemetry: Arc<PluginTelemetry>,
+    /// The batch `execute` is running (empty between calls).
+    pub running: Vec<Running>,
+    /// How responses are checked (set once the model is known).
+    pub shape: Option<Arc<ResponseShape>>,
+    senders: usize,
 }
 
 impl HostState {
@@ -98,6 +164,9 @@ impl HostState {
             chain: Vec::new(),
             deadline: None,
             telemetry,
+            running: Vec::new(),
+            shape: None,
+            senders: 0,
         }
     }
 
@@ -138,6 +207,7 @@ impl HostState {
                 .collect(),
             parameters: params_from_wit(req.parameters),
             callers: self.chain.clone(),
+            responder: None,
         };
         block_on(router.infer(request)?, self.deadline).unwrap_or_else(|| {
             Err(Error::unavailable(format!(
@@ -158,6 +228,100 @@ impl WasiView for HostState {
 }
 
 impl wit::Host for HostState {}
+
+fn resource_error(e: wasmtime::component::ResourceTableError) -> wit::Error {
+    error_to_wit(&Error::internal(format!("response sender: {e}")))
+}
+
+impl responses::HostResponseSender for HostState {
+    fn send(
+        &mut self,
+        sender: Resource<SenderHandle>,
+        response: Option<wit::Response>,
+        flags: u32,
+    ) -> std::result::Result<(), wit::Error> {
+        let h = self.table.get(&sender).map_err(resource_error)?;
+        let last = flags & 1 != 0;
+        let response = match response.map(|r| h.shape.response(&h.id, h.batch_size, r)) {
+            // A response the config refuses reaches the client as the error it is.
+            Some(Err(e)) => {
+                let _ = h.responder.0.send(Some(Err(e.clone())), true);
+                return Err(error_to_wit(&e));
+            }
+            other => other,
+        };
+        h.responder
+            .0
+            .send(response, last)
+            .map_err(|e| error_to_wit(&e))
+    }
+
+    fn send_error(
+        &mut self,
+        sender: Resource<SenderHandle>,
+        error: wit::Error,
+    ) -> std::result::Result<(), wit::Error> {
+        let h = self.table.get(&sender).map_err(resource_error)?;
+        h.responder
+            .0
+            .send(Some(Err(error_from_wit(error))), true)
+            .map_err(|e| error_to_wit(&e))
+    }
+
+    fn is_cancelled(&mut self, sender: Resource<SenderHandle>) -> bool {
+        self.table
+            .get(&sender)
+            .is_ok_and(|h| h.responder.0.is_cancelled())
+    }
+
+    fn drop(&mut self, sender: Resource<SenderHandle>) -> wasmtime::Result<()> {
+        self.table.delete(sender)?;
+        self.senders = self.senders.saturating_sub(1);
+        Ok(())
+    }
+}
+
+impl responses::Host for HostState {
+    fn sender(&mut self, index: u32) -> std::result::Result<Resource<SenderHandle>, wit::Error> {
+        let model = self.model.clone();
+        let fail = |msg: String| Err(error_to_wit(&Error::invalid_arg(msg)));
+        let Some(running) = self.running.get(index as usize) else {
+            return fail(format!(
+                "model '{model}': no request {index} in the batch now executing (senders are taken during execute)"
+            ));
+        };
+        let Some(responder) = running.responder.clone() else {
+            return fail(format!(
+                "model '{model}' is not decoupled: its requests are answered by execute's return value \
+                 (set model_transaction_policy {{ decoupled: true }} to send responses)"
+            ));
+        };
+        if self.senders >= MAX_SENDERS {
+            return fail(format!(
+                "model '{model}': more than {MAX_SENDERS} response senders are held; drop finished ones"
+            ));
+        }
+        let Some(shape) = self.shape.clone() else {
+            return fail(format!("model '{model}': responses cannot be checked yet"));
+        };
+        let handle = SenderHandle {
+            responder,
+            shape,
+            id: running.id.clone(),
+            batch_size: running.batch_size,
+        };
+        let r = self.table.push(handle).map_err(resource_error)?;
+        self.senders += 1;
+        Ok(r)
+    }
+
+    fn is_cancelled(&mut self, index: u32) -> bool {
+        self.running
+            .get(index as usize)
+            .and_then(|r| r.responder.as_ref())
+            .is_some_and(|r| r.0.is_cancelled())
+    }
+}
 
 impl Host for HostState {
     fn log(&mut self, level: LogLevel, message: String) {

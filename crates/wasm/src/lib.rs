@@ -23,6 +23,9 @@ use tern_core::error::{Error, Result};
 wasmtime::component::bindgen!({
     path: "../../wit",
     world: "tern:plugin/plugin",
+    with: {
+        "tern:plugin/responses.response-sender": host::SenderHandle,
+    },
 });
 
 /// How often the epoch advances; execution deadlines are rounded up to it.

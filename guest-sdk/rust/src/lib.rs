@@ -46,11 +46,45 @@ pub mod bindings {
 mod tensor;
 
 pub use bindings::tern::plugin::host::{LogLevel, MetricKind};
+pub use bindings::tern::plugin::responses::ResponseSender;
 pub use bindings::tern::plugin::types::{
     CorrelationId, DataType, Error, ErrorCode, InferRequest, InstanceKind, ModelContext, Parameter,
     ParameterValue, Request, Response, Tensor,
 };
 pub use tensor::{gather, per_request, Batch, Element};
+
+/// Response flag: the request's last message (Triton's
+/// `TRITONSERVER_RESPONSE_COMPLETE_FINAL`).
+pub const RESPONSE_COMPLETE_FINAL: u32 = 1;
+
+/// The response sender of request `index` of the batch `execute` is running
+/// (decoupled models, `model_transaction_policy { decoupled: true }`): send
+/// any number of responses, then [`RESPONSE_COMPLETE_FINAL`], now or during
+/// a later call. Dropping it without the final flag sends the flag.
+///
+/// ```ignore
+/// fn execute(&mut self, requests: Vec<Request>) -> Vec<Result<Response, Error>> {
+///     for (i, r) in requests.iter().enumerate() {
+///         let sender = tern_plugin::response_sender(i).unwrap();
+///         for token in self.generate(r) {
+///             if sender.is_cancelled() { break; }
+///             sender.send(Some(&token_response(token)), 0).ok();
+///         }
+///         sender.send(None, tern_plugin::RESPONSE_COMPLETE_FINAL).ok();
+///     }
+///     Vec::new() // a decoupled model answers through its senders
+/// }
+/// ```
+pub fn response_sender(index: usize) -> Result<ResponseSender, Error> {
+    bindings::tern::plugin::responses::sender(index as u32)
+}
+
+/// Whether the client of request `index` of the running batch has gone away
+/// (Triton's `request.is_cancelled()`); for decoupled models, also
+/// [`ResponseSender::is_cancelled`].
+pub fn is_cancelled(index: usize) -> bool {
+    bindings::tern::plugin::responses::is_cancelled(index as u32)
+}
 
 #[doc(hidden)]
 pub mod __export {
@@ -144,6 +178,15 @@ impl Error {
 }
 
 impl ModelContext {
+    /// Whether the model is decoupled (`model_transaction_policy { decoupled: true }`):
+    /// it answers through [`response_sender`].
+    pub fn is_decoupled(&self) -> bool {
+        serde_json::from_str::<serde_json::Value>(&self.config_json)
+            .ok()
+            .and_then(|c| c["model_transaction_policy"]["decoupled"].as_bool())
+            .unwrap_or(false)
+    }
+
     /// A `parameters { key: .. value: { string_value: .. } }` entry of the
     /// model's `config.pbtxt`.
     ///

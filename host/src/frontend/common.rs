@@ -14,6 +14,7 @@ use tern_memory::shm::SharedMemory;
 /// Extensions this server implements, reported by server metadata.
 pub const EXTENSIONS: &[&str] = &[
     "classification",
+    "sequence",
     "binary_tensor_data",
     "model_configuration",
     "statistics",

@@ -149,7 +149,7 @@ pub fn http_category(path: &str) -> Option<Category> {
         ["v2", "models", .., last] => match *last {
             "ready" => Category::Health,
             "config" => Category::ModelConfig,
-            "infer" => Category::Inference,
+            "infer" | "generate" | "generate_stream" => Category::Inference,
             "stats" => Category::Statistics,
             "trace" => Category::Trace,
             _ => Category::Metadata,

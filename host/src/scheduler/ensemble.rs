@@ -220,6 +220,16 @@ impl Ensemble {
                     ),
                 )
             })?;
+            if mcfg
+                .model_transaction_policy
+                .as_ref()
+                .is_some_and(|p| p.decoupled)
+            {
+                return Err(Error::unsupported(format!(
+                    "ensemble '{e}' step {i}: composing model '{}' is decoupled; ensembles with decoupled steps are not supported yet",
+                    s.model_name
+                )));
+            }
             let where_ = format!("step {i} (model '{}')", s.model_name);
             // As Triton: a non-batching step (max_batch_size 0) is not compared.
             if mcfg.max_batch_size != 0 && mcfg.max_batch_size < cfg.max_batch_size {
@@ -489,6 +499,7 @@ impl Ensemble {
                         .collect(),
                     parameters: request.parameters.clone(),
                     callers: callers.clone(),
+                    responder: None,
                 };
                 let step_batch = if step.batching {
                     sub.inputs

@@ -11,7 +11,8 @@
 //! * [`ensemble`]: the step DAG, every step through its composing model's
 //!   scheduler.
 //!
-//! [`stats`] keeps each version's statistics, whichever scheduler serves it.
+//! [`stats`] keeps each version's statistics, whichever scheduler serves it;
+//! [`stream`] carries a decoupled model's responses to the frontend.
 
 pub mod deadlines;
 pub mod ensemble;
@@ -20,6 +21,7 @@ pub mod policy;
 pub mod queue;
 pub mod sequence;
 pub mod stats;
+pub mod stream;
 pub mod warmup;
 
 use std::collections::HashMap;
@@ -46,14 +48,60 @@ pub enum Scheduler {
     Ensemble(Box<ensemble::EnsembleScheduler>),
 }
 
+/// Keeps the outputs the client asked for (all when it named none), in its
+/// order, with classification applied.
+fn shape_response(
+    config: &ModelConfig,
+    labels: &HashMap<String, Vec<String>>,
+    requested: &[tern_core::RequestedOutput],
+    mut response: InferResponse,
+) -> Result<InferResponse> {
+    if requested.is_empty() {
+        return Ok(response);
+    }
+    let mut all = std::mem::take(&mut response.outputs);
+    for want in requested {
+        let pos = all
+            .iter()
+            .position(|t| t.name == want.name)
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "model '{}' did not produce requested output '{}'",
+                    config.name, want.name
+                ))
+            })?;
+        let tensor = all.swap_remove(pos);
+        let tensor = match want.classification {
+            Some(k) => classify(
+                &tensor,
+                k,
+                labels.get(&want.name).map(|v| v.as_slice()),
+                config.max_batch_size > 0,
+            )?,
+            None => tensor,
+        };
+        response.outputs.push(tensor);
+    }
+    Ok(response)
+}
+
 /// One loaded, servable version of a model.
 pub struct ModelHandle {
     /// Normalised config the version was loaded with.
     pub config: Arc<ModelConfig>,
     /// Version number.
     pub version: i64,
-    labels: HashMap<String, Vec<String>>,
+    labels: Arc<HashMap<String, Vec<String>>>,
     scheduler: Scheduler,
+    /// `model_transaction_policy { decoupled: true }`: any number of responses per request.
+    decoupled: bool,
+}
+
+fn is_decoupled(config: &ModelConfig) -> bool {
+    config
+        .model_transaction_policy
+        .as_ref()
+        .is_some_and(|p| p.decoupled)
 }
 
 impl ModelHandle {
@@ -71,6 +119,23 @@ impl ModelHandle {
         model_dir: &Path,
         summaries: bool,
     ) -> Result<ModelHandle> {
+        let decoupled = is_decoupled(&config);
+        if decoupled && !model.supports_decoupled() {
+            return Err(Error::unsupported(format!(
+                "model '{}': its backend '{}' cannot serve decoupled models (model_transaction_policy {{ decoupled: true }}); \
+                 decoupled models are WebAssembly plugins",
+                config.name, config.backend
+            )));
+        }
+        if decoupled
+            && tern_core::sequence::batching(&config).is_some_and(|sb| !sb.state.is_empty())
+        {
+            return Err(Error::unsupported(format!(
+                "model '{}': implicit state (sequence_batching state) is not supported for decoupled models",
+                config.name
+            )));
+        }
+        let labels = Arc::new(labels);
         if tern_core::sequence::batching(&config).is_some() {
             let pool = sequence::Pool::start(
                 config.clone(),
@@ -85,6 +150,7 @@ impl ModelHandle {
                 version,
                 labels,
                 scheduler: Scheduler::Sequence(pool),
+                decoupled,
             });
         }
         let pool = instances::Pool::start(
@@ -100,6 +166,7 @@ impl ModelHandle {
             version,
             labels,
             scheduler: Scheduler::Instances(pool),
+            decoupled,
         })
     }
 
@@ -121,6 +188,7 @@ impl ModelHandle {
             config,
             version: self.version,
             labels: self.labels.clone(),
+            decoupled: self.decoupled,
         })
     }
 
@@ -143,8 +211,9 @@ impl ModelHandle {
         Ok(ModelHandle {
             config,
             version,
-            labels,
+            labels: Arc::new(labels),
             scheduler: Scheduler::Ensemble(Box::new(scheduler)),
+            decoupled: false,
         })
     }
 
@@ -153,59 +222,95 @@ impl ModelHandle {
         &self.labels
     }
 
-    /// Validates and runs one request, returning its response with only the
-    /// requested outputs (and classification applied).
-    pub async fn infer(&self, mut request: InferRequest) -> Result<InferResponse> {
-        let arrived = Instant::now();
-        let placed = validate_request(&self.config, &request).and_then(|batch| {
+    /// Whether the version is decoupled (answers through [`ModelHandle::infer_stream`]).
+    pub fn decoupled(&self) -> bool {
+        self.decoupled
+    }
+
+    /// Validates a request and places it: its batch size, priority level and timeout.
+    fn admit(
+        &self,
+        request: &mut InferRequest,
+        arrived: Instant,
+    ) -> Result<(usize, u64, Option<std::time::Duration>)> {
+        let placed = validate_request(&self.config, request).and_then(|batch| {
             self.policy()
-                .placement(&request)
+                .placement(request)
                 .map(|(level, timeout)| (batch, level, timeout))
         });
-        let (batch_size, level, timeout) = match placed {
-            Ok(p) => p,
+        match placed {
+            Ok(p) => {
+                apply_reshape(&self.config, request);
+                Ok(p)
+            }
             Err(e) => {
                 self.model_stats()
                     .record_failure(arrived.elapsed(), FailReason::Other);
-                return Err(e);
-            }
-        };
-        apply_reshape(&self.config, &mut request);
-        let requested = request.outputs.clone();
-        let mut response = match &self.scheduler {
-            Scheduler::Instances(pool) => {
-                pool.schedule(request, batch_size, level, timeout, arrived)
-                    .await?
-            }
-            Scheduler::Sequence(pool) => pool.schedule(request, batch_size, arrived).await?,
-            Scheduler::Ensemble(e) => e.schedule(request, batch_size, arrived).await?,
-        };
-        if !requested.is_empty() {
-            let mut all = std::mem::take(&mut response.outputs);
-            for want in &requested {
-                let pos = all
-                    .iter()
-                    .position(|t| t.name == want.name)
-                    .ok_or_else(|| {
-                        Error::internal(format!(
-                            "model '{}' did not produce requested output '{}'",
-                            self.config.name, want.name
-                        ))
-                    })?;
-                let tensor = all.swap_remove(pos);
-                let tensor = match want.classification {
-                    Some(k) => classify(
-                        &tensor,
-                        k,
-                        self.labels.get(&want.name).map(|v| v.as_slice()),
-                        self.config.max_batch_size > 0,
-                    )?,
-                    None => tensor,
-                };
-                response.outputs.push(tensor);
+                Err(e)
             }
         }
-        Ok(response)
+    }
+
+    /// Hands an admitted request to the version's scheduler.
+    async fn schedule(
+        &self,
+        request: InferRequest,
+        (batch_size, level, timeout): (usize, u64, Option<std::time::Duration>),
+        arrived: Instant,
+    ) -> Result<InferResponse> {
+        match &self.scheduler {
+            Scheduler::Instances(pool) => {
+                pool.schedule(request, batch_size, level, timeout, arrived)
+                    .await
+            }
+            Scheduler::Sequence(pool) => pool.schedule(request, batch_size, arrived).await,
+            Scheduler::Ensemble(e) => e.schedule(request, batch_size, arrived).await,
+        }
+    }
+
+    /// Validates and runs one request, returning its response with only the
+    /// requested outputs (and classification applied). A decoupled model
+    /// answers only through [`ModelHandle::infer_stream`].
+    pub async fn infer(&self, mut request: InferRequest) -> Result<InferResponse> {
+        if self.decoupled {
+            return Err(Error::unsupported(format!(
+                "model '{}' is decoupled (model_transaction_policy {{ decoupled: true }}): \
+                 its responses stream through gRPC ModelStreamInfer or HTTP generate_stream",
+                self.config.name
+            )));
+        }
+        let arrived = Instant::now();
+        let placed = self.admit(&mut request, arrived)?;
+        let requested = request.outputs.clone();
+        let response = self.schedule(request, placed, arrived).await?;
+        shape_response(&self.config, &self.labels, &requested, response)
+    }
+
+    /// Runs one request of a decoupled model: its responses (each shaped as
+    /// [`ModelHandle::infer`] shapes one) arrive on the returned stream as
+    /// the model sends them, the last with the final flag.
+    pub fn infer_stream(
+        self: &Arc<Self>,
+        mut request: InferRequest,
+    ) -> Result<stream::ResponseStream> {
+        let arrived = Instant::now();
+        let placed = self.admit(&mut request, arrived)?;
+        let requested = request.outputs.clone();
+        let (config, labels) = (self.config.clone(), self.labels.clone());
+        let (sender, responses) = stream::channel(
+            &self.config.name,
+            Box::new(move |r| shape_response(&config, &labels, &requested, r)),
+        );
+        request.responder = Some(tern_core::Responder(sender.clone()));
+        let this = self.clone();
+        tokio::spawn(async move {
+            // The backend answers through the sender; what the execution itself
+            // returns matters only when it failed before the final flag.
+            if let Err(e) = this.schedule(request, placed, arrived).await {
+                let _ = tern_core::ResponseSink::send(&*sender, Some(Err(e)), true);
+            }
+        });
+        Ok(responses)
     }
 
     fn policy(&self) -> &BatchPolicy {

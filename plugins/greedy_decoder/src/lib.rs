@@ -8,15 +8,22 @@
 //! `eos_token_id` or after `max_new_tokens`. Output `output_ids` (INT64
 //! `[1, new tokens]`). Every step goes through the language model's own
 //! scheduler, so concurrent generations share its dynamic batcher.
+//!
+//! Served as a decoupled model (`model_transaction_policy { decoupled: true
+//! }`, `model_repository/greedy_decoder_stream`), it streams: one response
+//! per generated token (`output_ids` `[1, 1]`), then the final flag, and
+//! stops early when the client has gone away.
 
 use tern_plugin::{
-    export_model, Error, InferRequest, Model, ModelContext, Request, Response, Tensor,
+    export_model, Error, InferRequest, Model, ModelContext, Request, Response, ResponseSender,
+    Tensor, RESPONSE_COMPLETE_FINAL,
 };
 
 struct Greedy {
     model: String,
     max_new_tokens: usize,
     eos: i64,
+    decoupled: bool,
 }
 
 fn number<T: std::str::FromStr>(ctx: &ModelContext, key: &str, default: T) -> Result<T, Error> {
@@ -29,7 +36,8 @@ fn number<T: std::str::FromStr>(ctx: &ModelContext, key: &str, default: T) -> Re
 }
 
 impl Greedy {
-    fn generate(&self, r: &Request) -> Result<Response, Error> {
+    /// Generates for one request; with a sender, each token goes out as it is made.
+    fn generate(&self, r: &Request, sender: Option<&ResponseSender>) -> Result<Response, Error> {
         let prompt = r.input("input_ids")?;
         if prompt.shape.len() != 2 || prompt.shape[0] != 1 || prompt.shape[1] < 1 {
             return Err(Error::invalid_arg(format!(
@@ -58,6 +66,13 @@ impl Greedy {
                     Error::internal(format!("model '{}' returned empty logits", self.model))
                 })?;
             generated.push(next);
+            if let Some(sender) = sender {
+                if sender.is_cancelled() {
+                    break;
+                }
+                let token = Tensor::from_vec("output_ids", vec![1, 1], vec![next]);
+                sender.send(Some(&Response::new(vec![token])), 0)?;
+            }
             if next == self.eos {
                 break;
             }
@@ -78,11 +93,31 @@ impl Model for Greedy {
             model: ctx.parameter("model").unwrap_or_else(|| "tiny_lm".into()),
             max_new_tokens: number(&ctx, "max_new_tokens", 16)?,
             eos: number(&ctx, "eos_token_id", 0)?,
+            decoupled: ctx.is_decoupled(),
         })
     }
 
     fn execute(&mut self, requests: Vec<Request>) -> Vec<Result<Response, Error>> {
-        requests.iter().map(|r| self.generate(r)).collect()
+        if !self.decoupled {
+            return requests.iter().map(|r| self.generate(r, None)).collect();
+        }
+        for (i, r) in requests.iter().enumerate() {
+            let sent = tern_plugin::response_sender(i).and_then(|sender| {
+                match self.generate(r, Some(&sender)) {
+                    Ok(_) => sender.send(None, RESPONSE_COMPLETE_FINAL),
+                    Err(e) if sender.is_cancelled() => Err(e),
+                    Err(e) => sender.send_error(&e),
+                }
+            });
+            if let Err(e) = sent {
+                tern_plugin::log(
+                    tern_plugin::LogLevel::Verbose,
+                    &format!("stream {i} ended early: {}", e.message),
+                );
+            }
+        }
+        // Every request was answered through its sender.
+        Vec::new()
     }
 }
 

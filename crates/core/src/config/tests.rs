@@ -94,7 +94,8 @@ fn sequence_batching_is_served_and_decoupled_still_refused() {
         .map(|t| t.name)
         .collect();
     assert_eq!(names, ["START", "CORRID", "INPUT_STATE"]);
-    let decoupled = parse_pbtxt("name: \"d\" model_transaction_policy { decoupled: true }").unwrap();
+    let decoupled =
+        parse_pbtxt("name: \"d\" model_transaction_policy { decoupled: true }").unwrap();
     assert_eq!(
         check_supported(&decoupled).unwrap_err().code,
         crate::error::Code::Unsupported
@@ -113,7 +114,8 @@ fn sequence_configs_get_tritons_messages() {
         .map_err(|e| e.message)
     };
     assert!(seq("").is_ok());
-    let ctl = |name: &str, c: &str| format!("control_input [{{name: \"{name}\" control [{{{c}}}]}}]");
+    let ctl =
+        |name: &str, c: &str| format!("control_input [{{name: \"{name}\" control [{{{c}}}]}}]");
     let cases = [
         (
             ctl("S", "kind: CONTROL_SEQUENCE_START"),

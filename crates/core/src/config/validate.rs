@@ -337,13 +337,6 @@ pub fn check_supported(cfg: &ModelConfig) -> Result<()> {
             "model '{m}': {what} is not supported by this version of Tern"
         )))
     };
-    if cfg
-        .model_transaction_policy
-        .as_ref()
-        .is_some_and(|p| p.decoupled)
-    {
-        return unsupported("model_transaction_policy { decoupled: true }");
-    }
     if cfg.instance_group.iter().any(|g| g.passive) {
         return unsupported("instance_group.passive");
     }

@@ -232,6 +232,7 @@ pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<Infe
         outputs,
         parameters: parameters(req.parameters, "request")?,
         callers: Vec::new(),
+        responder: None,
     })
 }
 

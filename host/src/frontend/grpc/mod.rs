@@ -148,13 +148,174 @@ fn statistics(name: &str, version: i64, s: &Snapshot) -> ModelStatistics {
     }
 }
 
+/// One message of ModelStreamInfer's output stream.
+type StreamMsg = std::result::Result<ModelStreamInferResponse, Status>;
+
+/// `triton_final_response`, set on every streamed response as Triton does.
+fn final_flag(response: &mut ModelInferResponse, last: bool) {
+    response.parameters.insert(
+        "triton_final_response".into(),
+        InferParameter {
+            parameter_choice: Some(infer_parameter::ParameterChoice::BoolParam(last)),
+        },
+    );
+}
+
+/// Takes the request's `triton_enable_empty_final_response` (Triton's only
+/// `triton_` request parameter), checking its type.
+fn take_empty_final(req: &mut ModelInferRequest) -> Result<bool> {
+    use infer_parameter::ParameterChoice as P;
+    match req.parameters.remove("triton_enable_empty_final_response") {
+        None => Ok(false),
+        Some(InferParameter {
+            parameter_choice: Some(P::BoolParam(b)),
+        }) => Ok(b),
+        Some(_) => Err(tern_core::Error::invalid_arg(
+            "invalid value type for 'triton_enable_empty_final_response' parameter, expected bool_param.",
+        )),
+    }
+}
+
 impl InferenceService {
     async fn infer(&self, req: ModelInferRequest) -> Result<ModelInferResponse> {
         let request = codec::decode_request(req, &self.info.shm)?;
+        let handle = self
+            .info
+            .repository
+            .get(&request.model_name, request.model_version)?;
+        if handle.decoupled() {
+            return Err(tern_core::Error::unsupported(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy",
+            ));
+        }
         let requested = request.outputs.clone();
-        let response = self.info.repository.route(request)?.await?;
+        let response = handle.infer(request).await?;
         shm::write_outputs(&response, &requested)?;
         Ok(codec::encode_response(response, &requested))
+    }
+
+    /// Answers one request of a ModelStreamInfer stream: a decoupled model's
+    /// responses as they come (each with `triton_final_response`; a bare
+    /// final flag only when the client asked with
+    /// `triton_enable_empty_final_response`), another model's one response.
+    /// Errors are in-band messages; the stream stays open.
+    async fn stream_one(
+        &self,
+        mut req: ModelInferRequest,
+        tx: &tokio::sync::mpsc::Sender<StreamMsg>,
+    ) {
+        let (id, model_name, model_version) = (
+            req.id.clone(),
+            req.model_name.clone(),
+            req.model_version.clone(),
+        );
+        let error = |message: String, last: Option<bool>| {
+            let mut response = ModelInferResponse {
+                id: id.clone(),
+                ..Default::default()
+            };
+            if let Some(last) = last {
+                response.model_name = model_name.clone();
+                response.model_version = model_version.clone();
+                final_flag(&mut response, last);
+            }
+            ModelStreamInferResponse {
+                error_message: message,
+                infer_response: Some(response),
+            }
+        };
+        let started = take_empty_final(&mut req).and_then(|empty_final| {
+            let request = codec::decode_request(req, &self.info.shm)?;
+            let handle = self
+                .info
+                .repository
+                .get(&request.model_name, request.model_version)?;
+            Ok((empty_final, request, handle))
+        });
+        let (empty_final, request, handle) = match started {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = tx.send(Ok(error(e.message, None))).await;
+                return;
+            }
+        };
+        let requested = request.outputs.clone();
+        if !handle.decoupled() {
+            // The client cancelling the stream drops its receiver: the request is
+            // dropped too (cancelled if it is still queued), as Triton does.
+            let result = tokio::select! {
+                r = handle.infer(request) => r,
+                _ = tx.closed() => return,
+            };
+            let msg = match result.and_then(|r| {
+                shm::write_outputs(&r, &requested)?;
+                Ok(codec::encode_response(r, &requested))
+            }) {
+                Ok(mut response) => {
+                    final_flag(&mut response, true);
+                    ModelStreamInferResponse {
+                        error_message: String::new(),
+                        infer_response: Some(response),
+                    }
+                }
+                Err(e) => error(e.message, Some(true)),
+            };
+            let _ = tx.send(Ok(msg)).await;
+            return;
+        }
+        let mut responses = match handle.infer_stream(request) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = tx.send(Ok(error(e.message, Some(true)))).await;
+                return;
+            }
+        };
+        loop {
+            // A client that goes away drops `responses`: the model sees the
+            // request cancelled and its next send fails.
+            let item = tokio::select! {
+                item = responses.next() => item,
+                _ = tx.closed() => return,
+            };
+            let Some(item) = item else { return };
+            let last = item.last;
+            let msg = match item.response {
+                Some(Ok(r)) => match shm::write_outputs(&r, &requested) {
+                    Ok(()) => {
+                        let mut response = codec::encode_response(r, &requested);
+                        final_flag(&mut response, last);
+                        Some(ModelStreamInferResponse {
+                            error_message: String::new(),
+                            infer_response: Some(response),
+                        })
+                    }
+                    Err(e) => Some(error(e.message, Some(last))),
+                },
+                Some(Err(e)) => Some(error(e.message, Some(last))),
+                None if empty_final => {
+                    let mut response = ModelInferResponse {
+                        id: id.clone(),
+                        model_name: model_name.clone(),
+                        model_version: model_version.clone(),
+                        ..Default::default()
+                    };
+                    final_flag(&mut response, true);
+                    Some(ModelStreamInferResponse {
+                        error_message: String::new(),
+                        infer_response: Some(response),
+                    })
+                }
+                None => None,
+            };
+            if let Some(msg) = msg {
+                if tx.send(Ok(msg)).await.is_err() {
+                    return;
+                }
+            }
+            if last {
+                return;
+            }
+        }
     }
 }
 
@@ -300,33 +461,7 @@ impl GrpcInferenceService for InferenceService {
                 };
                 let tx = tx.clone();
                 let service = service.clone();
-                tokio::spawn(async move {
-                    let id = req.id.clone();
-                    let model_name = req.model_name.clone();
-                    let model_version = req.model_version.clone();
-                    // The client cancelling the stream drops its receiver: the request is
-                    // dropped too (cancelled if it is still queued), as Triton does.
-                    let result = tokio::select! {
-                        r = service.infer(req) => r,
-                        _ = tx.closed() => return,
-                    };
-                    let msg = match result {
-                        Ok(resp) => ModelStreamInferResponse {
-                            error_message: String::new(),
-                            infer_response: Some(resp),
-                        },
-                        Err(e) => ModelStreamInferResponse {
-                            error_message: e.message,
-                            infer_response: Some(ModelInferResponse {
-                                model_name,
-                                model_version,
-                                id,
-                                ..Default::default()
-                            }),
-                        },
-                    };
-                    let _ = tx.send(Ok(msg)).await;
-                });
+                tokio::spawn(async move { service.stream_one(req, &tx).await });
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx)) as StreamOut))

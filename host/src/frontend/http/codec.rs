@@ -108,7 +108,7 @@ fn flatten<'a>(v: &'a Value, depth: usize, out: &mut Vec<&'a Value>) -> bool {
 /// Converts JSON `data` (flat or nested) into tensor bytes for `dtype`; with
 /// `special` (the request was [rewritten](nonfinite::rewrite)) FP32 and FP64
 /// take NaN/infinity sentinels.
-fn json_to_bytes(
+pub(super) fn json_to_bytes(
     name: &str,
     dtype: DataType,
     data: &Value,
@@ -354,6 +354,7 @@ pub fn decode_request(
         outputs,
         parameters,
         callers: Vec::new(),
+        responder: None,
     };
     Ok((request, HttpOptions { binary_default }))
 }
@@ -459,7 +460,7 @@ fn decode_raw(
 
 /// Writes tensor data as a flat JSON array; `None` when it cannot be JSON
 /// (FP16/BF16, or BYTES that are not UTF-8) and must go binary.
-fn data_to_json(t: &Tensor, out: &mut Vec<u8>) -> Option<()> {
+pub(super) fn data_to_json(t: &Tensor, out: &mut Vec<u8>) -> Option<()> {
     let d = &t.data[..];
     macro_rules! nums {
         ($ty:ty, $n:expr) => {{
@@ -509,7 +510,7 @@ fn data_to_json(t: &Tensor, out: &mut Vec<u8>) -> Option<()> {
     }
 }
 
-fn parameter_json(p: &Parameter) -> Value {
+pub(super) fn parameter_json(p: &Parameter) -> Value {
     match p {
         Parameter::Bool(b) => Value::Bool(*b),
         Parameter::Int(i) => Value::from(*i),

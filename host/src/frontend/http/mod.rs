@@ -1,10 +1,12 @@
 //! The HTTP/REST frontend: KServe v2 with Triton's extensions (binary tensor
-//! data, classification, model configuration, repository index), request and
-//! response compression, and Triton's error body `{"error": "..."}`.
+//! data, classification, model configuration, repository index, generate and
+//! generate_stream), request and response compression, and Triton's error
+//! body `{"error": "..."}`.
 
 mod body;
 pub mod codec;
 pub mod compression;
+mod generate;
 mod nonfinite;
 mod shm;
 
@@ -95,6 +97,16 @@ pub fn router(state: Arc<HttpState>) -> Router {
         )
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer_v))
+        .route("/v2/models/{model}/generate", post(generate))
+        .route(
+            "/v2/models/{model}/versions/{version}/generate",
+            post(generate_v),
+        )
+        .route("/v2/models/{model}/generate_stream", post(generate_stream))
+        .route(
+            "/v2/models/{model}/versions/{version}/generate_stream",
+            post(generate_stream_v),
+        )
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(load_model))
         .route("/v2/repository/models/{model}/unload", post(unload_model))
@@ -473,6 +485,50 @@ async fn infer_v(
     respond(r)
 }
 
+async fn generate(
+    State(s): AppState,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    respond(generate::generate(&s, &model, None, &headers, body).await)
+}
+
+async fn generate_v(
+    State(s): AppState,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let r = match parse_version(&version) {
+        Ok(v) => generate::generate(&s, &model, v, &headers, body).await,
+        Err(e) => Err(e),
+    };
+    respond(r)
+}
+
+async fn generate_stream(
+    State(s): AppState,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    respond(generate::generate_stream(&s, &model, None, &headers, body).await)
+}
+
+async fn generate_stream_v(
+    State(s): AppState,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let r = match parse_version(&version) {
+        Ok(v) => generate::generate_stream(&s, &model, v, &headers, body).await,
+        Err(e) => Err(e),
+    };
+    respond(r)
+}
+
 async fn run_infer(
     s: &HttpState,
     model: &str,
@@ -508,6 +564,11 @@ async fn run_infer(
     // reported as such, and a raw body is read by its config), and the
     // request runs on that same version (see `Repository::route`).
     let handle = s.info.repository.get(model, version)?;
+    if handle.decoupled() {
+        return Err(Error::unsupported(
+            "HTTP end point doesn't support models with decoupled transaction policy",
+        ));
+    }
     let (request, opts) = codec::decode_request(
         model,
         version,

@@ -1,0 +1,183 @@
+//! Response streams of decoupled models: the channel one request's
+//! responses travel through, from the backend (any instance thread, at any
+//! time until the final flag) to the frontend. Every response is shaped on
+//! the way (requested outputs, classification); what a slow client leaves
+//! unread is capped, so it cannot grow the server's memory or hold an
+//! instance; a client that goes away cancels the request.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use tern_core::error::{Code, Error, Result};
+use tern_core::{InferResponse, ResponseSink};
+
+/// Unread response bytes one stream may hold before it is failed.
+pub const MAX_BUFFERED_BYTES: usize = 64 << 20;
+
+/// One message of a response stream.
+#[derive(Debug)]
+pub struct StreamItem {
+    /// A response or an error; `None` for a bare final flag.
+    pub response: Option<Result<InferResponse>>,
+    /// The request's last message.
+    pub last: bool,
+}
+
+/// Turns a model's response into what the client asked for.
+pub type Shape = Box<dyn Fn(InferResponse) -> Result<InferResponse> + Send + Sync>;
+
+/// The sending side, given to the backend as the request's responder.
+pub struct Sender {
+    tx: mpsc::UnboundedSender<StreamItem>,
+    closed: AtomicBool,
+    buffered: Arc<AtomicUsize>,
+    shape: Shape,
+    model: String,
+}
+
+/// The receiving side, read by the frontend.
+pub struct ResponseStream {
+    rx: mpsc::UnboundedReceiver<StreamItem>,
+    buffered: Arc<AtomicUsize>,
+}
+
+/// A new stream for a request of `model`.
+pub fn channel(model: &str, shape: Shape) -> (Arc<Sender>, ResponseStream) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let buffered = Arc::new(AtomicUsize::new(0));
+    let sender = Sender {
+        tx,
+        closed: AtomicBool::new(false),
+        buffered: buffered.clone(),
+        shape,
+        model: model.to_string(),
+    };
+    (Arc::new(sender), ResponseStream { rx, buffered })
+}
+
+fn size(item: &StreamItem) -> usize {
+    match &item.response {
+        Some(Ok(r)) => r.outputs.iter().map(|t| t.data.len()).sum(),
+        _ => 0,
+    }
+}
+
+impl ResponseStream {
+    /// The next message; `None` once every sender is gone (after the final
+    /// flag, or if the model dropped the request without one).
+    pub async fn next(&mut self) -> Option<StreamItem> {
+        let item = self.rx.recv().await?;
+        self.buffered.fetch_sub(size(&item), Ordering::Relaxed);
+        Some(item)
+    }
+}
+
+impl ResponseSink for Sender {
+    fn send(&self, response: Option<Result<InferResponse>>, last: bool) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::invalid_arg(
+                "Unable to send response. Response sender has been closed.",
+            ));
+        }
+        if self.tx.is_closed() {
+            self.closed.store(true, Ordering::Release);
+            return Err(cancelled(&self.model));
+        }
+        let response = response.map(|r| r.and_then(|r| (self.shape)(r)));
+        let mut item = StreamItem { response, last };
+        let held = self.buffered.fetch_add(size(&item), Ordering::Relaxed) + size(&item);
+        let overflowed = held > MAX_BUFFERED_BYTES;
+        if overflowed {
+            self.buffered.fetch_sub(size(&item), Ordering::Relaxed);
+            tracing::warn!(model = %self.model, "a response stream holds more than {MAX_BUFFERED_BYTES} unread bytes: failing it");
+            item = StreamItem {
+                response: Some(Err(Error::unavailable(format!(
+                    "model '{}': the client is not reading its response stream ({MAX_BUFFERED_BYTES} bytes unread)",
+                    self.model
+                )))),
+                last: true,
+            };
+        }
+        let last = item.last;
+        if last {
+            self.closed.store(true, Ordering::Release);
+        }
+        self.tx.send(item).map_err(|_| cancelled(&self.model))?;
+        if overflowed {
+            // The overflow error went out in place of this response: tell the model.
+            return Err(Error::unavailable(format!(
+                "model '{}': the response stream was closed: its client is not reading",
+                self.model
+            )));
+        }
+        Ok(())
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+fn cancelled(model: &str) -> Error {
+    Error::new(
+        Code::Cancelled,
+        format!("request for model '{model}' was cancelled: its client has gone away"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern_core::{DataType, Tensor};
+
+    fn response(bytes: usize) -> InferResponse {
+        InferResponse {
+            outputs: vec![Tensor::new(
+                "Y",
+                DataType::Uint8,
+                vec![bytes as i64],
+                vec![0; bytes],
+            )],
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn responses_then_the_final_flag_then_nothing() {
+        let (tx, mut rx) = channel("m", Box::new(Ok));
+        tx.send(Some(Ok(response(3))), false).unwrap();
+        tx.send(None, true).unwrap();
+        let e = tx.send(Some(Ok(response(1))), false).unwrap_err();
+        assert!(e.message.contains("Response sender has been closed"), "{e}");
+        assert!(!rx.next().await.unwrap().last);
+        assert!(rx.next().await.unwrap().last);
+        drop(tx);
+        assert!(rx.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_client_that_goes_away_cancels_and_a_slow_one_is_cut_off() {
+        let (tx, rx) = channel("m", Box::new(Ok));
+        drop(rx);
+        assert!(tx.is_cancelled());
+        assert_eq!(tx.send(None, true).unwrap_err().code, Code::Cancelled);
+        let (tx, mut rx) = channel("m", Box::new(Ok));
+        let chunk = MAX_BUFFERED_BYTES / 4;
+        for _ in 0..4 {
+            tx.send(Some(Ok(response(chunk))), false).unwrap();
+        }
+        assert!(tx.send(Some(Ok(response(chunk))), false).is_err());
+        assert!(tx.is_closed());
+        for _ in 0..4 {
+            rx.next().await.unwrap();
+        }
+        let overflow = rx.next().await.unwrap();
+        assert!(overflow.last && overflow.response.unwrap().is_err());
+    }
+}
