@@ -363,6 +363,52 @@ def sequence_repo(root, wasm_dir=None):
         shutil.copytree(vad, f"{root}/silero_vad")
 
 
+STREAM_CONFIG = """name: "{name}"
+backend: "wasm"
+max_batch_size: 0
+input [ {{ name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+model_transaction_policy {{ decoupled: true }}
+instance_group [ {{ kind: KIND_CPU count: {count} }} ]
+"""
+
+
+def decoupled_repo(root, wasm_dir):
+    """Decoupled models for the end-to-end tests: the streaming greedy
+    decoder over `tiny_lm`, the `stream_*` test plugin in every guest
+    language, a plugin built against tern:plugin@0.1.0, and two models that
+    must be refused (a decoupled ONNX model, an ensemble over a decoupled
+    step)."""
+    tiny_lm(f"{root}/tiny_lm/1/model.onnx")
+    write(f"{root}/tiny_lm/config.pbtxt", open(os.path.join(ROOT, "model_repository", "tiny_lm", "config.pbtxt")).read())
+    for name in ("greedy_decoder", "greedy_decoder_stream"):
+        os.makedirs(f"{root}/{name}/1", exist_ok=True)
+        shutil.copy(os.path.join(wasm_dir, "greedy_decoder.wasm"), f"{root}/{name}/1/model.wasm")
+        write(f"{root}/{name}/config.pbtxt", open(os.path.join(ROOT, "model_repository", name, "config.pbtxt")).read())
+    for name, count in (("stream_count", 1), ("stream_python", 1), ("stream_js", 1), ("stream_c", 1)):
+        wasm = os.path.join(wasm_dir, f"{name}.wasm")
+        if os.path.exists(wasm):
+            os.makedirs(f"{root}/{name}/1", exist_ok=True)
+            shutil.copy(wasm, f"{root}/{name}/1/model.wasm")
+            write(f"{root}/{name}/config.pbtxt", STREAM_CONFIG.format(name=name, count=count))
+    os.makedirs(f"{root}/compat_v0_1_0/1", exist_ok=True)
+    shutil.copy(os.path.join(wasm_dir, "compat_v0_1_0.wasm"), f"{root}/compat_v0_1_0/1/model.wasm")
+    write(f"{root}/compat_v0_1_0/config.pbtxt", io_config("compat_v0_1_0", "TYPE_INT32", [-1], 0, "wasm"))
+    identity_onnx(f"{root}/decoupled_onnx/1/model.onnx", TensorProto.INT32, [4])
+    write(
+        f"{root}/decoupled_onnx/config.pbtxt",
+        io_config("decoupled_onnx", "TYPE_INT32", [4], 0, "onnxruntime", "model_transaction_policy { decoupled: true }"),
+    )
+    ensemble(
+        root,
+        "decoupled_ensemble",
+        [tensor("COUNT", "TYPE_INT32", "1")],
+        [tensor("OUT", "TYPE_INT32", "1")],
+        [step("stream_count", {"COUNT": "COUNT"}, {"OUT": "OUT"})],
+        max_batch=0,
+    )
+
+
 def tensor(name, dtype, dims):
     """One `input`/`output` entry of a config."""
     return f'{{ name: "{name}" data_type: {dtype} dims: [ {dims} ] }}'

@@ -29,9 +29,21 @@ void __component_type_object_force_link_plugin(void) {}
 
 /* ---- exports ---- */
 
+/* Set at initialize: a decoupled model answers through its senders. */
+static int decoupled;
+
+static int config_is_decoupled(const plugin_string_t *json) {
+    static const char key[] = "\"decoupled\":true";
+    size_t k = sizeof key - 1;
+    for (size_t i = 0; i + k <= json->len; i++)
+        if (memcmp(json->ptr + i, key, k) == 0) return 1;
+    return 0;
+}
+
 bool exports_tern_plugin_model_initialize(exports_tern_plugin_model_model_context_t *ctx,
                                           exports_tern_plugin_model_error_t *err) {
     tern_error e = {TERN_INTERNAL, ""};
+    decoupled = config_is_decoupled(&ctx->config_json);
     int rc = tern_model_initialize(ctx, &e);
     exports_tern_plugin_model_model_context_free(ctx);
     if (rc != 0) {
@@ -49,6 +61,14 @@ void exports_tern_plugin_model_execute(exports_tern_plugin_model_list_request_t 
     if (!results) abort();
     tern_model_execute(requests->ptr, n, results);
     exports_tern_plugin_model_list_request_free(requests);
+    if (decoupled) {
+        /* Answered through the senders: an empty list. */
+        for (size_t i = 0; i < n; i++) exports_tern_plugin_model_result_response_error_free(&results[i]);
+        free(results);
+        ret->ptr = NULL;
+        ret->len = 0;
+        return;
+    }
     ret->ptr = results;
     ret->len = n;
 }
@@ -338,3 +358,48 @@ int tern_metric_record(uint32_t id, const char *const (*labels)[2], size_t n_lab
 int tern_metric_set(uint32_t id, const char *const (*labels)[2], size_t n_labels, double value) {
     return metric_call(1, id, labels, n_labels, value);
 }
+
+/* ---- decoupled models ---- */
+
+static int from_wit_error(tern_plugin_types_error_t *e, tern_error *err) {
+    if (err) {
+        err->code = (tern_code)e->code;
+        size_t len = e->message.len < sizeof err->message - 1 ? e->message.len : sizeof err->message - 1;
+        memcpy(err->message, e->message.ptr, len);
+        err->message[len] = 0;
+    }
+    tern_plugin_types_error_free(e);
+    return -1;
+}
+
+int tern_response_sender(size_t index, tern_sender *out, tern_error *err) {
+    tern_plugin_types_error_t e;
+    if (!tern_plugin_responses_sender((uint32_t)index, &out->handle, &e)) return from_wit_error(&e, err);
+    return 0;
+}
+
+int tern_send(const tern_sender *s, tern_result *response, uint32_t flags, tern_error *err) {
+    tern_plugin_responses_borrow_response_sender_t b = tern_plugin_responses_borrow_response_sender(s->handle);
+    tern_plugin_types_error_t e;
+    bool ok;
+    if (response && response->is_err) {
+        ok = tern_plugin_responses_method_response_sender_send_error(b, &response->val.err, &e);
+    } else {
+        ok = tern_plugin_responses_method_response_sender_send(b, response ? &response->val.ok : NULL, flags, &e);
+    }
+    if (response) {
+        exports_tern_plugin_model_result_response_error_free(response);
+        memset(response, 0, sizeof *response);
+    }
+    if (!ok) return from_wit_error(&e, err);
+    return 0;
+}
+
+int tern_sender_is_cancelled(const tern_sender *s) {
+    return tern_plugin_responses_method_response_sender_is_cancelled(
+        tern_plugin_responses_borrow_response_sender(s->handle));
+}
+
+void tern_sender_drop(tern_sender *s) { tern_plugin_responses_response_sender_drop_own(s->handle); }
+
+int tern_is_cancelled(size_t index) { return tern_plugin_responses_is_cancelled((uint32_t)index); }

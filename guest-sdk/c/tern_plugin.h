@@ -199,6 +199,40 @@ int tern_metric_record(uint32_t id, const char *const (*labels)[2], size_t n_lab
 /* Gauge: set. */
 int tern_metric_set(uint32_t id, const char *const (*labels)[2], size_t n_labels, double value);
 
+/* ---- decoupled models (model_transaction_policy { decoupled: true }) ----
+ *
+ * Each request is answered through its response sender: any number of
+ * responses, then TERN_RESPONSE_COMPLETE_FINAL, during tern_model_execute or
+ * a later call (keep the sender). `results` are ignored for decoupled
+ * models.
+ *
+ *   tern_sender s;
+ *   if (tern_response_sender(i, &s, &err) == 0) {
+ *       tern_result r = {0};                       // an empty response
+ *       tern_add_output(&r, tensor);
+ *       tern_send(&s, &r, 0, &err);                 // frees r's contents
+ *       tern_send(&s, NULL, TERN_RESPONSE_COMPLETE_FINAL, &err);
+ *       tern_sender_drop(&s);
+ *   }
+ */
+#define TERN_RESPONSE_COMPLETE_FINAL 1u
+
+typedef struct {
+    tern_plugin_responses_own_response_sender_t handle;
+} tern_sender;
+
+/* The response sender of request `index` of the running batch. */
+int tern_response_sender(size_t index, tern_sender *out, tern_error *err);
+/* Sends `response` (NULL: only the flags; a result turned into an error with
+ * tern_fail() is sent as the request's last message) and frees its contents. */
+int tern_send(const tern_sender *s, tern_result *response, uint32_t flags, tern_error *err);
+/* Whether the client has gone away. */
+int tern_sender_is_cancelled(const tern_sender *s);
+/* Releases a sender (sending the final flag if it was not sent). */
+void tern_sender_drop(tern_sender *s);
+/* Whether the client of request `index` of the running batch has gone away. */
+int tern_is_cancelled(size_t index);
+
 #ifdef __cplusplus
 }
 #endif

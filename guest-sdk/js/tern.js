@@ -21,7 +21,8 @@
 // `Response`), or a `TernError` for that request alone; throwing fails the
 // whole batch. Build with `tern plugin build <dir>`.
 
-import * as host from "tern:plugin/host@0.1.0";
+import * as host from "tern:plugin/host@0.1.1";
+import * as responses from "tern:plugin/responses@0.1.1";
 
 /** Triton's error codes. */
 export const ErrorCode = Object.freeze({
@@ -328,6 +329,50 @@ export class MetricFamily {
   }
 }
 
+/** Response flag: the request's last message (Triton's TRITONSERVER_RESPONSE_COMPLETE_FINAL). */
+export const RESPONSE_COMPLETE_FINAL = 1;
+
+/**
+ * Decoupled models (`model_transaction_policy { decoupled: true }`): the
+ * response sender of request `index` of the batch `execute` is running.
+ * `send(response, flags)` (a `{ outputs }` object, or `undefined` with
+ * RESPONSE_COMPLETE_FINAL), `sendError(error)`, `isCancelled()`; keep it
+ * as long as needed. `execute` then returns nothing.
+ */
+export function responseSender(index) {
+  let s;
+  try {
+    s = responses.sender(index);
+  } catch (e) {
+    throw asTernError(e);
+  }
+  return {
+    send(response, flags = 0) {
+      if (response instanceof Error) return this.sendError(response);
+      try {
+        s.send(response === undefined || response === null ? undefined : witResponse(response).val, flags);
+      } catch (e) {
+        throw asTernError(e);
+      }
+    },
+    sendError(error) {
+      try {
+        s.sendError(witError(error));
+      } catch (e) {
+        throw asTernError(e);
+      }
+    },
+    isCancelled() {
+      return s.isCancelled();
+    },
+  };
+}
+
+/** Whether the client of request `index` of the running batch has gone away. */
+export function isCancelled(index) {
+  return responses.isCancelled(index);
+}
+
 function witError(e) {
   const t = asTernError(e);
   return { code: t.code, message: t.message };
@@ -367,7 +412,9 @@ export function exportModel(ModelClass) {
       if (!instance) return requests.map(() => ({ tag: "err", val: { code: "internal", message: "execute called before initialize" } }));
       try {
         const out = instance.execute(requests);
-        if (!out || out.length !== requests.length)
+        // A decoupled model answers through its response senders.
+        if (out === undefined || out === null) return [];
+        if (out.length !== requests.length)
           throw TernError.internal(`execute returned ${out ? out.length : "nothing"} response(s) for ${requests.length} request(s)`);
         return out.map(witResponse);
       } catch (e) {

@@ -3,26 +3,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `tern:plugin/host@0.1.0`
+// Imported Functions from `tern:plugin/host@0.1.1`
 
-__attribute__((__import_module__("tern:plugin/host@0.1.0"), __import_name__("log")))
+__attribute__((__import_module__("tern:plugin/host@0.1.1"), __import_name__("log")))
 extern void __wasm_import_tern_plugin_host_log(int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.0"), __import_name__("infer")))
+__attribute__((__import_module__("tern:plugin/host@0.1.1"), __import_name__("infer")))
 extern void __wasm_import_tern_plugin_host_infer(uint8_t *, size_t, int64_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.0"), __import_name__("metric-family")))
+__attribute__((__import_module__("tern:plugin/host@0.1.1"), __import_name__("metric-family")))
 extern void __wasm_import_tern_plugin_host_metric_family(uint8_t *, size_t, uint8_t *, size_t, int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.0"), __import_name__("metric-record")))
+__attribute__((__import_module__("tern:plugin/host@0.1.1"), __import_name__("metric-record")))
 extern void __wasm_import_tern_plugin_host_metric_record(int32_t, uint8_t *, size_t, double, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.0"), __import_name__("metric-set")))
+__attribute__((__import_module__("tern:plugin/host@0.1.1"), __import_name__("metric-set")))
 extern void __wasm_import_tern_plugin_host_metric_set(int32_t, uint8_t *, size_t, double, uint8_t *);
 
-// Exported Functions from `tern:plugin/model@0.1.0`
+// Imported Functions from `tern:plugin/responses@0.1.1`
 
-__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.0#initialize")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[method]response-sender.send")))
+extern void __wasm_import_tern_plugin_responses_method_response_sender_send(int32_t, int32_t, uint8_t *, size_t, uint8_t *, size_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[method]response-sender.send-error")))
+extern void __wasm_import_tern_plugin_responses_method_response_sender_send_error(int32_t, int32_t, uint8_t *, size_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[method]response-sender.is-cancelled")))
+extern int32_t __wasm_import_tern_plugin_responses_method_response_sender_is_cancelled(int32_t);
+
+__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("sender")))
+extern void __wasm_import_tern_plugin_responses_sender(int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("is-cancelled")))
+extern int32_t __wasm_import_tern_plugin_responses_is_cancelled(int32_t);
+
+// Exported Functions from `tern:plugin/model@0.1.1`
+
+__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.1#initialize")))
 void __wasm_export_exports_tern_plugin_model_initialize_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -37,7 +54,7 @@ void __wasm_export_exports_tern_plugin_model_initialize_post_return(uint8_t * ar
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.0#execute")))
+__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.1#execute")))
 void __wasm_export_exports_tern_plugin_model_execute_post_return(uint8_t * arg0) {
   size_t len9 = *((size_t*) (arg0 + sizeof(void*)));
   if (len9 > 0) {
@@ -323,6 +340,49 @@ void tern_plugin_host_result_void_error_free(tern_plugin_host_result_void_error_
   }
 }
 
+void tern_plugin_responses_error_free(tern_plugin_responses_error_t *ptr) {
+  tern_plugin_types_error_free(ptr);
+}
+
+void tern_plugin_responses_response_free(tern_plugin_responses_response_t *ptr) {
+  tern_plugin_types_response_free(ptr);
+}
+
+__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[resource-drop]response-sender")))
+extern void __wasm_import_tern_plugin_responses_response_sender_drop(int32_t handle);
+
+void tern_plugin_responses_response_sender_drop_own(tern_plugin_responses_own_response_sender_t handle) {
+  __wasm_import_tern_plugin_responses_response_sender_drop(handle.__handle);
+}
+
+void tern_plugin_responses_response_sender_drop_borrow(tern_plugin_responses_borrow_response_sender_t handle) {
+  __wasm_import_tern_plugin_responses_response_sender_drop(handle.__handle);
+}
+
+tern_plugin_responses_borrow_response_sender_t tern_plugin_responses_borrow_response_sender(tern_plugin_responses_own_response_sender_t arg) {
+  return (tern_plugin_responses_borrow_response_sender_t) { arg.__handle };
+}
+
+void tern_plugin_responses_option_response_free(tern_plugin_responses_option_response_t *ptr) {
+  if (ptr->is_some) {
+    tern_plugin_responses_response_free(&ptr->val);
+  }
+}
+
+void tern_plugin_responses_result_void_error_free(tern_plugin_responses_result_void_error_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    tern_plugin_responses_error_free(&ptr->val.err);
+  }
+}
+
+void tern_plugin_responses_result_own_response_sender_error_free(tern_plugin_responses_result_own_response_sender_error_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    tern_plugin_responses_error_free(&ptr->val.err);
+  }
+}
+
 void exports_tern_plugin_model_error_free(exports_tern_plugin_model_error_t *ptr) {
   tern_plugin_types_error_free(ptr);
 }
@@ -526,7 +586,126 @@ bool tern_plugin_host_metric_set(uint32_t family, plugin_list_tuple2_string_stri
   }
 }
 
-__attribute__((__export_name__("tern:plugin/model@0.1.0#initialize")))
+bool tern_plugin_responses_method_response_sender_send(tern_plugin_responses_borrow_response_sender_t self, tern_plugin_responses_response_t *maybe_response, tern_plugin_responses_response_flags_t flags, tern_plugin_responses_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  tern_plugin_responses_option_response_t response;
+  response.is_some = maybe_response != NULL;if (maybe_response) {
+    response.val = *maybe_response;
+  }
+  int32_t option;
+  uint8_t * option5;
+  size_t option6;
+  uint8_t * option7;
+  size_t option8;
+  if ((response).is_some) {
+    const tern_plugin_responses_response_t *payload0 = &(response).val;
+    option = 1;
+    option5 = (uint8_t *) ((*payload0).outputs).ptr;
+    option6 = ((*payload0).outputs).len;
+    option7 = (uint8_t *) ((*payload0).parameters).ptr;
+    option8 = ((*payload0).parameters).len;
+  } else {
+    option = 0;
+    option5 = 0;
+    option6 = 0;
+    option7 = 0;
+    option8 = 0;
+  }
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_responses_method_response_sender_send((self).__handle, option, option5, option6, option7, option8, (int32_t) (flags), ptr);
+  tern_plugin_responses_result_void_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_responses_method_response_sender_send_error(tern_plugin_responses_borrow_response_sender_t self, tern_plugin_responses_error_t *error, tern_plugin_responses_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_responses_method_response_sender_send_error((self).__handle, (int32_t) (*error).code, (uint8_t *) ((*error).message).ptr, ((*error).message).len, ptr);
+  tern_plugin_responses_result_void_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_responses_method_response_sender_is_cancelled(tern_plugin_responses_borrow_response_sender_t self) {
+  int32_t ret = __wasm_import_tern_plugin_responses_method_response_sender_is_cancelled((self).__handle);
+  return ret;
+}
+
+bool tern_plugin_responses_sender(uint32_t index, tern_plugin_responses_own_response_sender_t *ret, tern_plugin_responses_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_responses_sender((int32_t) (index), ptr);
+  tern_plugin_responses_result_own_response_sender_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_responses_own_response_sender_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_responses_is_cancelled(uint32_t index) {
+  int32_t ret = __wasm_import_tern_plugin_responses_is_cancelled((int32_t) (index));
+  return ret;
+}
+
+__attribute__((__export_name__("tern:plugin/model@0.1.1#initialize")))
 uint8_t * __wasm_export_exports_tern_plugin_model_initialize(uint8_t * arg, size_t arg0, int64_t arg1, uint8_t * arg2, size_t arg3, uint8_t * arg4, size_t arg5, int32_t arg6, int32_t arg7, uint8_t * arg8, size_t arg9) {
   exports_tern_plugin_model_model_context_t arg10 = (tern_plugin_types_model_context_t) {
     (plugin_string_t) (plugin_string_t) { (uint8_t*)(arg), (arg0) },
@@ -555,7 +734,7 @@ uint8_t * __wasm_export_exports_tern_plugin_model_initialize(uint8_t * arg, size
   return ptr;
 }
 
-__attribute__((__export_name__("tern:plugin/model@0.1.0#execute")))
+__attribute__((__export_name__("tern:plugin/model@0.1.1#execute")))
 uint8_t * __wasm_export_exports_tern_plugin_model_execute(uint8_t * arg, size_t arg0) {
   exports_tern_plugin_model_list_request_t arg2 = (exports_tern_plugin_model_list_request_t) { (exports_tern_plugin_model_request_t*)(arg), (arg0) };
   exports_tern_plugin_model_list_result_response_error_t ret;
@@ -566,7 +745,7 @@ uint8_t * __wasm_export_exports_tern_plugin_model_execute(uint8_t * arg, size_t 
   return ptr;
 }
 
-__attribute__((__export_name__("tern:plugin/model@0.1.0#finalize")))
+__attribute__((__export_name__("tern:plugin/model@0.1.1#finalize")))
 void __wasm_export_exports_tern_plugin_model_finalize(void) {
   exports_tern_plugin_model_finalize();
 }

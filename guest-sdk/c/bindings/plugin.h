@@ -239,6 +239,42 @@ typedef struct {
   } val;
 } tern_plugin_host_result_void_error_t;
 
+typedef tern_plugin_types_error_t tern_plugin_responses_error_t;
+
+typedef tern_plugin_types_response_t tern_plugin_responses_response_t;
+
+// Response flags (bit set): final = 1, Triton's
+// TRITONSERVER_RESPONSE_COMPLETE_FINAL.
+typedef uint32_t tern_plugin_responses_response_flags_t;
+
+typedef struct tern_plugin_responses_own_response_sender_t {
+  int32_t __handle;
+} tern_plugin_responses_own_response_sender_t;
+
+typedef struct tern_plugin_responses_borrow_response_sender_t {
+  int32_t __handle;
+} tern_plugin_responses_borrow_response_sender_t;
+
+typedef struct {
+  bool is_some;
+  tern_plugin_responses_response_t val;
+} tern_plugin_responses_option_response_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_responses_error_t err;
+  } val;
+} tern_plugin_responses_result_void_error_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_responses_own_response_sender_t ok;
+    tern_plugin_responses_error_t err;
+  } val;
+} tern_plugin_responses_result_own_response_sender_error_t;
+
 typedef tern_plugin_types_error_t exports_tern_plugin_model_error_t;
 
 typedef tern_plugin_types_model_context_t exports_tern_plugin_model_model_context_t;
@@ -272,7 +308,7 @@ typedef struct {
   size_t len;
 } exports_tern_plugin_model_list_result_response_error_t;
 
-// Imported Functions from `tern:plugin/host@0.1.0`
+// Imported Functions from `tern:plugin/host@0.1.1`
 // Writes a line to the server's log, tagged with the plugin's model name.
 extern void tern_plugin_host_log(tern_plugin_host_log_level_t level, plugin_string_t *message);
 // Business logic scripting: runs a request on any model of the server
@@ -293,7 +329,23 @@ extern bool tern_plugin_host_metric_record(uint32_t family, plugin_list_tuple2_s
 // Gauges only: sets the value.
 extern bool tern_plugin_host_metric_set(uint32_t family, plugin_list_tuple2_string_string_t *labels, double value, tern_plugin_host_error_t *err);
 
-// Exported Functions from `tern:plugin/model@0.1.0`
+// Imported Functions from `tern:plugin/responses@0.1.1`
+// Sends a response (or, with `none`, only the flags). Fails once
+// the final flag was sent, or with `cancelled` when the client has
+// gone away.
+extern bool tern_plugin_responses_method_response_sender_send(tern_plugin_responses_borrow_response_sender_t self, tern_plugin_responses_response_t *maybe_response, tern_plugin_responses_response_flags_t flags, tern_plugin_responses_error_t *err);
+// Sends an error as the request's last message (the final flag).
+extern bool tern_plugin_responses_method_response_sender_send_error(tern_plugin_responses_borrow_response_sender_t self, tern_plugin_responses_error_t *error, tern_plugin_responses_error_t *err);
+// Whether the client has gone away (the request is cancelled).
+extern bool tern_plugin_responses_method_response_sender_is_cancelled(tern_plugin_responses_borrow_response_sender_t self);
+// The response sender of request `index` of the batch `execute` is
+// running now (only during `execute`; decoupled models only).
+extern bool tern_plugin_responses_sender(uint32_t index, tern_plugin_responses_own_response_sender_t *ret, tern_plugin_responses_error_t *err);
+// Whether the client of request `index` of the running batch has gone
+// away (Triton's `request.is_cancelled()`; any model).
+extern bool tern_plugin_responses_is_cancelled(uint32_t index);
+
+// Exported Functions from `tern:plugin/model@0.1.1`
 bool exports_tern_plugin_model_initialize(exports_tern_plugin_model_model_context_t *ctx, exports_tern_plugin_model_error_t *err);
 void exports_tern_plugin_model_execute(exports_tern_plugin_model_list_request_t *requests, exports_tern_plugin_model_list_result_response_error_t *ret);
 void exports_tern_plugin_model_finalize(void);
@@ -345,6 +397,22 @@ void plugin_tuple2_string_string_free(plugin_tuple2_string_string_t *ptr);
 void plugin_list_tuple2_string_string_free(plugin_list_tuple2_string_string_t *ptr);
 
 void tern_plugin_host_result_void_error_free(tern_plugin_host_result_void_error_t *ptr);
+
+void tern_plugin_responses_error_free(tern_plugin_responses_error_t *ptr);
+
+void tern_plugin_responses_response_free(tern_plugin_responses_response_t *ptr);
+
+extern void tern_plugin_responses_response_sender_drop_own(tern_plugin_responses_own_response_sender_t handle);
+
+extern void tern_plugin_responses_response_sender_drop_borrow(tern_plugin_responses_borrow_response_sender_t handle);
+
+extern tern_plugin_responses_borrow_response_sender_t tern_plugin_responses_borrow_response_sender(tern_plugin_responses_own_response_sender_t handle);
+
+void tern_plugin_responses_option_response_free(tern_plugin_responses_option_response_t *ptr);
+
+void tern_plugin_responses_result_void_error_free(tern_plugin_responses_result_void_error_t *ptr);
+
+void tern_plugin_responses_result_own_response_sender_error_free(tern_plugin_responses_result_own_response_sender_error_t *ptr);
 
 void exports_tern_plugin_model_error_free(exports_tern_plugin_model_error_t *ptr);
 

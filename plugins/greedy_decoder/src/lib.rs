@@ -66,14 +66,17 @@ impl Greedy {
                     Error::internal(format!("model '{}' returned empty logits", self.model))
                 })?;
             generated.push(next);
+            let last = next == self.eos || generated.len() == self.max_new_tokens;
             if let Some(sender) = sender {
                 if sender.is_cancelled() {
-                    break;
+                    return Err(Error::new(tern_plugin::ErrorCode::Cancelled, "cancelled"));
                 }
+                // The last token carries the final flag: no empty response is needed.
                 let token = Tensor::from_vec("output_ids", vec![1, 1], vec![next]);
-                sender.send(Some(&Response::new(vec![token])), 0)?;
+                let flags = if last { RESPONSE_COMPLETE_FINAL } else { 0 };
+                sender.send(Some(&Response::new(vec![token])), flags)?;
             }
-            if next == self.eos {
+            if last {
                 break;
             }
             ids.push(next);
@@ -104,7 +107,10 @@ impl Model for Greedy {
         for (i, r) in requests.iter().enumerate() {
             let sent = tern_plugin::response_sender(i).and_then(|sender| {
                 match self.generate(r, Some(&sender)) {
-                    Ok(_) => sender.send(None, RESPONSE_COMPLETE_FINAL),
+                    // No token at all (max_new_tokens 0): only the final flag.
+                    Ok(_) if self.max_new_tokens == 0 => sender.send(None, RESPONSE_COMPLETE_FINAL),
+                    Ok(_) => Ok(()),
+                    // Dropping the sender sends the final flag.
                     Err(e) if sender.is_cancelled() => Err(e),
                     Err(e) => sender.send_error(&e),
                 }
