@@ -90,7 +90,7 @@ impl MetricsSettings {
                 "histogram_latencies" if !flag()? => {}
                 "histogram_latencies" => {
                     return Err(Error::unsupported(
-                        "--metrics-config histogram_latencies=true: Triton's latency histograms are for decoupled models, which Tern does not serve yet",
+                        "--metrics-config histogram_latencies=true: Triton's latency histogram (the first-response histogram of decoupled models) is not exported by Tern yet",
                     ))
                 }
                 _ => {

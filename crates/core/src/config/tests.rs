@@ -83,7 +83,7 @@ fn savedmodel_optimization_and_policy() {
 }
 
 #[test]
-fn sequence_batching_is_served_and_decoupled_still_refused() {
+fn sequence_batching_and_decoupled_models_pass_the_config_checks() {
     let mut cfg = parse_pbtxt(CORPUS[5].1).unwrap();
     assert!(check_supported(&cfg).is_ok());
     normalize(&mut cfg, 0);
