@@ -193,6 +193,24 @@ pub(super) fn create_instance(
     Ok(instance)
 }
 
+/// Creates and warms up every instance of every `instance_group`, named.
+pub(super) fn create_all(
+    config: &ModelConfig,
+    version: i64,
+    model: &Arc<dyn Model>,
+    gpu_count: usize,
+    model_dir: &Path,
+) -> Result<Vec<(String, Box<dyn Instance>)>> {
+    let samples = warmup::samples(config, model_dir)?;
+    instance_specs(config, gpu_count)?
+        .into_iter()
+        .map(|spec| {
+            let instance = create_instance(config, version, model, &spec, &samples)?;
+            Ok((spec.name, instance))
+        })
+        .collect()
+}
+
 /// Starts the thread of one instance.
 fn spawn_worker(shared: &Arc<Shared>, name: String, instance: Box<dyn Instance>) -> Result<Worker> {
     let retire = Arc::new(AtomicBool::new(false));
@@ -235,12 +253,7 @@ impl Pool {
         if !model.supports_ragged() && config.input.iter().any(|i| i.allow_ragged_batch) {
             tracing::warn!(model = %config.name, "allow_ragged_batch is ignored: this backend batches only requests whose shapes match");
         }
-        let samples = warmup::samples(&config, model_dir)?;
-        let mut instances: Vec<(String, Box<dyn Instance>)> = Vec::new();
-        for spec in instance_specs(&config, gpu_count)? {
-            let instance = create_instance(&config, version, &model, &spec, &samples)?;
-            instances.push((spec.name, instance));
-        }
+        let instances = create_all(&config, version, &model, gpu_count, model_dir)?;
         let shared = Arc::new(Shared::new(config.clone(), version, policy, summaries));
         for (name, instance) in instances {
             match spawn_worker(&shared, name, instance) {

@@ -136,36 +136,30 @@ impl ModelHandle {
             )));
         }
         let labels = Arc::new(labels);
-        if tern_core::sequence::batching(&config).is_some() {
-            let pool = sequence::Pool::start(
+        let scheduler = if tern_core::sequence::batching(&config).is_some() {
+            Scheduler::Sequence(sequence::Pool::start(
                 config.clone(),
                 version,
                 model,
                 gpu_count,
                 model_dir,
                 summaries,
-            )?;
-            return Ok(ModelHandle {
-                config,
+            )?)
+        } else {
+            Scheduler::Instances(instances::Pool::start(
+                config.clone(),
                 version,
-                labels,
-                scheduler: Scheduler::Sequence(pool),
-                decoupled,
-            });
-        }
-        let pool = instances::Pool::start(
-            config.clone(),
-            version,
-            model,
-            gpu_count,
-            model_dir,
-            summaries,
-        )?;
+                model,
+                gpu_count,
+                model_dir,
+                summaries,
+            )?)
+        };
         Ok(ModelHandle {
             config,
             version,
             labels,
-            scheduler: Scheduler::Instances(pool),
+            scheduler,
             decoupled,
         })
     }

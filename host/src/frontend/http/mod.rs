@@ -485,48 +485,55 @@ async fn infer_v(
     respond(r)
 }
 
-async fn generate(
-    State(s): AppState,
-    Path(model): Path<String>,
+/// Both generate endpoints, with and without a version in the path.
+async fn run_generate(
+    s: &HttpState,
+    model: &str,
+    version: Option<&str>,
+    stream: bool,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    respond(generate::generate(&s, &model, None, &headers, body).await)
+    let version = match version.map(parse_version).transpose() {
+        Ok(v) => v.flatten(),
+        Err(e) => return error_response(&e),
+    };
+    respond(if stream {
+        generate::generate_stream(s, model, version, &headers, body).await
+    } else {
+        generate::generate(s, model, version, &headers, body).await
+    })
+}
+
+async fn generate(State(s): AppState, Path(m): Path<String>, h: HeaderMap, b: Body) -> Response {
+    run_generate(&s, &m, None, false, h, b).await
 }
 
 async fn generate_v(
     State(s): AppState,
-    Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
+    Path((m, v)): Path<(String, String)>,
+    h: HeaderMap,
+    b: Body,
 ) -> Response {
-    let r = match parse_version(&version) {
-        Ok(v) => generate::generate(&s, &model, v, &headers, body).await,
-        Err(e) => Err(e),
-    };
-    respond(r)
+    run_generate(&s, &m, Some(&v), false, h, b).await
 }
 
 async fn generate_stream(
     State(s): AppState,
-    Path(model): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    Path(m): Path<String>,
+    h: HeaderMap,
+    b: Body,
 ) -> Response {
-    respond(generate::generate_stream(&s, &model, None, &headers, body).await)
+    run_generate(&s, &m, None, true, h, b).await
 }
 
 async fn generate_stream_v(
     State(s): AppState,
-    Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
+    Path((m, v)): Path<(String, String)>,
+    h: HeaderMap,
+    b: Body,
 ) -> Response {
-    let r = match parse_version(&version) {
-        Ok(v) => generate::generate_stream(&s, &model, v, &headers, body).await,
-        Err(e) => Err(e),
-    };
-    respond(r)
+    run_generate(&s, &m, Some(&v), true, h, b).await
 }
 
 async fn run_infer(

@@ -17,12 +17,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::instances::{
-    create_instance, execute_batch, gone_error, instance_specs, Executed, Reorder, Reply,
-};
+use super::instances::{create_all, execute_batch, gone_error, Executed, Reorder, Reply};
 use super::policy::BatchPolicy;
 use super::stats::{FailReason, ModelStats, RequestOutcome};
-use super::warmup;
 use book::{Book, Entry, Next, Queued, Strategy};
 use control::{Controls, Position};
 use tern_core::backend::{Instance, Model};
@@ -137,12 +134,7 @@ impl Pool {
             ),
         };
         let idle = Duration::from_micros(sb.max_sequence_idle_microseconds);
-        let samples = warmup::samples(&config, model_dir)?;
-        let mut instances: Vec<(String, Box<dyn Instance>)> = Vec::new();
-        for spec in instance_specs(&config, gpu_count)? {
-            let instance = create_instance(&config, version, &model, &spec, &samples)?;
-            instances.push((spec.name, instance));
-        }
+        let instances = create_all(&config, version, &model, gpu_count, model_dir)?;
         let book = Book::new(
             instances.len(),
             slots,
