@@ -391,6 +391,30 @@ def decoupled_repo(root, wasm_dir):
             os.makedirs(f"{root}/{name}/1", exist_ok=True)
             shutil.copy(wasm, f"{root}/{name}/1/model.wasm")
             write(f"{root}/{name}/config.pbtxt", STREAM_CONFIG.format(name=name, count=count))
+    # Streaming BLS: relays that call a model with exec(decoupled=True).
+    write(
+        f"{root}/count_identity/config.pbtxt",
+        'name: "count_identity"\nbackend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n',
+    )
+    os.makedirs(f"{root}/count_identity/1", exist_ok=True)
+    relays = [
+        ("stream_relay", "stream_relay", "stream_count"),
+        ("stream_relay_python", "stream_relay_python", "stream_count"),
+        ("relay_unary", "stream_relay", "count_identity"),
+    ]
+    for name, wasm, target in relays:
+        if os.path.exists(os.path.join(wasm_dir, f"{wasm}.wasm")):
+            os.makedirs(f"{root}/{name}/1", exist_ok=True)
+            shutil.copy(os.path.join(wasm_dir, f"{wasm}.wasm"), f"{root}/{name}/1/model.wasm")
+            write(
+                f"{root}/{name}/config.pbtxt",
+                f'name: "{name}"\nbackend: "wasm"\nmax_batch_size: 0\n'
+                'input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+                'output [ { name: "OUTS" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
+                f'parameters {{ key: "target" value: {{ string_value: "{target}" }} }}\n',
+            )
     os.makedirs(f"{root}/compat_v0_1_0/1", exist_ok=True)
     shutil.copy(os.path.join(wasm_dir, "compat_v0_1_0.wasm"), f"{root}/compat_v0_1_0/1/model.wasm")
     write(f"{root}/compat_v0_1_0/config.pbtxt", io_config("compat_v0_1_0", "TYPE_INT32", [-1], 0, "wasm"))

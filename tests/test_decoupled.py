@@ -263,3 +263,21 @@ def test_refused_and_compatible_models(dsrv):
     i.set_data_from_numpy(np.array([7, 8, 9], dtype=np.int32))
     assert h.infer("compat_v0_1_0", [i]).as_numpy("OUTPUT0").tolist() == [7, 8, 9]
     assert dsrv.wait_log("compat plugin for 'compat_v0_1_0' (tern:plugin@0.1.0)")
+
+
+@pytest.mark.parametrize("model", ["stream_relay", "stream_relay_python"])
+def test_streaming_bls_returns_every_response(dsrv, model):
+    """A plugin calling a decoupled model with exec(decoupled=True) gets each
+    response in order; the decoupled model's error reaches it; a model that
+    is not decoupled gives its one response; plain BLS to a decoupled model
+    is refused."""
+    if not os.path.exists(os.path.join(WASM_DIR, f"{model}.wasm")):
+        pytest.skip(f"{model} is not built")
+    h = httpclient.InferenceServerClient(dsrv.url)
+    assert h.infer(model, [count_input(httpclient, 5)]).as_numpy("OUTS").tolist() == [0, 1, 2, 3, 4]
+    assert h.infer(model, [count_input(httpclient, 0)]).as_numpy("OUTS").tolist() == []
+    with pytest.raises(InferenceServerException) as e:
+        h.infer(model, [count_input(httpclient, -2)])
+    assert "COUNT must be >= 0, got -2" in e.value.message()
+    if model == "stream_relay":
+        assert h.infer("relay_unary", [count_input(httpclient, 9)]).as_numpy("OUTS").tolist() == [9]

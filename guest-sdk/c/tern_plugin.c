@@ -403,3 +403,26 @@ int tern_sender_is_cancelled(const tern_sender *s) {
 void tern_sender_drop(tern_sender *s) { tern_plugin_responses_response_sender_drop_own(s->handle); }
 
 int tern_is_cancelled(size_t index) { return tern_plugin_responses_is_cancelled((uint32_t)index); }
+
+int tern_infer_stream(const char *model, const tern_tensor *inputs, size_t n_inputs, tern_stream *out, tern_error *err) {
+    tern_plugin_host_infer_request_t req;
+    memset(&req, 0, sizeof req);
+    plugin_string_set(&req.model_name, model);
+    req.model_version = -1;
+    req.inputs.ptr = (tern_tensor *)inputs;
+    req.inputs.len = n_inputs;
+    tern_plugin_types_error_t e;
+    if (!tern_plugin_responses_infer_stream(&req, &out->handle, &e)) return from_wit_error(&e, err);
+    return 0;
+}
+
+int tern_stream_next(const tern_stream *s, tern_response *out, tern_error *err) {
+    tern_plugin_responses_result_response_error_t r;
+    if (!tern_plugin_responses_method_response_stream_next(tern_plugin_responses_borrow_response_stream(s->handle), &r))
+        return 0;
+    if (r.is_err) return from_wit_error(&r.val.err, err);
+    *out = r.val.ok;
+    return 1;
+}
+
+void tern_stream_drop(tern_stream *s) { tern_plugin_responses_response_stream_drop_own(s->handle); }

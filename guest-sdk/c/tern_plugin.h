@@ -233,6 +233,27 @@ void tern_sender_drop(tern_sender *s);
 /* Whether the client of request `index` of the running batch has gone away. */
 int tern_is_cancelled(size_t index);
 
+/* Streaming BLS (Triton's exec(decoupled=True)): every response `model`
+ * sends, as it sends them (many for a decoupled model, one for another).
+ *
+ *   tern_stream st;
+ *   tern_response r;
+ *   if (tern_infer_stream("model", inputs, n, &st, &err) == 0) {
+ *       int got;
+ *       while ((got = tern_stream_next(&st, &r, &err)) == 1) { ...; tern_response_free(&r); }
+ *       tern_stream_drop(&st);   // got == 0: ended; -1: `err` holds the model's error
+ *   }
+ */
+typedef struct {
+    tern_plugin_responses_own_response_stream_t handle;
+} tern_stream;
+
+int tern_infer_stream(const char *model, const tern_tensor *inputs, size_t n_inputs, tern_stream *out, tern_error *err);
+/* 1: a response in `out` (free with tern_response_free); 0: the stream ended; -1: an error in `err`. */
+int tern_stream_next(const tern_stream *s, tern_response *out, tern_error *err);
+/* Releases the stream (cancelling the request if it has not ended). */
+void tern_stream_drop(tern_stream *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -310,6 +310,51 @@ export function infer(req) {
   };
 }
 
+function fromWitResponse(r) {
+  const outputs = r.outputs.map(Tensor.fromWit);
+  return {
+    outputs,
+    output(name) {
+      const t = outputs.find((o) => o.name === name);
+      if (!t) throw TernError.internal(`response has no output '${name}'`);
+      return t;
+    },
+  };
+}
+
+/**
+ * Streaming BLS (Triton's `exec(decoupled=True)`): an iterator over every
+ * response the model sends, as it sends them (many for a decoupled model,
+ * one for any other); an error is thrown from `next()` as a TernError.
+ * `req` as for `infer`.
+ */
+export function inferStream(req) {
+  let stream;
+  try {
+    stream = responses.inferStream({
+      modelName: req.model,
+      modelVersion: req.version ?? -1,
+      id: req.id || "",
+      inputs: (req.inputs || []).map((t) => t.toWit()),
+      requestedOutputs: req.outputs || [],
+      parameters: witParams(req.parameters),
+    });
+  } catch (e) {
+    throw asTernError(e);
+  }
+  return {
+    [Symbol.iterator]() {
+      return this;
+    },
+    next() {
+      const r = stream.next();
+      if (r === undefined || r === null) return { done: true, value: undefined };
+      if (r.tag === "err") throw new TernError(r.val.code, r.val.message);
+      return { done: false, value: fromWitResponse(r.tag === "ok" ? r.val : r) };
+    },
+  };
+}
+
 /** A custom metric family ("counter", "gauge" or "histogram"). */
 export class MetricFamily {
   constructor(name, description, kind, buckets) {

@@ -485,9 +485,22 @@ class InferenceRequest:
         self.request_id = request_id
         self.parameters = dict(parameters or {})
 
-    def exec(self):
-        """Runs the request and waits for its response (errors come back in it)."""
-        req = _t.InferRequest(
+    def exec(self, decoupled=False):
+        """Runs the request and waits for its response (errors come back in
+        it). With `decoupled=True`, returns an iterator over every response
+        the model sends, as it sends them (many for a decoupled model, one
+        for any other), as Triton's `exec(decoupled=True)` does."""
+        req = self._wit()
+        if decoupled:
+            return _ResponseIterator(req)
+        try:
+            resp = _host.infer(req)
+        except Err as e:
+            return InferenceResponse(error=TritonError(e.value.message, e.value.code))
+        return _from_wit_response(resp)
+
+    def _wit(self):
+        return _t.InferRequest(
             model_name=self.model_name,
             model_version=self.model_version,
             id=self.request_id,
@@ -495,12 +508,41 @@ class InferenceRequest:
             requested_outputs=self.requested_output_names,
             parameters=[_t.Parameter(key=k, value=_wit_param(v)) for k, v in self.parameters.items()],
         )
+
+
+def _from_wit_response(resp):
+    params = {p.key: _param_value(p.value) for p in resp.parameters}
+    return InferenceResponse(output_tensors=[Tensor._from_wit(t) for t in resp.outputs], parameters=params)
+
+
+class _ResponseIterator:
+    """The responses of `InferenceRequest.exec(decoupled=True)`; an error is
+    an `InferenceResponse` whose `has_error()` is true."""
+
+    def __init__(self, req):
+        self._error = None
+        self._stream = None
         try:
-            resp = _host.infer(req)
+            self._stream = _responses.infer_stream(req)
         except Err as e:
-            return InferenceResponse(error=TritonError(e.value.message, e.value.code))
-        params = {p.key: _param_value(p.value) for p in resp.parameters}
-        return InferenceResponse(output_tensors=[Tensor._from_wit(t) for t in resp.outputs], parameters=params)
+            self._error = InferenceResponse(error=TritonError(e.value.message, e.value.code))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._error is not None:
+            error, self._error = self._error, None
+            return error
+        if self._stream is None:
+            raise StopIteration
+        r = self._stream.next()
+        if r is None:
+            self._stream = None
+            raise StopIteration
+        if isinstance(r, Err):
+            return InferenceResponse(error=TritonError(r.value.message, r.value.code))
+        return _from_wit_response(r.value if isinstance(r, Ok) else r)
 
 
 def log(level, message):

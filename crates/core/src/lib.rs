@@ -32,6 +32,7 @@ pub use dtype::DataType;
 pub use error::{Code, Error, Result};
 pub use request::{
     InferRequest, InferResponse, Parameter, Parameters, RequestedOutput, Responder, ResponseSink,
+    StreamItem,
 };
 pub use router::ModelRouter;
 pub use tensor::Tensor;

@@ -138,6 +138,15 @@ pub trait ResponseSink: Send + Sync {
     fn is_closed(&self) -> bool;
 }
 
+/// One message of a decoupled request's response stream.
+#[derive(Debug)]
+pub struct StreamItem {
+    /// A response or an error; `None` for a bare final flag.
+    pub response: Option<Result<InferResponse>>,
+    /// The request's last message.
+    pub last: bool,
+}
+
 /// A shared handle on a request's [`ResponseSink`].
 #[derive(Clone)]
 pub struct Responder(pub Arc<dyn ResponseSink>);

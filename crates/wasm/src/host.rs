@@ -80,6 +80,13 @@ impl Drop for SenderHandle {
     }
 }
 
+/// The host side of a `response-stream` resource: a streaming BLS request.
+pub struct StreamHandle {
+    stream: Box<dyn tern_core::router::ResponseStream>,
+    target: String,
+    ended: bool,
+}
+
 /// Most response senders one instance may hold at once.
 const MAX_SENDERS: usize = 65_536;
 
@@ -170,7 +177,12 @@ impl HostState {
         }
     }
 
-    fn bls(&mut self, req: wit::InferRequest) -> Result<InferResponse> {
+    /// Checks a BLS request (call cycles, depth) and makes it a request of
+    /// the server's, with the router to send it through.
+    fn bls_request(
+        &mut self,
+        req: wit::InferRequest,
+    ) -> Result<(Arc<dyn ModelRouter>, InferRequest)> {
         let target = req.model_name.clone();
         if self.chain.contains(&target) {
             return Err(Error::unavailable(format!(
@@ -209,6 +221,12 @@ impl HostState {
             callers: self.chain.clone(),
             responder: None,
         };
+        Ok((router, request))
+    }
+
+    fn bls(&mut self, req: wit::InferRequest) -> Result<InferResponse> {
+        let target = req.model_name.clone();
+        let (router, request) = self.bls_request(req)?;
         block_on(router.infer(request)?, self.deadline).unwrap_or_else(|| {
             Err(Error::unavailable(format!(
                 "model '{}': BLS call to '{target}' did not finish before the plugin's execution deadline",
@@ -281,7 +299,64 @@ impl responses::HostResponseSender for HostState {
     }
 }
 
+impl responses::HostResponseStream for HostState {
+    fn next(
+        &mut self,
+        stream: Resource<StreamHandle>,
+    ) -> Option<std::result::Result<wit::Response, wit::Error>> {
+        let (deadline, model) = (self.deadline, self.model.clone());
+        let h = match self.table.get_mut(&stream) {
+            Ok(h) => h,
+            Err(e) => return Some(Err(resource_error(e))),
+        };
+        if h.ended {
+            return None;
+        }
+        let Some(item) = block_on(h.stream.next(), deadline) else {
+            return Some(Err(error_to_wit(&Error::unavailable(format!(
+                "model '{model}': streaming BLS call to '{}' sent nothing more before the plugin's execution deadline",
+                h.target
+            )))));
+        };
+        let Some(item) = item else {
+            h.ended = true;
+            return None;
+        };
+        h.ended = item.last;
+        match item.response? {
+            Ok(r) => Some(Ok(wit::Response {
+                outputs: r.outputs.iter().map(tensor_to_wit).collect(),
+                parameters: params_to_wit(&r.parameters),
+            })),
+            Err(e) => Some(Err(error_to_wit(&e))),
+        }
+    }
+
+    fn drop(&mut self, stream: Resource<StreamHandle>) -> wasmtime::Result<()> {
+        self.table.delete(stream)?;
+        Ok(())
+    }
+}
+
 impl responses::Host for HostState {
+    fn infer_stream(
+        &mut self,
+        request: wit::InferRequest,
+    ) -> std::result::Result<Resource<StreamHandle>, wit::Error> {
+        let target = request.model_name.clone();
+        let stream = self
+            .bls_request(request)
+            .and_then(|(router, request)| router.infer_stream(request))
+            .map_err(|e| error_to_wit(&e))?;
+        self.table
+            .push(StreamHandle {
+                stream,
+                target,
+                ended: false,
+            })
+            .map_err(resource_error)
+    }
+
     fn sender(&mut self, index: u32) -> std::result::Result<Resource<SenderHandle>, wit::Error> {
         let model = self.model.clone();
         let fail = |msg: String| Err(error_to_wit(&Error::invalid_arg(msg)));

@@ -25,6 +25,7 @@ wasmtime::component::bindgen!({
     world: "tern:plugin/plugin",
     with: {
         "tern:plugin/responses.response-sender": host::SenderHandle,
+        "tern:plugin/responses.response-stream": host::StreamHandle,
     },
 });
 

@@ -148,6 +148,16 @@ impl ModelRouter for Recorder {
             ..Default::default()
         }))))
     }
+
+    fn infer_stream(
+        &self,
+        request: InferRequest,
+    ) -> Result<Box<dyn tern_core::router::ResponseStream>> {
+        Err(tern_core::Error::unsupported(format!(
+            "the test router does not stream ('{}')",
+            request.model_name
+        )))
+    }
 }
 
 const BLS: &str = r#"name: "bls_caller" backend: "wasm" max_batch_size: 8

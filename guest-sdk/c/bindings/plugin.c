@@ -37,6 +37,12 @@ extern void __wasm_import_tern_plugin_responses_sender(int32_t, uint8_t *);
 __attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("is-cancelled")))
 extern int32_t __wasm_import_tern_plugin_responses_is_cancelled(int32_t);
 
+__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[method]response-stream.next")))
+extern void __wasm_import_tern_plugin_responses_method_response_stream_next(int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("infer-stream")))
+extern void __wasm_import_tern_plugin_responses_infer_stream(uint8_t *, size_t, int64_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
+
 // Exported Functions from `tern:plugin/model@0.1.1`
 
 __attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.1#initialize")))
@@ -344,6 +350,10 @@ void tern_plugin_responses_error_free(tern_plugin_responses_error_t *ptr) {
   tern_plugin_types_error_free(ptr);
 }
 
+void tern_plugin_responses_infer_request_free(tern_plugin_responses_infer_request_t *ptr) {
+  tern_plugin_types_infer_request_free(ptr);
+}
+
 void tern_plugin_responses_response_free(tern_plugin_responses_response_t *ptr) {
   tern_plugin_types_response_free(ptr);
 }
@@ -363,6 +373,21 @@ tern_plugin_responses_borrow_response_sender_t tern_plugin_responses_borrow_resp
   return (tern_plugin_responses_borrow_response_sender_t) { arg.__handle };
 }
 
+__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[resource-drop]response-stream")))
+extern void __wasm_import_tern_plugin_responses_response_stream_drop(int32_t handle);
+
+void tern_plugin_responses_response_stream_drop_own(tern_plugin_responses_own_response_stream_t handle) {
+  __wasm_import_tern_plugin_responses_response_stream_drop(handle.__handle);
+}
+
+void tern_plugin_responses_response_stream_drop_borrow(tern_plugin_responses_borrow_response_stream_t handle) {
+  __wasm_import_tern_plugin_responses_response_stream_drop(handle.__handle);
+}
+
+tern_plugin_responses_borrow_response_stream_t tern_plugin_responses_borrow_response_stream(tern_plugin_responses_own_response_stream_t arg) {
+  return (tern_plugin_responses_borrow_response_stream_t) { arg.__handle };
+}
+
 void tern_plugin_responses_option_response_free(tern_plugin_responses_option_response_t *ptr) {
   if (ptr->is_some) {
     tern_plugin_responses_response_free(&ptr->val);
@@ -377,6 +402,27 @@ void tern_plugin_responses_result_void_error_free(tern_plugin_responses_result_v
 }
 
 void tern_plugin_responses_result_own_response_sender_error_free(tern_plugin_responses_result_own_response_sender_error_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    tern_plugin_responses_error_free(&ptr->val.err);
+  }
+}
+
+void tern_plugin_responses_result_response_error_free(tern_plugin_responses_result_response_error_t *ptr) {
+  if (!ptr->is_err) {
+    tern_plugin_responses_response_free(&ptr->val.ok);
+  } else {
+    tern_plugin_responses_error_free(&ptr->val.err);
+  }
+}
+
+void tern_plugin_responses_option_result_response_error_free(tern_plugin_responses_option_result_response_error_t *ptr) {
+  if (ptr->is_some) {
+    tern_plugin_responses_result_response_error_free(&ptr->val);
+  }
+}
+
+void tern_plugin_responses_result_own_response_stream_error_free(tern_plugin_responses_result_own_response_stream_error_t *ptr) {
   if (!ptr->is_err) {
   } else {
     tern_plugin_responses_error_free(&ptr->val.err);
@@ -703,6 +749,77 @@ bool tern_plugin_responses_sender(uint32_t index, tern_plugin_responses_own_resp
 bool tern_plugin_responses_is_cancelled(uint32_t index) {
   int32_t ret = __wasm_import_tern_plugin_responses_is_cancelled((int32_t) (index));
   return ret;
+}
+
+bool tern_plugin_responses_method_response_stream_next(tern_plugin_responses_borrow_response_stream_t self, tern_plugin_responses_result_response_error_t *ret) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(6*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_responses_method_response_stream_next((self).__handle, ptr);
+  tern_plugin_responses_option_result_response_error_t option;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      option.is_some = false;
+      break;
+    }
+    case 1: {
+      option.is_some = true;
+      tern_plugin_responses_result_response_error_t result;
+      switch ((int32_t) *((uint8_t*) (ptr + sizeof(void*)))) {
+        case 0: {
+          result.is_err = false;
+          result.val.ok = (tern_plugin_types_response_t) {
+            (tern_plugin_types_list_tensor_t) (tern_plugin_types_list_tensor_t) { (tern_plugin_types_tensor_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+            (tern_plugin_types_list_parameter_t) (tern_plugin_types_list_parameter_t) { (tern_plugin_types_parameter_t*)(*((uint8_t **) (ptr + (4*sizeof(void*))))), (*((size_t*) (ptr + (5*sizeof(void*))))) },
+          };
+          break;
+        }
+        case 1: {
+          result.is_err = true;
+          result.val.err = (tern_plugin_types_error_t) {
+            (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + (2*sizeof(void*)))),
+            (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (3*sizeof(void*))))), (*((size_t*) (ptr + (4*sizeof(void*))))) },
+          };
+          break;
+        }
+      }
+
+      option.val = result;
+      break;
+    }
+  }
+  *ret = option.val;
+  return option.is_some;
+}
+
+bool tern_plugin_responses_infer_stream(tern_plugin_responses_infer_request_t *request, tern_plugin_responses_own_response_stream_t *ret, tern_plugin_responses_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_responses_infer_stream((uint8_t *) ((*request).model_name).ptr, ((*request).model_name).len, (*request).model_version, (uint8_t *) ((*request).id).ptr, ((*request).id).len, (uint8_t *) ((*request).inputs).ptr, ((*request).inputs).len, (uint8_t *) ((*request).requested_outputs).ptr, ((*request).requested_outputs).len, (uint8_t *) ((*request).parameters).ptr, ((*request).parameters).len, ptr);
+  tern_plugin_responses_result_own_response_stream_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_responses_own_response_stream_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
 }
 
 __attribute__((__export_name__("tern:plugin/model@0.1.1#initialize")))

@@ -241,6 +241,8 @@ typedef struct {
 
 typedef tern_plugin_types_error_t tern_plugin_responses_error_t;
 
+typedef tern_plugin_types_infer_request_t tern_plugin_responses_infer_request_t;
+
 typedef tern_plugin_types_response_t tern_plugin_responses_response_t;
 
 // Response flags (bit set): final = 1, Triton's
@@ -254,6 +256,14 @@ typedef struct tern_plugin_responses_own_response_sender_t {
 typedef struct tern_plugin_responses_borrow_response_sender_t {
   int32_t __handle;
 } tern_plugin_responses_borrow_response_sender_t;
+
+typedef struct tern_plugin_responses_own_response_stream_t {
+  int32_t __handle;
+} tern_plugin_responses_own_response_stream_t;
+
+typedef struct tern_plugin_responses_borrow_response_stream_t {
+  int32_t __handle;
+} tern_plugin_responses_borrow_response_stream_t;
 
 typedef struct {
   bool is_some;
@@ -274,6 +284,27 @@ typedef struct {
     tern_plugin_responses_error_t err;
   } val;
 } tern_plugin_responses_result_own_response_sender_error_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_responses_response_t ok;
+    tern_plugin_responses_error_t err;
+  } val;
+} tern_plugin_responses_result_response_error_t;
+
+typedef struct {
+  bool is_some;
+  tern_plugin_responses_result_response_error_t val;
+} tern_plugin_responses_option_result_response_error_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_responses_own_response_stream_t ok;
+    tern_plugin_responses_error_t err;
+  } val;
+} tern_plugin_responses_result_own_response_stream_error_t;
 
 typedef tern_plugin_types_error_t exports_tern_plugin_model_error_t;
 
@@ -344,6 +375,13 @@ extern bool tern_plugin_responses_sender(uint32_t index, tern_plugin_responses_o
 // Whether the client of request `index` of the running batch has gone
 // away (Triton's `request.is_cancelled()`; any model).
 extern bool tern_plugin_responses_is_cancelled(uint32_t index);
+// The next response or error, waiting for it (within the calling
+// `execute`'s deadline); `none` once the stream has ended.
+extern bool tern_plugin_responses_method_response_stream_next(tern_plugin_responses_borrow_response_stream_t self, tern_plugin_responses_result_response_error_t *ret);
+// BLS that streams (Triton's `exec(decoupled=True)`): runs a request on
+// any model of the server, like `host.infer`, and returns every
+// response it sends — many for a decoupled model, one for any other.
+extern bool tern_plugin_responses_infer_stream(tern_plugin_responses_infer_request_t *request, tern_plugin_responses_own_response_stream_t *ret, tern_plugin_responses_error_t *err);
 
 // Exported Functions from `tern:plugin/model@0.1.1`
 bool exports_tern_plugin_model_initialize(exports_tern_plugin_model_model_context_t *ctx, exports_tern_plugin_model_error_t *err);
@@ -400,6 +438,8 @@ void tern_plugin_host_result_void_error_free(tern_plugin_host_result_void_error_
 
 void tern_plugin_responses_error_free(tern_plugin_responses_error_t *ptr);
 
+void tern_plugin_responses_infer_request_free(tern_plugin_responses_infer_request_t *ptr);
+
 void tern_plugin_responses_response_free(tern_plugin_responses_response_t *ptr);
 
 extern void tern_plugin_responses_response_sender_drop_own(tern_plugin_responses_own_response_sender_t handle);
@@ -408,11 +448,23 @@ extern void tern_plugin_responses_response_sender_drop_borrow(tern_plugin_respon
 
 extern tern_plugin_responses_borrow_response_sender_t tern_plugin_responses_borrow_response_sender(tern_plugin_responses_own_response_sender_t handle);
 
+extern void tern_plugin_responses_response_stream_drop_own(tern_plugin_responses_own_response_stream_t handle);
+
+extern void tern_plugin_responses_response_stream_drop_borrow(tern_plugin_responses_borrow_response_stream_t handle);
+
+extern tern_plugin_responses_borrow_response_stream_t tern_plugin_responses_borrow_response_stream(tern_plugin_responses_own_response_stream_t handle);
+
 void tern_plugin_responses_option_response_free(tern_plugin_responses_option_response_t *ptr);
 
 void tern_plugin_responses_result_void_error_free(tern_plugin_responses_result_void_error_t *ptr);
 
 void tern_plugin_responses_result_own_response_sender_error_free(tern_plugin_responses_result_own_response_sender_error_t *ptr);
+
+void tern_plugin_responses_result_response_error_free(tern_plugin_responses_result_response_error_t *ptr);
+
+void tern_plugin_responses_option_result_response_error_free(tern_plugin_responses_option_result_response_error_t *ptr);
+
+void tern_plugin_responses_result_own_response_stream_error_free(tern_plugin_responses_result_own_response_stream_error_t *ptr);
 
 void exports_tern_plugin_model_error_free(exports_tern_plugin_model_error_t *ptr);
 

@@ -274,6 +274,25 @@ impl InferRequest {
     pub fn exec(&self) -> Result<Response, Error> {
         bindings::tern::plugin::host::infer(self)
     }
+
+    /// Runs the request and returns its responses as the model sends them
+    /// (Triton's `exec(decoupled=True)`): many for a decoupled model, one
+    /// for any other. Each `next()` waits within the calling `execute`'s
+    /// deadline; dropping the iterator cancels the request.
+    pub fn exec_stream(&self) -> Result<Responses, Error> {
+        bindings::tern::plugin::responses::infer_stream(self).map(Responses)
+    }
+}
+
+/// The responses of a streaming BLS request ([`InferRequest::exec_stream`]).
+pub struct Responses(bindings::tern::plugin::responses::ResponseStream);
+
+impl Iterator for Responses {
+    type Item = Result<Response, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next()
+    }
 }
 
 impl Response {

@@ -418,6 +418,19 @@ impl ModelRouter for Repository {
     fn infer(&self, request: InferRequest) -> Result<InferFuture> {
         Ok(Box::pin(self.route(request)?))
     }
+
+    fn infer_stream(
+        &self,
+        request: InferRequest,
+    ) -> Result<Box<dyn tern_core::router::ResponseStream>> {
+        let handle = self.get(&request.model_name, request.model_version)?;
+        if handle.decoupled() {
+            return Ok(Box::new(handle.infer_stream(request)?));
+        }
+        Ok(Box::new(crate::scheduler::stream::Single::new(Box::pin(
+            async move { handle.infer(request).await },
+        ))))
+    }
 }
 
 fn version_suffix(version: Option<i64>) -> String {

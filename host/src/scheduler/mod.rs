@@ -291,19 +291,18 @@ impl ModelHandle {
         let placed = self.admit(&mut request, arrived)?;
         let requested = request.outputs.clone();
         let (config, labels) = (self.config.clone(), self.labels.clone());
-        let (sender, responses) = stream::channel(
+        let (sender, mut responses) = stream::channel(
             &self.config.name,
             Box::new(move |r| shape_response(&config, &labels, &requested, r)),
         );
         request.responder = Some(tern_core::Responder(sender.clone()));
         let this = self.clone();
-        tokio::spawn(async move {
-            // The backend answers through the sender; what the execution itself
-            // returns matters only when it failed before the final flag.
-            if let Err(e) = this.schedule(request, placed, arrived).await {
-                let _ = tern_core::ResponseSink::send(&*sender, Some(Err(e)), true);
-            }
-        });
+        // The backend answers through the sender; what the execution itself
+        // returns matters only when it failed before the final flag.
+        responses.drive(
+            Box::pin(async move { this.schedule(request, placed, arrived).await }),
+            sender,
+        );
         Ok(responses)
     }
 

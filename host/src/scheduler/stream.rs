@@ -16,14 +16,7 @@ use tern_core::{InferResponse, ResponseSink};
 /// Unread response bytes one stream may hold before it is failed.
 pub const MAX_BUFFERED_BYTES: usize = 64 << 20;
 
-/// One message of a response stream.
-#[derive(Debug)]
-pub struct StreamItem {
-    /// A response or an error; `None` for a bare final flag.
-    pub response: Option<Result<InferResponse>>,
-    /// The request's last message.
-    pub last: bool,
-}
+pub use tern_core::StreamItem;
 
 /// Turns a model's response into what the client asked for.
 pub type Shape = Box<dyn Fn(InferResponse) -> Result<InferResponse> + Send + Sync>;
@@ -37,10 +30,13 @@ pub struct Sender {
     model: String,
 }
 
-/// The receiving side, read by the frontend.
+/// The receiving side, read by the frontend. It also drives the request's
+/// execution (so it needs no task of its own and works from any thread): a
+/// failure before the final flag becomes the stream's last message.
 pub struct ResponseStream {
     rx: mpsc::UnboundedReceiver<StreamItem>,
     buffered: Arc<AtomicUsize>,
+    execution: Option<(tern_core::router::InferFuture, Arc<Sender>)>,
 }
 
 /// A new stream for a request of `model`.
@@ -54,7 +50,12 @@ pub fn channel(model: &str, shape: Shape) -> (Arc<Sender>, ResponseStream) {
         shape,
         model: model.to_string(),
     };
-    (Arc::new(sender), ResponseStream { rx, buffered })
+    let stream = ResponseStream {
+        rx,
+        buffered,
+        execution: None,
+    };
+    (Arc::new(sender), stream)
 }
 
 fn size(item: &StreamItem) -> usize {
@@ -68,9 +69,59 @@ impl ResponseStream {
     /// The next message; `None` once every sender is gone (after the final
     /// flag, or if the model dropped the request without one).
     pub async fn next(&mut self) -> Option<StreamItem> {
-        let item = self.rx.recv().await?;
-        self.buffered.fetch_sub(size(&item), Ordering::Relaxed);
-        Some(item)
+        loop {
+            let item = match self.execution.as_mut() {
+                None => self.rx.recv().await,
+                Some((execution, sender)) => tokio::select! {
+                    item = self.rx.recv() => item,
+                    result = execution => {
+                        if let Err(e) = result {
+                            let _ = sender.send(Some(Err(e)), true);
+                        }
+                        // The stream now ends when the backend lets go of the request.
+                        self.execution = None;
+                        continue;
+                    }
+                },
+            }?;
+            self.buffered.fetch_sub(size(&item), Ordering::Relaxed);
+            return Some(item);
+        }
+    }
+
+    /// Gives the stream its request's execution (the future that queues and
+    /// runs it) and the sender, which carries a failure of the execution.
+    pub fn drive(&mut self, execution: tern_core::router::InferFuture, sender: Arc<Sender>) {
+        self.execution = Some((execution, sender));
+    }
+}
+
+impl tern_core::router::ResponseStream for ResponseStream {
+    fn next(&mut self) -> tern_core::router::NextFuture<'_> {
+        Box::pin(ResponseStream::next(self))
+    }
+}
+
+/// One response as a stream: what a model that is not decoupled gives a
+/// caller that asked for a stream.
+pub struct Single(Option<tern_core::router::InferFuture>);
+
+impl Single {
+    /// The stream of `future`'s one response.
+    pub fn new(future: tern_core::router::InferFuture) -> Single {
+        Single(Some(future))
+    }
+}
+
+impl tern_core::router::ResponseStream for Single {
+    fn next(&mut self) -> tern_core::router::NextFuture<'_> {
+        Box::pin(async move {
+            let future = self.0.take()?;
+            Some(StreamItem {
+                response: Some(future.await),
+                last: true,
+            })
+        })
     }
 }
 
