@@ -376,9 +376,9 @@ instance_group [ {{ kind: KIND_CPU count: {count} }} ]
 def decoupled_repo(root, wasm_dir):
     """Decoupled models for the end-to-end tests: the streaming greedy
     decoder over `tiny_lm`, the `stream_*` test plugin in every guest
-    language, a plugin built against tern:plugin@0.1.0, and two models that
-    must be refused (a decoupled ONNX model, an ensemble over a decoupled
-    step)."""
+    language, a plugin built against tern:plugin@0.1.0, streaming-BLS
+    relays, a decoupled ensemble, and two models that must be refused (a
+    decoupled ONNX model, an ensemble whose step reads two streams)."""
     tiny_lm(f"{root}/tiny_lm/1/model.onnx")
     write(f"{root}/tiny_lm/config.pbtxt", open(os.path.join(ROOT, "model_repository", "tiny_lm", "config.pbtxt")).read())
     for name in ("greedy_decoder", "greedy_decoder_stream"):
@@ -423,12 +423,39 @@ def decoupled_repo(root, wasm_dir):
         f"{root}/decoupled_onnx/config.pbtxt",
         io_config("decoupled_onnx", "TYPE_INT32", [4], 0, "onnxruntime", "model_transaction_policy { decoupled: true }"),
     )
+    # An ensemble over a decoupled step is decoupled: one response per
+    # response of stream_count, each through the step after it; ECHO comes
+    # from a step outside the stream and goes with every response.
     ensemble(
         root,
         "decoupled_ensemble",
         [tensor("COUNT", "TYPE_INT32", "1")],
-        [tensor("OUT", "TYPE_INT32", "1")],
-        [step("stream_count", {"COUNT": "COUNT"}, {"OUT": "OUT"})],
+        [tensor("OUT", "TYPE_INT32", "1"), tensor("ECHO", "TYPE_INT32", "1")],
+        [
+            step("stream_count", {"COUNT": "COUNT"}, {"OUT": "token"}),
+            step("count_identity", {"COUNT": "token"}, {"OUT": "OUT"}),
+            step("count_identity", {"COUNT": "COUNT"}, {"OUT": "ECHO"}),
+        ],
+        max_batch=0,
+    )
+    # Triton's rule: no step may read from two different decoupled steps.
+    write(
+        f"{root}/pair_identity/config.pbtxt",
+        'name: "pair_identity"\nbackend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "X0" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "X1" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y0" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "Y1" data_type: TYPE_INT32 dims: [ 1 ] } ]\n',
+    )
+    os.makedirs(f"{root}/pair_identity/1", exist_ok=True)
+    ensemble(
+        root,
+        "two_streams_ensemble",
+        [tensor("COUNT", "TYPE_INT32", "1")],
+        [tensor("Y0", "TYPE_INT32", "1")],
+        [
+            step("stream_count", {"COUNT": "COUNT"}, {"OUT": "a"}),
+            step("stream_c", {"COUNT": "COUNT"}, {"OUT": "b"}),
+            step("pair_identity", {"X0": "a", "X1": "b"}, {"Y0": "Y0"}),
+        ],
         max_batch=0,
     )
 

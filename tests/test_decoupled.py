@@ -256,8 +256,11 @@ def test_refused_and_compatible_models(dsrv):
     index = {m["name"]: m for m in h.get_model_repository_index()}
     assert index["decoupled_onnx"]["state"] == "UNAVAILABLE"
     assert "its backend 'onnxruntime' cannot serve decoupled models" in index["decoupled_onnx"]["reason"]
-    assert index["decoupled_ensemble"]["state"] == "UNAVAILABLE"
-    assert "composing model 'stream_count' is decoupled" in index["decoupled_ensemble"]["reason"]
+    assert index["two_streams_ensemble"]["state"] == "UNAVAILABLE"
+    assert (
+        "in ensemble two_streams_ensemble, step of model 'pair_identity' receives inputs originated from different decoupled models"
+        in index["two_streams_ensemble"]["reason"]
+    )
     # A component built against tern:plugin@0.1.0 loads and runs on this server.
     i = httpclient.InferInput("INPUT0", [3], "INT32")
     i.set_data_from_numpy(np.array([7, 8, 9], dtype=np.int32))
@@ -281,3 +284,27 @@ def test_streaming_bls_returns_every_response(dsrv, model):
     assert "COUNT must be >= 0, got -2" in e.value.message()
     if model == "stream_relay":
         assert h.infer("relay_unary", [count_input(httpclient, 9)]).as_numpy("OUTS").tolist() == [9]
+
+
+def test_an_ensemble_over_a_decoupled_step_streams(dsrv):
+    """One ensemble response per response of the decoupled step, each
+    through the step after it; an output from outside the stream goes with
+    every response; the ensemble's config says it is decoupled."""
+    h = httpclient.InferenceServerClient(dsrv.url)
+    cfg = h.get_model_config("decoupled_ensemble")
+    assert cfg["model_transaction_policy"] == {"decoupled": True}
+    s = Stream(dsrv)
+    try:
+        s.send("decoupled_ensemble", [count_input(grpcclient, 3)], enable_empty_final_response=True)
+        got = s.until_final()
+        assert all(e is None for _, e in got)
+        assert outs(got) == [0, 1, 2, None]
+        assert outs(got[:3], "ECHO") == [3, 3, 3]
+        # The decoupled step's error ends the ensemble's stream with it.
+        s.send("decoupled_ensemble", [count_input(grpcclient, -1)])
+        _, error = s.take()
+        assert "ensemble 'decoupled_ensemble' step 0 (model 'stream_count'): COUNT must be >= 0" in str(error)
+    finally:
+        s.close(cancel=True)
+    status, _, text = post(dsrv, "/v2/models/decoupled_ensemble/generate_stream", {"COUNT": 2})
+    assert [(e["OUT"], e["ECHO"]) for e in events(text)] == [(0, 2), (1, 2)]

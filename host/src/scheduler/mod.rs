@@ -200,6 +200,16 @@ impl ModelHandle {
         labels: HashMap<String, Vec<String>>,
         summaries: bool,
     ) -> Result<ModelHandle> {
+        // As Triton: an ensemble with a decoupled step is decoupled, whatever its config says.
+        let decoupled = ensemble.decoupled();
+        let config = if decoupled != is_decoupled(&config) {
+            let mut c = (*config).clone();
+            c.model_transaction_policy =
+                Some(tern_core::config::pb::ModelTransactionPolicy { decoupled });
+            Arc::new(c)
+        } else {
+            config
+        };
         let scheduler =
             ensemble::EnsembleScheduler::new(config.clone(), version, ensemble, summaries)?;
         Ok(ModelHandle {
@@ -207,7 +217,7 @@ impl ModelHandle {
             version,
             labels: Arc::new(labels),
             scheduler: Scheduler::Ensemble(Box::new(scheduler)),
-            decoupled: false,
+            decoupled,
         })
     }
 

@@ -3,7 +3,10 @@
 //! execution per request. A step starts as soon as all of its inputs exist;
 //! each step is an ordinary request to the composing model's scheduler, so
 //! many requests' preprocessing feeds that model's dynamic batcher. Tensors
-//! move between steps by reference (their data are shared `Bytes`).
+//! move between steps by reference (their data are shared `Bytes`). An
+//! ensemble with a decoupled step is itself decoupled ([`decoupled`]).
+
+mod decoupled;
 
 use std::collections::{HashMap, HashSet};
 use std::future::poll_fn;
@@ -20,7 +23,7 @@ use tern_core::error::{Error, Result};
 use tern_core::request::ComputeTimes;
 use tern_core::router::{InferFuture, ModelRouter};
 use tern_core::tensor::shape_str;
-use tern_core::{InferRequest, InferResponse, RequestedOutput, Tensor};
+use tern_core::{InferRequest, InferResponse, Tensor};
 
 /// The models an ensemble's steps call (for load ordering).
 pub fn composing_models(cfg: &ModelConfig) -> Vec<String> {
@@ -68,6 +71,11 @@ pub fn check_config(cfg: &ModelConfig) -> Result<()> {
 struct Step {
     model: String,
     version: Option<i64>,
+    /// The composing model is decoupled (its responses stream).
+    decoupled: bool,
+    /// The decoupled step whose responses this step runs once per (`None`:
+    /// it runs once per request).
+    follows: Option<usize>,
     /// Whether the composing model batches (`max_batch_size > 0`).
     batching: bool,
     /// (composing model input, ensemble tensor).
@@ -90,6 +98,9 @@ pub struct Ensemble {
     /// The `dims` of each output that has a `reshape` (what clients see).
     output_unreshape: Vec<Option<Vec<i64>>>,
     models: Weak<dyn ModelRouter>,
+    /// The decoupled step whose responses the ensemble's outputs follow: one
+    /// ensemble response per response of it.
+    streams_from: Option<usize>,
 }
 
 /// Where an ensemble tensor comes from.
@@ -220,16 +231,6 @@ impl Ensemble {
                     ),
                 )
             })?;
-            if mcfg
-                .model_transaction_policy
-                .as_ref()
-                .is_some_and(|p| p.decoupled)
-            {
-                return Err(Error::unsupported(format!(
-                    "ensemble '{e}' step {i}: composing model '{}' is decoupled; ensembles with decoupled steps are not supported yet",
-                    s.model_name
-                )));
-            }
             let where_ = format!("step {i} (model '{}')", s.model_name);
             // As Triton: a non-batching step (max_batch_size 0) is not compared.
             if mcfg.max_batch_size != 0 && mcfg.max_batch_size < cfg.max_batch_size {
@@ -298,6 +299,11 @@ impl Ensemble {
             steps.push(Step {
                 model: s.model_name.clone(),
                 version,
+                decoupled: mcfg
+                    .model_transaction_policy
+                    .as_ref()
+                    .is_some_and(|p| p.decoupled),
+                follows: None,
                 batching: mcfg.max_batch_size > 0,
                 inputs,
                 input_dims,
@@ -392,6 +398,7 @@ impl Ensemble {
                 stuck.join(", ")
             )));
         }
+        let streams_from = decoupled::follow(e, cfg, &mut steps)?;
         for input in &cfg.input {
             if !steps
                 .iter()
@@ -416,7 +423,13 @@ impl Ensemble {
                 .map(|o| o.reshape.as_ref().map(|_| o.dims.clone()))
                 .collect(),
             models,
+            streams_from,
         })
+    }
+
+    /// Whether a step is decoupled, which makes the ensemble decoupled too.
+    pub fn decoupled(&self) -> bool {
+        self.steps.iter().any(|s| s.decoupled)
     }
 
     /// Each ensemble output with the step model (and version) and that
@@ -472,43 +485,8 @@ impl Ensemble {
                     continue;
                 }
                 started[i] = true;
-                let inputs: Vec<Tensor> = step
-                    .inputs
-                    .iter()
-                    .zip(&step.input_dims)
-                    .map(|((key, t), dims)| {
-                        let (tensor, batch) = &tensors[t];
-                        let mut tensor = tensor.clone();
-                        tensor.name = key.clone();
-                        tensor.shape = convert_for(dims, step.batching, *batch, &tensor.shape);
-                        tensor
-                    })
-                    .collect();
-                let sub = InferRequest {
-                    model_name: step.model.clone(),
-                    model_version: step.version,
-                    id: request.id.clone(),
-                    inputs,
-                    outputs: step
-                        .outputs
-                        .iter()
-                        .map(|(key, _)| RequestedOutput {
-                            name: key.clone(),
-                            ..Default::default()
-                        })
-                        .collect(),
-                    parameters: request.parameters.clone(),
-                    callers: callers.clone(),
-                    responder: None,
-                };
-                let step_batch = if step.batching {
-                    sub.inputs
-                        .first()
-                        .and_then(|t| t.shape.first())
-                        .map_or(0, |&b| b.max(0) as usize)
-                } else {
-                    0
-                };
+                let meta = (request.id.as_str(), &request.parameters);
+                let (sub, step_batch) = self.step_request(i, meta, &callers, |t| &tensors[t]);
                 let call = router.infer(sub).map_err(|err| self.step_error(i, err))?;
                 running.push((i, step_batch, call));
             }
@@ -627,7 +605,7 @@ impl EnsembleScheduler {
     /// Runs a validated request through the ensemble DAG and records its statistics.
     pub async fn schedule(
         &self,
-        request: InferRequest,
+        mut request: InferRequest,
         batch_size: usize,
         arrived: Instant,
     ) -> Result<InferResponse> {
@@ -644,7 +622,17 @@ impl EnsembleScheduler {
             arrived,
             armed: true,
         };
-        let result = self.ensemble.run(request).await;
+        let result = match request.responder.take() {
+            Some(sink) if self.ensemble.decoupled() => self
+                .ensemble
+                .run_decoupled(request, &sink, &self.config, self.version, batch_size)
+                .await
+                .map(|()| InferResponse {
+                    model_name: self.config.name.clone(),
+                    ..Default::default()
+                }),
+            _ => self.ensemble.run(request).await,
+        };
         cancelled.armed = false;
         let result = result.and_then(|mut r| {
             tern_core::validate::validate_outputs(&self.config, batch_size, &r.outputs)?;
