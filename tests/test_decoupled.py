@@ -37,7 +37,7 @@ def dsrv(tmp_path_factory):
         pytest.skip("the decoupled test plugins are not built (make plugins lang-plugins)")
     root = str(tmp_path_factory.mktemp("decoupled") / "models")
     gen_models.decoupled_repo(root, WASM_DIR)
-    t = Tern([f"--model-repository={root}", "--exit-on-error=false"])
+    t = Tern([f"--model-repository={root}", "--exit-on-error=false", "--metrics-config=histogram_latencies=true"])
     yield t
     t.stop()
 
@@ -308,3 +308,26 @@ def test_an_ensemble_over_a_decoupled_step_streams(dsrv):
         s.close(cancel=True)
     status, _, text = post(dsrv, "/v2/models/decoupled_ensemble/generate_stream", {"COUNT": 2})
     assert [(e["OUT"], e["ECHO"]) for e in events(text)] == [(0, 2), (1, 2)]
+
+
+def test_first_response_histogram_for_decoupled_models(dsrv):
+    """With histogram_latencies=true, Triton's first-response histogram is
+    exported for decoupled models only."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    s = Stream(dsrv)
+    try:
+        for _ in range(3):
+            s.send("greedy_decoder_stream", [ids_input(grpcclient, [1])])
+            s.until_final()
+    finally:
+        s.close()
+    with urllib.request.urlopen(f"http://{dsrv.metrics_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    fam = {f.name: f for f in text_string_to_metric_families(text)}["nv_inference_first_response_histogram_ms"]
+    assert fam.type == "histogram"
+    samples = {(x.name, x.labels.get("model"), x.labels.get("le")): x.value for x in fam.samples}
+    assert samples[("nv_inference_first_response_histogram_ms_count", "greedy_decoder_stream", None)] >= 3
+    assert samples[("nv_inference_first_response_histogram_ms_bucket", "greedy_decoder_stream", "100")] >= 3
+    assert samples[("nv_inference_first_response_histogram_ms_bucket", "greedy_decoder_stream", "+Inf")] >= 3
+    assert {m for _, m, _ in samples} <= {"greedy_decoder_stream", "stream_count", "stream_python", "stream_js", "stream_c", "decoupled_ensemble"}

@@ -33,6 +33,8 @@ pub struct MetricsSettings {
     pub counter_latencies: bool,
     /// `summary_latencies` (default false): the `*_summary_us` summaries.
     pub summary_latencies: bool,
+    /// `histogram_latencies` (default false): decoupled models' first-response histogram.
+    pub histogram_latencies: bool,
     /// `summary_quantiles`: quantile and its allowed error.
     pub quantiles: Vec<(f64, f64)>,
 }
@@ -45,6 +47,7 @@ impl Default for MetricsSettings {
             interval: Duration::from_millis(2000),
             counter_latencies: true,
             summary_latencies: false,
+            histogram_latencies: false,
             quantiles: vec![(0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001)],
         }
     }
@@ -87,15 +90,10 @@ impl MetricsSettings {
                         })
                         .collect::<Result<_>>()?
                 }
-                "histogram_latencies" if !flag()? => {}
-                "histogram_latencies" => {
-                    return Err(Error::unsupported(
-                        "--metrics-config histogram_latencies=true: Triton's latency histogram (the first-response histogram of decoupled models) is not exported by Tern yet",
-                    ))
-                }
+                "histogram_latencies" => self.histogram_latencies = flag()?,
                 _ => {
                     return Err(Error::unsupported(format!(
-                        "--metrics-config '{entry}': unknown setting (supported: counter_latencies, summary_latencies, summary_quantiles, histogram_latencies=false)"
+                        "--metrics-config '{entry}': unknown setting (supported: counter_latencies, summary_latencies, summary_quantiles, histogram_latencies)"
                     )))
                 }
             }
@@ -239,6 +237,9 @@ impl Metrics {
         }
         if self.settings.summary_latencies {
             self.render_summaries(&mut out, &rows);
+        }
+        if self.settings.histogram_latencies {
+            render_first_response(&mut out, &rows);
         }
         let name = "nv_model_load_duration_secs";
         header(&mut out, name, "gauge", "Model load time in seconds");
@@ -431,6 +432,32 @@ impl Metrics {
 
 /// `{model="m",version="1"}` plus the config's `metric_tags`, all sorted by
 /// label name as Triton prints them (see [`text::labels`]).
+/// Triton's `nv_inference_first_response_histogram_ms`, for decoupled models only.
+fn render_first_response(
+    out: &mut String,
+    rows: &[(String, &Arc<ModelHandle>, crate::scheduler::stats::Snapshot)],
+) {
+    use crate::scheduler::stats::FIRST_RESPONSE_BUCKETS_MS;
+    let name = "nv_inference_first_response_histogram_ms";
+    header(
+        out,
+        name,
+        "histogram",
+        "Duration from request to first response in milliseconds",
+    );
+    for (l, h, snap) in rows.iter().filter(|(_, h, _)| h.decoupled()) {
+        let f = &snap.first_response;
+        for (bound, count) in FIRST_RESPONSE_BUCKETS_MS.iter().zip(f.buckets) {
+            let bl = with_model(h, &[("le", &bound.to_string())]);
+            sample(out, &format!("{name}_bucket"), &bl, count as f64);
+        }
+        let bl = with_model(h, &[("le", "+Inf")]);
+        sample(out, &format!("{name}_bucket"), &bl, f.count as f64);
+        sample(out, &format!("{name}_sum"), l, f.sum_us as f64 / 1000.0);
+        sample(out, &format!("{name}_count"), l, f.count as f64);
+    }
+}
+
 fn model_labels(h: &ModelHandle) -> String {
     with_model(h, &[])
 }
@@ -466,17 +493,17 @@ mod tests {
             "summary_latencies=true".into(),
             "counter_latencies=false".into(),
             "summary_quantiles=0.5:0.05,0.99:0.001".into(),
-            "histogram_latencies=false".into(),
+            "histogram_latencies=true".into(),
         ])
         .unwrap();
-        assert!(s.summary_latencies && !s.counter_latencies);
+        assert!(s.summary_latencies && !s.counter_latencies && s.histogram_latencies);
         assert_eq!(s.quantiles, vec![(0.5, 0.05), (0.99, 0.001)]);
         for bad in [
             "summary_latencies=maybe",
             "nope=1",
             "x",
             "summary_quantiles=2:0.1",
-            "histogram_latencies=true",
+            "histogram_latencies=often",
         ] {
             assert!(s.apply_config(&[bad.into()]).is_err(), "{bad}");
         }

@@ -301,9 +301,13 @@ impl ModelHandle {
         let placed = self.admit(&mut request, arrived)?;
         let requested = request.outputs.clone();
         let (config, labels) = (self.config.clone(), self.labels.clone());
+        let this = self.clone();
+        let on_first: stream::OnFirst =
+            Box::new(move || this.model_stats().record_first_response(arrived.elapsed()));
         let (sender, mut responses) = stream::channel(
             &self.config.name,
             Box::new(move |r| shape_response(&config, &labels, &requested, r)),
+            Some(on_first),
         );
         request.responder = Some(tern_core::Responder(sender.clone()));
         let this = self.clone();

@@ -54,6 +54,23 @@ pub struct Snapshot {
     pub batches: BTreeMap<usize, [CountNs; 3]>,
     /// Failed requests by reason, indexed by [`FailReason`].
     pub fail_reasons: [u64; 4],
+    /// Decoupled models: time from a request's arrival to its first response.
+    pub first_response: FirstResponse,
+}
+
+/// Triton's first-response histogram buckets, in milliseconds.
+pub const FIRST_RESPONSE_BUCKETS_MS: [u64; 4] = [100, 500, 2000, 5000];
+
+/// The first-response histogram of a decoupled model: cumulative counts per
+/// bucket of [`FIRST_RESPONSE_BUCKETS_MS`], the count and the sum.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FirstResponse {
+    /// Observations at or below each bucket's bound.
+    pub buckets: [u64; 4],
+    /// Observations.
+    pub count: u64,
+    /// Their sum in microseconds.
+    pub sum_us: u64,
 }
 
 /// Why a request failed, as `nv_inference_request_failure{reason=...}` reports it.
@@ -259,6 +276,20 @@ impl ModelStats {
         let mut s = self.inner.lock().expect("stats lock");
         s.fail.add(total);
         s.fail_reasons[reason as usize] += 1;
+    }
+
+    /// A decoupled request's first response went out `latency` after it arrived.
+    pub fn record_first_response(&self, latency: Duration) {
+        let mut s = self.inner.lock().expect("stats lock");
+        let f = &mut s.first_response;
+        let ms = latency.as_secs_f64() * 1000.0;
+        for (count, bound) in f.buckets.iter_mut().zip(FIRST_RESPONSE_BUCKETS_MS) {
+            if ms <= bound as f64 {
+                *count += 1;
+            }
+        }
+        f.count += 1;
+        f.sum_us += latency.as_micros() as u64;
     }
 
     /// A copy of the current values.

@@ -21,6 +21,9 @@ pub use tern_core::StreamItem;
 /// Turns a model's response into what the client asked for.
 pub type Shape = Box<dyn Fn(InferResponse) -> Result<InferResponse> + Send + Sync>;
 
+/// Told once, when the first response (or error) of a request goes out.
+pub type OnFirst = Box<dyn Fn() + Send + Sync>;
+
 /// The sending side, given to the backend as the request's responder.
 pub struct Sender {
     tx: mpsc::UnboundedSender<StreamItem>,
@@ -28,6 +31,8 @@ pub struct Sender {
     buffered: Arc<AtomicUsize>,
     shape: Shape,
     model: String,
+    first: AtomicBool,
+    on_first: Option<OnFirst>,
 }
 
 /// The receiving side, read by the frontend. It also drives the request's
@@ -39,8 +44,13 @@ pub struct ResponseStream {
     execution: Option<(tern_core::router::InferFuture, Arc<Sender>)>,
 }
 
-/// A new stream for a request of `model`.
-pub fn channel(model: &str, shape: Shape) -> (Arc<Sender>, ResponseStream) {
+/// A new stream for a request of `model`; `on_first` is called when its
+/// first response goes out (the first-response latency).
+pub fn channel(
+    model: &str,
+    shape: Shape,
+    on_first: Option<OnFirst>,
+) -> (Arc<Sender>, ResponseStream) {
     let (tx, rx) = mpsc::unbounded_channel();
     let buffered = Arc::new(AtomicUsize::new(0));
     let sender = Sender {
@@ -49,6 +59,8 @@ pub fn channel(model: &str, shape: Shape) -> (Arc<Sender>, ResponseStream) {
         buffered: buffered.clone(),
         shape,
         model: model.to_string(),
+        first: AtomicBool::new(true),
+        on_first,
     };
     let stream = ResponseStream {
         rx,
@@ -136,6 +148,11 @@ impl ResponseSink for Sender {
             self.closed.store(true, Ordering::Release);
             return Err(cancelled(&self.model));
         }
+        if response.is_some() && self.first.swap(false, Ordering::AcqRel) {
+            if let Some(f) = &self.on_first {
+                f();
+            }
+        }
         let response = response.map(|r| r.and_then(|r| (self.shape)(r)));
         let mut item = StreamItem { response, last };
         let held = self.buffered.fetch_add(size(&item), Ordering::Relaxed) + size(&item);
@@ -201,7 +218,7 @@ mod tests {
 
     #[tokio::test]
     async fn responses_then_the_final_flag_then_nothing() {
-        let (tx, mut rx) = channel("m", Box::new(Ok));
+        let (tx, mut rx) = channel("m", Box::new(Ok), None);
         tx.send(Some(Ok(response(3))), false).unwrap();
         tx.send(None, true).unwrap();
         let e = tx.send(Some(Ok(response(1))), false).unwrap_err();
@@ -214,11 +231,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_that_goes_away_cancels_and_a_slow_one_is_cut_off() {
-        let (tx, rx) = channel("m", Box::new(Ok));
+        let (tx, rx) = channel("m", Box::new(Ok), None);
         drop(rx);
         assert!(tx.is_cancelled());
         assert_eq!(tx.send(None, true).unwrap_err().code, Code::Cancelled);
-        let (tx, mut rx) = channel("m", Box::new(Ok));
+        let (tx, mut rx) = channel("m", Box::new(Ok), None);
         let chunk = MAX_BUFFERED_BYTES / 4;
         for _ in 0..4 {
             tx.send(Some(Ok(response(chunk))), false).unwrap();
