@@ -298,13 +298,19 @@ void tern_batch_free(tern_batch *b) {
 
 /* ---- BLS ---- */
 
-int tern_infer(const char *model, const tern_tensor *inputs, size_t n_inputs, tern_response *out, tern_error *err) {
+/* A BLS request for the latest version of `model` (borrows `inputs`). */
+static tern_plugin_host_infer_request_t bls_request(const char *model, const tern_tensor *inputs, size_t n_inputs) {
     tern_plugin_host_infer_request_t req;
     memset(&req, 0, sizeof req);
     plugin_string_set(&req.model_name, model);
     req.model_version = -1;
     req.inputs.ptr = (tern_tensor *)inputs;
     req.inputs.len = n_inputs;
+    return req;
+}
+
+int tern_infer(const char *model, const tern_tensor *inputs, size_t n_inputs, tern_response *out, tern_error *err) {
+    tern_plugin_host_infer_request_t req = bls_request(model, inputs, n_inputs);
     tern_plugin_host_error_t e;
     if (tern_plugin_host_infer(&req, out, &e)) return 0;
     tern_set_error(err, (tern_code)e.code, "%.*s", (int)e.message.len, (const char *)e.message.ptr);
@@ -405,12 +411,7 @@ void tern_sender_drop(tern_sender *s) { tern_plugin_responses_response_sender_dr
 int tern_is_cancelled(size_t index) { return tern_plugin_responses_is_cancelled((uint32_t)index); }
 
 int tern_infer_stream(const char *model, const tern_tensor *inputs, size_t n_inputs, tern_stream *out, tern_error *err) {
-    tern_plugin_host_infer_request_t req;
-    memset(&req, 0, sizeof req);
-    plugin_string_set(&req.model_name, model);
-    req.model_version = -1;
-    req.inputs.ptr = (tern_tensor *)inputs;
-    req.inputs.len = n_inputs;
+    tern_plugin_host_infer_request_t req = bls_request(model, inputs, n_inputs);
     tern_plugin_types_error_t e;
     if (!tern_plugin_responses_infer_stream(&req, &out->handle, &e)) return from_wit_error(&e, err);
     return 0;

@@ -288,25 +288,21 @@ function asTernError(e) {
 export function infer(req) {
   let r;
   try {
-    r = host.infer({
-      modelName: req.model,
-      modelVersion: req.version ?? -1,
-      id: req.id || "",
-      inputs: (req.inputs || []).map((t) => t.toWit()),
-      requestedOutputs: req.outputs || [],
-      parameters: witParams(req.parameters),
-    });
+    r = host.infer(witInferRequest(req));
   } catch (e) {
     throw asTernError(e);
   }
-  const outputs = r.outputs.map(Tensor.fromWit);
+  return fromWitResponse(r);
+}
+
+function witInferRequest(req) {
   return {
-    outputs,
-    output(name) {
-      const t = outputs.find((o) => o.name === name);
-      if (!t) throw TernError.internal(`response has no output '${name}'`);
-      return t;
-    },
+    modelName: req.model,
+    modelVersion: req.version ?? -1,
+    id: req.id || "",
+    inputs: (req.inputs || []).map((t) => t.toWit()),
+    requestedOutputs: req.outputs || [],
+    parameters: witParams(req.parameters),
   };
 }
 
@@ -331,14 +327,7 @@ function fromWitResponse(r) {
 export function inferStream(req) {
   let stream;
   try {
-    stream = responses.inferStream({
-      modelName: req.model,
-      modelVersion: req.version ?? -1,
-      id: req.id || "",
-      inputs: (req.inputs || []).map((t) => t.toWit()),
-      requestedOutputs: req.outputs || [],
-      parameters: witParams(req.parameters),
-    });
+    stream = responses.inferStream(witInferRequest(req));
   } catch (e) {
     throw asTernError(e);
   }

@@ -129,18 +129,7 @@ impl Ensemble {
         batch_size: usize,
     ) -> Result<()> {
         let e = &self.name;
-        let router = self.models.upgrade().ok_or_else(|| {
-            Error::unavailable(format!("ensemble '{e}': the server is shutting down"))
-        })?;
-        let input_batch = if self.batching {
-            request
-                .inputs
-                .first()
-                .and_then(|t| t.shape.first())
-                .map_or(0, |&b| b.max(0) as usize)
-        } else {
-            0
-        };
+        let (router, input_batch) = self.start(&request)?;
         let mut tensors = Tensors::default();
         for t in &request.inputs {
             tensors

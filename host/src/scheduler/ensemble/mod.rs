@@ -455,20 +455,7 @@ impl Ensemble {
     /// Runs one (validated) request through the DAG and returns the ensemble's outputs.
     pub async fn run(&self, request: InferRequest) -> Result<InferResponse> {
         let e = &self.name;
-        let router = self.models.upgrade().ok_or_else(|| {
-            Error::unavailable(format!("ensemble '{e}': the server is shutting down"))
-        })?;
-        // Each tensor with the batch size of the request that produced it (0
-        // when that model does not batch), for Triton's batch conversions.
-        let input_batch = if self.batching {
-            request
-                .inputs
-                .first()
-                .and_then(|t| t.shape.first())
-                .map_or(0, |&b| b.max(0) as usize)
-        } else {
-            0
-        };
+        let (router, input_batch) = self.start(&request)?;
         let mut tensors: HashMap<String, (Tensor, usize)> = request
             .inputs
             .into_iter()
@@ -560,6 +547,29 @@ impl Ensemble {
             parameters: Default::default(),
             compute,
         })
+    }
+
+    /// The router to run the steps through, and the batch size of the
+    /// request's inputs: each tensor carries the batch size of the request
+    /// that produced it (0 when that model does not batch), for Triton's
+    /// batch conversions.
+    fn start(&self, request: &InferRequest) -> Result<(Arc<dyn ModelRouter>, usize)> {
+        let router = self.models.upgrade().ok_or_else(|| {
+            Error::unavailable(format!(
+                "ensemble '{}': the server is shutting down",
+                self.name
+            ))
+        })?;
+        let input_batch = if self.batching {
+            request
+                .inputs
+                .first()
+                .and_then(|t| t.shape.first())
+                .map_or(0, |&b| b.max(0) as usize)
+        } else {
+            0
+        };
+        Ok((router, input_batch))
     }
 
     fn step_error(&self, i: usize, err: Error) -> Error {
