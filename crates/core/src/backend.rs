@@ -164,6 +164,8 @@ pub fn model_file(cfg: &ModelConfig, version_dir: &Path, default: &str) -> Resul
             path.display()
         )));
     }
+    // A named pipe or a device would block the load that opens it.
+    crate::files::check_regular(&path, &format!("model '{}': model file", cfg.name))?;
     Ok(path)
 }
 

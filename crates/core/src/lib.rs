@@ -9,6 +9,8 @@
 //!   and the classification extension ([`classification`]).
 //! * [`sequence`]: sequence (stateful) requests and the sequence batcher's
 //!   control inputs and implicit state.
+//! * [`files`]: reading the files a config names, only from inside the
+//!   model's folder.
 //! * [`backend`]: the traits a backend implements; [`router`]: the trait
 //!   through which frontends, ensembles and plugins run requests by model name.
 //! * [`prometheus`]: the text exposition format every metric is written in.
@@ -21,6 +23,7 @@ pub mod classification;
 pub mod config;
 pub mod dtype;
 pub mod error;
+pub mod files;
 pub mod prometheus;
 pub mod request;
 pub mod router;

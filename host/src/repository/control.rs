@@ -378,6 +378,7 @@ fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::Temp
     for (rel, bytes) in files {
         let rel_path = Path::new(rel);
         let safe = !rel.is_empty()
+            && !rel.contains('\0')
             && rel_path
                 .components()
                 .all(|c| matches!(c, Component::Normal(_)));

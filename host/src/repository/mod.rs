@@ -250,14 +250,13 @@ impl Repository {
         }
         let mut labels = HashMap::new();
         for output in cfg.output.iter().filter(|o| !o.label_filename.is_empty()) {
-            let path = dir.join(&output.label_filename);
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                Error::invalid_arg(format!(
-                    "model '{name}' output '{}': cannot read label file '{}': {e}",
-                    output.name,
-                    path.display()
-                ))
-            })?;
+            let what = format!(
+                "model '{name}' output '{}': label_filename '{}'",
+                output.name, output.label_filename
+            );
+            let raw = tern_core::files::read_inside(dir, dir, &output.label_filename, &what)?;
+            let text = String::from_utf8(raw)
+                .map_err(|_| Error::invalid_arg(format!("{what}: the file is not UTF-8 text")))?;
             labels.insert(
                 output.name.clone(),
                 text.lines().map(str::to_string).collect(),

@@ -110,12 +110,12 @@ pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
                 Some(InputDataType::RandomData(_)) => random_bytes(dt, n, &mut rng),
                 Some(InputDataType::InputDataFile(file)) => {
                     let path = model_dir.join("warmup").join(file);
-                    let raw = std::fs::read(&path).map_err(|e| {
-                        Error::invalid_arg(format!(
-                            "{what} input '{name}': cannot read '{}': {e}",
-                            path.display()
-                        ))
-                    })?;
+                    let raw = tern_core::files::read_inside(
+                        model_dir,
+                        &model_dir.join("warmup"),
+                        file,
+                        &format!("{what} input '{name}'"),
+                    )?;
                     // The file holds one batch item; it is repeated for batch_size.
                     let item_ok = match dt.size() {
                         Some(size) => raw.len() == per_item * size,

@@ -113,8 +113,7 @@ impl Controls {
                     let dims = init.dims.clone();
                     let data = match &init.state_data {
                         Some(StateData::DataFile(f)) => {
-                            let path = model_dir.join("initial_state").join(f);
-                            initial_file(&path, dtype, &dims, &s.input_name)?
+                            initial_file(model_dir, f, dtype, &dims, &s.input_name)?
                         }
                         _ => zeros(dtype, element_count(&dims)),
                     };
@@ -289,13 +288,20 @@ fn corrid_bytes(dtype: DataType, id: Option<&CorrelationId>) -> Vec<u8> {
 }
 
 /// Reads an initial state file, checking it holds the state's bytes.
-fn initial_file(path: &Path, dtype: DataType, dims: &[i64], input: &str) -> Result<Vec<u8>> {
-    let data = std::fs::read(path).map_err(|e| {
-        Error::invalid_arg(format!(
-            "failed to read initial_state data file '{}' of state '{input}': {e}",
-            path.display()
-        ))
-    })?;
+fn initial_file(
+    model_dir: &Path,
+    file: &str,
+    dtype: DataType,
+    dims: &[i64],
+    input: &str,
+) -> Result<Vec<u8>> {
+    let path = model_dir.join("initial_state").join(file);
+    let data = tern_core::files::read_inside(
+        model_dir,
+        &model_dir.join("initial_state"),
+        file,
+        &format!("initial_state data file of state '{input}'"),
+    )?;
     match dtype.size() {
         Some(size) => {
             let want = element_count(dims) * size;

@@ -1,0 +1,84 @@
+"""What a model folder or a load request must not be able to do to the
+server: read files outside the model's folder through a config-named
+symlink, hold a load forever with a named pipe, or turn a bad upload name
+into a server error."""
+
+import base64
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import tritonclient.http as httpclient
+
+from conftest import Tern
+
+
+def io_config(name, extra=""):
+    return f"""name: "{name}"
+backend: "identity"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] {extra} }} ]
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    repo = root / "models"
+    outside = root / "secret.txt"
+    outside.write_text("root:x:0:0\n" * 4)
+    # Labels that are a symlink out of the model folder.
+    (repo / "label_link" / "1").mkdir(parents=True)
+    (repo / "label_link" / "config.pbtxt").write_text(io_config("label_link", 'label_filename: "labels.txt"'))
+    os.symlink(outside, repo / "label_link" / "labels.txt")
+    # Labels linked inside the folder are fine.
+    (repo / "label_inside" / "1").mkdir(parents=True)
+    (repo / "label_inside" / "real.txt").write_text("a\nb\nc\nd\n")
+    (repo / "label_inside" / "config.pbtxt").write_text(io_config("label_inside", 'label_filename: "labels.txt"'))
+    os.symlink(repo / "label_inside" / "real.txt", repo / "label_inside" / "labels.txt")
+    # A model file that is a named pipe: opening it would block forever.
+    (repo / "fifo_model" / "1").mkdir(parents=True)
+    (repo / "fifo_model" / "config.pbtxt").write_text('name: "fifo_model"\nbackend: "onnxruntime"\n')
+    os.mkfifo(repo / "fifo_model" / "1" / "model.onnx")
+    (repo / "fine" / "1").mkdir(parents=True)
+    (repo / "fine" / "config.pbtxt").write_text(io_config("fine"))
+    t = Tern([f"--model-repository={repo}", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=*"])
+    yield t
+    t.stop()
+
+
+def test_config_named_files_stay_inside_the_model_folder(hostile):
+    c = httpclient.InferenceServerClient(hostile.url)
+    index = {m["name"]: m for m in c.get_model_repository_index()}
+    assert index["label_link"]["state"] == "UNAVAILABLE"
+    reason = index["label_link"]["reason"]
+    assert "label_filename 'labels.txt'" in reason and "outside the model's folder" in reason, reason
+    assert index["label_inside"]["state"] == "READY"
+    assert index["fine"]["state"] == "READY"
+
+
+def test_a_named_pipe_model_file_is_refused_at_once(hostile):
+    c = httpclient.InferenceServerClient(hostile.url)
+    index = {m["name"]: m for m in c.get_model_repository_index()}
+    assert index["fifo_model"]["state"] == "UNAVAILABLE"
+    assert "is not a regular file" in index["fifo_model"]["reason"]
+    started = time.time()
+    with pytest.raises(Exception, match="not a regular file"):
+        c.load_model("fifo_model")
+    assert time.time() - started < 10
+
+
+def test_a_nul_byte_in_an_uploaded_file_name_is_a_400(hostile):
+    cfg = {"name": "up", "backend": "identity", "max_batch_size": 0,
+           "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+           "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}]}
+    body = {"parameters": {"config": json.dumps(cfg), "file:1/a\u0000b": base64.b64encode(b"x").decode()}}
+    req = urllib.request.Request(f"http://{hostile.url}/v2/repository/models/up/load", data=json.dumps(body).encode())
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req)
+    assert e.value.code == 400
+    assert "file parameter 'file:1/a\u0000b' must be a relative path inside the model folder" in json.loads(e.value.read())["error"]
