@@ -47,6 +47,7 @@ def hostile(tmp_path_factory):
     (repo / "fine" / "1").mkdir(parents=True)
     (repo / "fine" / "config.pbtxt").write_text(io_config("fine"))
     t = Tern([f"--model-repository={repo}", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=*"])
+    t.repo = str(repo)
     yield t
     t.stop()
 
@@ -82,3 +83,56 @@ def test_a_nul_byte_in_an_uploaded_file_name_is_a_400(hostile):
         urllib.request.urlopen(req)
     assert e.value.code == 400
     assert "file parameter 'file:1/a\u0000b' must be a relative path inside the model folder" in json.loads(e.value.read())["error"]
+
+
+def raw_answer(sock, timeout=10):
+    sock.settimeout(timeout)
+    out = b""
+    try:
+        while chunk := sock.recv(1000):
+            out += chunk
+    except ConnectionResetError:
+        pass
+    return out
+
+
+def test_an_oversized_body_is_refused_at_once(hostile):
+    """A Content-Length over --http-max-input-size is answered without
+    waiting for a body that may never come (the read timeout is 60 s)."""
+    import socket
+
+    host, port = hostile.url.split(":")
+    s = socket.create_connection((host, int(port)))
+    began = time.time()
+    s.sendall(b"POST /v2/models/fine/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n")
+    answer = raw_answer(s)
+    assert answer.startswith(b"HTTP/1.1 400") and b"exceeds the maximum input size" in answer, answer
+    assert time.time() - began < 3
+
+
+def test_a_trickling_body_cannot_hold_its_connection(start_tern, hostile):
+    """One byte every 0.6 s never trips a 1 s read timeout, but the whole
+    body must keep up an average rate: the request is refused after about
+    the read timeout instead of taking 60 s."""
+    import socket
+
+    t = start_tern([f"--model-repository={hostile.repo}", "--exit-on-error=false", "--http-read-timeout-secs=1"])
+    host, port = t.url.split(":")
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"POST /v2/models/fine/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+    began = time.time()
+    s.settimeout(0.1)
+    answer = b""
+    while time.time() - began < 15 and not answer:
+        try:
+            s.sendall(b" ")
+        except OSError:
+            break
+        try:
+            answer = s.recv(1000)
+        except socket.timeout:
+            pass
+        time.sleep(0.5)
+    answer += raw_answer(s, 5)
+    assert answer.startswith(b"HTTP/1.1 400") and b"the request body arrived too slowly" in answer, answer
+    assert time.time() - began < 5

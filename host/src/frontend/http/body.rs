@@ -1,6 +1,10 @@
 //! Request bodies: size limit, decompression, and collecting hyper's frames
 //! into one buffer with as few copies and allocations as possible.
 //!
+//! A body declared larger than the limit is refused at once; the whole body
+//! must arrive within the read timeout plus one second per KiB (a minimum
+//! average rate), so a trickling client cannot hold its connection.
+//!
 //! A body that arrives in one frame is used as it is. A longer one is copied
 //! frame by frame, as the frames arrive, into a recycled host-pool block (so
 //! hyper can reuse its read buffer and nothing is allocated per request in
@@ -106,13 +110,28 @@ async fn gather(
             "request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"
         ))
     };
+    // Answered at once, without waiting for a body that may never come (the
+    // connection closes after the response).
     if declared.is_some_and(|len| len > limit) {
-        drain(body, timeout).await;
         return Err(too_big());
     }
     let mut frames = Frames::Empty;
     let mut total = 0;
-    while let Some(frame) = next_frame(&mut body, timeout).await? {
+    let started = tokio::time::Instant::now();
+    let mut last = started;
+    loop {
+        let wait = pace(timeout, started, total)?;
+        let frame = match next_frame(&mut body, wait).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            // Nothing for a whole read timeout: stalled. Less: the whole-body
+            // allowance ran out first (a trickle).
+            Err(_) if timeout.is_some_and(|t| last.elapsed() + SLACK >= t) => {
+                return Err(stalled(timeout.unwrap_or_default()))
+            }
+            Err(_) => return Err(too_slow(timeout, started, total)),
+        };
+        last = tokio::time::Instant::now();
         let frame = frame
             .map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
         let Ok(data) = frame.into_data() else {
@@ -240,13 +259,56 @@ async fn next_frame(
 ) -> Result<Option<std::result::Result<http_body::Frame<Bytes>, axum::Error>>> {
     match timeout {
         None => Ok(body.frame().await),
-        Some(t) => tokio::time::timeout(t, body.frame()).await.map_err(|_| {
-            Error::invalid_arg(format!(
-                "the request body stalled: no data for {} s (--http-read-timeout-secs)",
-                t.as_secs()
-            ))
-        }),
+        Some(t) => tokio::time::timeout(t, body.frame())
+            .await
+            .map_err(|_| stalled(t)),
     }
+}
+
+fn stalled(t: std::time::Duration) -> Error {
+    Error::invalid_arg(format!(
+        "the request body stalled: no data for {} s (--http-read-timeout-secs)",
+        t.as_secs_f64().round()
+    ))
+}
+
+/// Timer slack when telling a stall from a trickle.
+const SLACK: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Slowest average a body may arrive at once `--http-read-timeout-secs`
+/// has passed: bytes per second.
+const MIN_BODY_RATE: u64 = 1024;
+
+/// How long the next read may wait: the per-read timeout, bounded by the
+/// whole body's allowance — the read timeout plus one second per
+/// [`MIN_BODY_RATE`] bytes received — so a body trickling in just under the
+/// read timeout cannot hold its connection forever.
+fn pace(
+    timeout: Option<std::time::Duration>,
+    started: tokio::time::Instant,
+    received: usize,
+) -> Result<Option<std::time::Duration>> {
+    let Some(t) = timeout else {
+        return Ok(None);
+    };
+    let allowance = t + std::time::Duration::from_secs(received as u64 / MIN_BODY_RATE);
+    let left = allowance.saturating_sub(started.elapsed());
+    if left.is_zero() {
+        return Err(too_slow(timeout, started, received));
+    }
+    Ok(Some(left.min(t)))
+}
+
+fn too_slow(
+    timeout: Option<std::time::Duration>,
+    started: tokio::time::Instant,
+    received: usize,
+) -> Error {
+    Error::invalid_arg(format!(
+        "the request body arrived too slowly: {received} bytes in {} s (after the first {} s, at least {MIN_BODY_RATE} bytes/s)",
+        started.elapsed().as_secs(),
+        timeout.unwrap_or_default().as_secs()
+    ))
 }
 
 /// Reads and discards what is left of an oversized body (up to a cap) so the
