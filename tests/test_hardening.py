@@ -136,3 +136,37 @@ def test_a_trickling_body_cannot_hold_its_connection(start_tern, hostile):
     answer += raw_answer(s, 5)
     assert answer.startswith(b"HTTP/1.1 400") and b"the request body arrived too slowly" in answer, answer
     assert time.time() - began < 5
+
+
+def test_the_descriptor_limit_does_not_flood_the_log(start_tern, hostile):
+    """With the open-file limit reached, failed accepts are logged once and
+    then at most every 10 s, not every 50 ms; the server recovers when
+    connections close."""
+    import shutil
+    import socket
+
+    if not shutil.which("prlimit"):
+        pytest.skip("prlimit (util-linux) is not installed")
+    t = start_tern([f"--model-repository={hostile.repo}", "--exit-on-error=false", "--allow-metrics=false", "--allow-grpc=false"],
+                   wrapper=("prlimit", "--nofile=48:48"))
+    host, port = t.url.split(":")
+    held = []
+    try:
+        for _ in range(80):
+            try:
+                held.append(socket.create_connection((host, int(port)), timeout=2))
+            except OSError:
+                break
+        time.sleep(3)
+        failures = [line for line in t.lines if "accept failed" in line]
+        assert 1 <= len(failures) <= 2, "".join(failures[:5])
+    finally:
+        for s in held:
+            s.close()
+    assert t.wait_log("accepting connections again", timeout=10)
+    # The dead connections still queued are accepted and closed first.
+    time.sleep(5)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = raw_answer(s, 10)
+    assert answer.startswith(b"HTTP/1.1 200"), "".join(t.lines[-8:])

@@ -291,9 +291,10 @@ fn serve_axum(
         let mut shutdown = std::pin::pin!(shutdown);
         let (closing, closing_rx) = watch::channel(false);
         let mut connections = tokio::task::JoinSet::new();
+        let mut acceptor = crate::frontend::common::Acceptor::new(what);
         loop {
             let stream = tokio::select! {
-                stream = crate::frontend::common::accept(&listener, what) => stream,
+                stream = acceptor.accept(&listener) => stream,
                 () = &mut shutdown => break,
                 // Reap finished connections as we go.
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,

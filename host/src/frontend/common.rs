@@ -176,17 +176,81 @@ fn check_control(info: &ServerInfo) -> Result<()> {
     }
 }
 
-/// The next connection on `listener`. Accept errors (out of file
-/// descriptors and the like) are logged and retried after a short pause
-/// instead of spinning or stopping the listener.
-pub async fn accept(listener: &tokio::net::TcpListener, what: &str) -> tokio::net::TcpStream {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => return stream,
-            Err(e) => {
-                tracing::warn!("{what}: accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+/// A listener's accept loop state: accept errors (out of file descriptors
+/// and the like) are retried with a pause that doubles from 50 ms to 1 s
+/// instead of spinning or stopping the listener, and logged once, then at
+/// most once per [`ACCEPT_LOG_EVERY`] with how many there were, and once
+/// more when accepting works again. Kept across calls, because the caller's
+/// `select!` may drop an `accept` future at any time.
+pub struct Acceptor {
+    what: &'static str,
+    failures: u64,
+    unlogged: u64,
+    logged_at: Option<std::time::Instant>,
+    recovered_at: Option<std::time::Instant>,
+    pause: std::time::Duration,
+}
+
+impl Acceptor {
+    /// The accept loop of the listener called `what` in log lines.
+    pub fn new(what: &'static str) -> Acceptor {
+        Acceptor {
+            what,
+            failures: 0,
+            unlogged: 0,
+            logged_at: None,
+            recovered_at: None,
+            pause: std::time::Duration::from_millis(50),
+        }
+    }
+
+    /// The next connection on `listener`.
+    pub async fn accept(&mut self, listener: &tokio::net::TcpListener) -> tokio::net::TcpStream {
+        let what = self.what;
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    // At the limit, accepting flaps as descriptors free up: the
+                    // reports stay at one per interval either way.
+                    if self.failures > 0
+                        && self
+                            .recovered_at
+                            .is_none_or(|t| t.elapsed() >= ACCEPT_LOG_EVERY)
+                    {
+                        tracing::warn!(
+                            "{what}: accepting connections again after {} failed accept(s)",
+                            self.failures
+                        );
+                        self.failures = 0;
+                        self.recovered_at = Some(std::time::Instant::now());
+                    }
+                    self.pause = std::time::Duration::from_millis(50);
+                    return stream;
+                }
+                Err(e) => {
+                    self.failures += 1;
+                    self.unlogged += 1;
+                    if self
+                        .logged_at
+                        .is_none_or(|t| t.elapsed() >= ACCEPT_LOG_EVERY)
+                    {
+                        let also = if self.unlogged > 1 {
+                            format!(" ({} failures since the last report)", self.unlogged)
+                        } else {
+                            String::new()
+                        };
+                        tracing::warn!("{what}: accept failed: {e}{also}; retrying (raise the open-file limit, LimitNOFILE, if this is EMFILE)");
+                        self.logged_at = Some(std::time::Instant::now());
+                        self.unlogged = 0;
+                    }
+                    let pause = self.pause;
+                    self.pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                    tokio::time::sleep(pause).await;
+                }
             }
         }
     }
 }
+
+/// How often a listener that keeps failing to accept logs it.
+pub const ACCEPT_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);

@@ -120,10 +120,11 @@ pub fn accept(
 ) -> ReceiverStream<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
+        let mut acceptor = crate::frontend::common::Acceptor::new("gRPC");
         loop {
             let tcp = tokio::select! {
                 _ = tx.closed() => return,
-                tcp = crate::frontend::common::accept(&listener, "gRPC") => tcp,
+                tcp = acceptor.accept(&listener) => tcp,
             };
             let _ = tcp.set_nodelay(true);
             match &tls {
