@@ -243,3 +243,24 @@ def test_on_demand_allocator_fallback(plugin_repo):
         np.testing.assert_array_equal(c.infer("add_sub", add_sub_inputs(a, a)).as_numpy("OUTPUT0"), a * 2)
     finally:
         t.stop()
+
+
+def test_a_plugin_cannot_flood_the_log(psrv, hc):
+    """20,000 lines of 64 KiB (1.25 GiB) from one request: lines are cut to
+    4 KiB and at most a burst of 1000 (then 100/s) are written; the rest are
+    counted in tern_plugin_log_lines_dropped_total."""
+    import urllib.request
+
+    before = len(psrv.lines)
+    started = time.time()
+    assert mode(hc, "log_flood") == "flooded"
+    assert time.time() - started < 30
+    time.sleep(0.5)
+    flood = [line for line in psrv.lines[before:] if "xxxx" in line]
+    assert 900 <= len(flood) <= 1200, len(flood)
+    assert all(len(line) < 4096 + 200 for line in flood)
+    assert "bytes cut]" in flood[0]
+    with urllib.request.urlopen(f"http://{psrv.metrics_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    dropped = [float(line.split()[-1]) for line in text.splitlines() if line.startswith('tern_plugin_log_lines_dropped_total{model="misbehave"}')]
+    assert dropped and dropped[0] >= 18_000, dropped

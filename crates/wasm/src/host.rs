@@ -148,6 +148,7 @@ pub struct HostState {
     /// How responses are checked (set once the model is known).
     pub shape: Option<Arc<ResponseShape>>,
     senders: usize,
+    log_limit: LogLimit,
 }
 
 impl HostState {
@@ -174,6 +175,7 @@ impl HostState {
             running: Vec::new(),
             shape: None,
             senders: 0,
+            log_limit: LogLimit::default(),
         }
     }
 
@@ -398,8 +400,88 @@ impl responses::Host for HostState {
     }
 }
 
+/// Longest log line a plugin may write, in bytes (longer ones are cut).
+pub const MAX_LOG_LINE: usize = 4096;
+/// Log lines per second one plugin instance may write, sustained.
+pub const LOG_LINES_PER_SEC: f64 = 100.0;
+/// Log lines one plugin instance may write in a burst.
+pub const LOG_BURST: f64 = 1000.0;
+/// How often dropped log lines are reported (one line with their count).
+const LOG_REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One plugin instance's log allowance: a token bucket, and what it dropped.
+pub struct LogLimit {
+    tokens: f64,
+    refilled: Instant,
+    dropped: u64,
+    reported: Instant,
+}
+
+impl Default for LogLimit {
+    fn default() -> Self {
+        LogLimit {
+            tokens: LOG_BURST,
+            refilled: Instant::now(),
+            dropped: 0,
+            reported: Instant::now(),
+        }
+    }
+}
+
+impl LogLimit {
+    /// Whether a line may be written now.
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.refilled).as_secs_f64() * LOG_LINES_PER_SEC;
+        self.tokens = (self.tokens + refill).min(LOG_BURST);
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            self.dropped += 1;
+            false
+        }
+    }
+
+    /// Lines dropped since the last report, when a report is due.
+    fn due(&mut self) -> Option<u64> {
+        if self.dropped == 0 || self.reported.elapsed() < LOG_REPORT_EVERY {
+            return None;
+        }
+        self.reported = Instant::now();
+        Some(std::mem::take(&mut self.dropped))
+    }
+}
+
+/// A log line cut to [`MAX_LOG_LINE`] bytes (on a character boundary).
+fn cut(mut message: String) -> String {
+    if message.len() <= MAX_LOG_LINE {
+        return message;
+    }
+    let total = message.len();
+    let mut end = MAX_LOG_LINE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push_str(&format!(" ... [{} of {total} bytes cut]", total - end));
+    message
+}
+
 impl Host for HostState {
     fn log(&mut self, level: LogLevel, message: String) {
+        if !self.log_limit.take() {
+            self.telemetry
+                .counters(&self.model)
+                .log_lines_dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        if let Some(dropped) = self.log_limit.due() {
+            tracing::warn!(plugin = %self.model, "{dropped} log line(s) from this plugin dropped in the last {} s (more than {LOG_LINES_PER_SEC} lines/s)", LOG_REPORT_EVERY.as_secs());
+        }
+        let message = cut(message);
         let plugin = self.model.as_str();
         match level {
             LogLevel::Error => tracing::error!(plugin, "{message}"),
@@ -659,6 +741,20 @@ mod tests {
         for d in DataType::all() {
             assert_eq!(dtype_from_wit(dtype_to_wit(d)), d);
         }
+    }
+
+    #[test]
+    fn plugin_logs_are_cut_and_rate_limited() {
+        let long = "é".repeat(MAX_LOG_LINE);
+        let line = cut(long);
+        assert!(
+            line.len() < MAX_LOG_LINE + 64 && line.ends_with("bytes cut]"),
+            "{line}"
+        );
+        let mut l = LogLimit::default();
+        let allowed = (0..5000).filter(|_| l.take()).count();
+        assert!((1000..1100).contains(&allowed), "{allowed}");
+        assert!(l.dropped >= 3900);
     }
 
     #[test]

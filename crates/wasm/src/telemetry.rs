@@ -21,6 +21,8 @@ pub struct PluginCounters {
     pub memory_cap_hits: AtomicU64,
     /// Instances re-instantiated after one of the above.
     pub restarts: AtomicU64,
+    /// Log lines dropped by the per-instance rate limit.
+    pub log_lines_dropped: AtomicU64,
 }
 
 impl PluginCounters {

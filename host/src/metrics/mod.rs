@@ -368,7 +368,7 @@ impl Metrics {
         let telemetry = self.repository.plugin_telemetry();
         let plugins = telemetry.all_counters();
         type Read = fn(&tern_wasm::PluginCounters) -> u64;
-        let plugin_families: [(&str, &str, Read); 4] = [
+        let plugin_families: [(&str, &str, Read); 5] = [
             (
                 "tern_plugin_traps_total",
                 "Plugin executions that trapped (panics, faults), per model",
@@ -388,6 +388,14 @@ impl Metrics {
                 "tern_plugin_restarts_total",
                 "Plugin instances re-instantiated after a fault, per model",
                 |c| c.restarts.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            (
+                "tern_plugin_log_lines_dropped_total",
+                "Plugin log lines dropped by the per-instance rate limit, per model",
+                |c| {
+                    c.log_lines_dropped
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                },
             ),
         ];
         for (name, help, read) in plugin_families {

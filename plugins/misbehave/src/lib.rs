@@ -5,9 +5,12 @@
 //! `bad_tensor` (data size does not match the shape), `bad_dtype`, `read_model_file`
 //! (reads `data.txt` from its own folder: allowed), `read_outside` (tries
 //! `/etc/passwd`), `env` (reads environment variables), `error` (a clean
-//! INVALID_ARG), `count` (how many times this instance executed).
+//! INVALID_ARG), `count` (how many times this instance executed),
+//! `log_flood` (20,000 log lines of 64 KiB each).
 
-use tern_plugin::{export_model, Error, Model, ModelContext, Request, Response, Tensor};
+use tern_plugin::{
+    export_model, log, Error, LogLevel, Model, ModelContext, Request, Response, Tensor,
+};
 
 struct Misbehave {
     dir: String,
@@ -69,6 +72,13 @@ impl Misbehave {
             },
             "env" => format!("{} variables", std::env::vars().count()),
             "error" => return Err(Error::invalid_arg("misbehave: asked for an error")),
+            "log_flood" => {
+                let line = "x".repeat(64 << 10);
+                for _ in 0..20_000 {
+                    log(LogLevel::Info, &line);
+                }
+                "flooded".to_string()
+            }
             other => return Err(Error::invalid_arg(format!("unknown MODE '{other}'"))),
         };
         Ok(Response::new(vec![text("OUTPUT0", &out)]))
