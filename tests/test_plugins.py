@@ -264,3 +264,16 @@ def test_a_plugin_cannot_flood_the_log(psrv, hc):
         text = r.read().decode()
     dropped = [float(line.split()[-1]) for line in text.splitlines() if line.startswith('tern_plugin_log_lines_dropped_total{model="misbehave"}')]
     assert dropped and dropped[0] >= 18_000, dropped
+
+
+def test_a_plugin_cannot_create_unbounded_metrics(psrv, hc):
+    """5,000 label sets and 100 more families from one plugin: the server
+    keeps its caps (1000 series per family, 64 families per plugin by
+    default) and /metrics stays small."""
+    import urllib.request
+
+    assert mode(hc, "metric_flood") == "1000 series, 63 families"
+    with urllib.request.urlopen(f"http://{psrv.metrics_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert text.count("misbehave_series{") == 1000
+    assert len(text) < 2_000_000

@@ -92,6 +92,7 @@ impl Backend for WasmBackend {
 struct Sandbox {
     timeout: Duration,
     max_memory: usize,
+    metric_caps: crate::metrics::Caps,
 }
 
 impl Sandbox {
@@ -106,9 +107,17 @@ impl Sandbox {
                 cfg.name
             )));
         }
+        let defaults = crate::metrics::Caps::default();
+        let metric_caps = crate::metrics::Caps {
+            families: numeric_parameter::<usize>(cfg, "max_metric_families")?
+                .unwrap_or(defaults.families),
+            series: numeric_parameter::<usize>(cfg, "max_metric_series")?
+                .unwrap_or(defaults.series),
+        };
         Ok(Sandbox {
             timeout: Duration::from_millis(timeout),
             max_memory,
+            metric_caps,
         })
     }
 }
@@ -209,6 +218,7 @@ impl WasmModel {
         );
         let mut state = state;
         state.shape = Some(self.shape.clone());
+        state.metric_caps = self.sandbox.metric_caps;
         let mut store = Store::new(&self.runtime.engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(ticks(self.sandbox.timeout));

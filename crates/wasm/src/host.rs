@@ -149,6 +149,8 @@ pub struct HostState {
     pub shape: Option<Arc<ResponseShape>>,
     senders: usize,
     log_limit: LogLimit,
+    /// How many metric families and series the plugin may create.
+    pub metric_caps: metrics::Caps,
 }
 
 impl HostState {
@@ -176,6 +178,7 @@ impl HostState {
             shape: None,
             senders: 0,
             log_limit: LogLimit::default(),
+            metric_caps: metrics::Caps::default(),
         }
     }
 
@@ -517,7 +520,14 @@ impl Host for HostState {
         };
         self.telemetry
             .metrics
-            .family(&name, &description, kind, &buckets)
+            .family(
+                &self.model,
+                self.metric_caps,
+                &name,
+                &description,
+                kind,
+                &buckets,
+            )
             .map_err(|e| error_to_wit(&e))
     }
 
@@ -529,7 +539,7 @@ impl Host for HostState {
     ) -> std::result::Result<(), wit::Error> {
         self.telemetry
             .metrics
-            .record(family, labels, value)
+            .record(family, labels, value, self.metric_caps.series)
             .map_err(|e| error_to_wit(&e))
     }
 
@@ -541,7 +551,7 @@ impl Host for HostState {
     ) -> std::result::Result<(), wit::Error> {
         self.telemetry
             .metrics
-            .set(family, labels, value)
+            .set(family, labels, value, self.metric_caps.series)
             .map_err(|e| error_to_wit(&e))
     }
 }

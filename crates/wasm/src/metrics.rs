@@ -32,10 +32,31 @@ struct Series {
 #[derive(Debug)]
 struct Family {
     name: String,
+    /// The plugin model that declared it first (whose cap it counts against).
+    owner: String,
     help: String,
     kind: Kind,
     bounds: Vec<f64>,
     series: BTreeMap<Labels, Series>,
+}
+
+/// How many metric families and label sets one plugin model may create
+/// (model parameters `max_metric_families`, `max_metric_series`).
+#[derive(Debug, Clone, Copy)]
+pub struct Caps {
+    /// Families a plugin model may declare.
+    pub families: usize,
+    /// Label sets (series) per family.
+    pub series: usize,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Caps {
+            families: 64,
+            series: 1000,
+        }
+    }
 }
 
 /// The metric families plugins declared, by handle (their index).
@@ -47,8 +68,17 @@ pub struct MetricRegistry {
 use tern_core::prometheus::{self as text, valid_name};
 
 impl MetricRegistry {
-    /// Declares a family (or returns the existing one of the same name and kind).
-    pub fn family(&self, name: &str, help: &str, kind: Kind, buckets: &[f64]) -> Result<u32> {
+    /// Declares a family for plugin model `owner` (or returns the existing
+    /// one of the same name and kind), within `caps`.
+    pub fn family(
+        &self,
+        owner: &str,
+        caps: Caps,
+        name: &str,
+        help: &str,
+        kind: Kind,
+        buckets: &[f64],
+    ) -> Result<u32> {
         if !valid_name(name) {
             return Err(Error::invalid_arg(format!(
                 "metric name '{name}' is not a valid Prometheus name"
@@ -72,7 +102,14 @@ impl MetricRegistry {
             }
             return Ok(i as u32);
         }
+        if r.iter().filter(|f| f.owner == owner).count() >= caps.families {
+            return Err(Error::invalid_arg(format!(
+                "metric '{name}': model '{owner}' already declared {} metric families, its limit (parameter max_metric_families)",
+                caps.families
+            )));
+        }
         r.push(Family {
+            owner: owner.into(),
             name: name.into(),
             help: help.into(),
             kind,
@@ -86,6 +123,7 @@ impl MetricRegistry {
         &self,
         id: u32,
         labels: Labels,
+        max_series: usize,
         f: impl FnOnce(&Family, &mut Series) -> Result<()>,
     ) -> Result<()> {
         for (k, _) in &labels {
@@ -102,18 +140,33 @@ impl MetricRegistry {
         let mut labels = labels;
         labels.sort();
         let n = fam.bounds.len();
-        let mut series = fam.series.remove(&labels).unwrap_or_else(|| Series {
-            buckets: vec![0; n],
-            ..Default::default()
-        });
+        let (mut series, new) = match fam.series.remove(&labels) {
+            Some(s) => (s, false),
+            None if fam.series.len() >= max_series => {
+                return Err(Error::invalid_arg(format!(
+                    "metric '{}' already has {max_series} label sets, its limit (parameter max_metric_series); this one was not recorded",
+                    fam.name
+                )))
+            }
+            None => (
+                Series {
+                    buckets: vec![0; n],
+                    ..Default::default()
+                },
+                true,
+            ),
+        };
         let result = f(fam, &mut series);
-        fam.series.insert(labels, series);
+        // A refused value creates no series.
+        if result.is_ok() || !new {
+            fam.series.insert(labels, series);
+        }
         result
     }
 
     /// Counter: add (>= 0); gauge: add; histogram: observe.
-    pub fn record(&self, id: u32, labels: Labels, value: f64) -> Result<()> {
-        self.with_series(id, labels, |fam, s| {
+    pub fn record(&self, id: u32, labels: Labels, value: f64, max_series: usize) -> Result<()> {
+        self.with_series(id, labels, max_series, |fam, s| {
             match fam.kind {
                 Kind::Counter if value < 0.0 || value.is_nan() => {
                     return Err(Error::invalid_arg(format!(
@@ -137,8 +190,8 @@ impl MetricRegistry {
     }
 
     /// Gauge only: set.
-    pub fn set(&self, id: u32, labels: Labels, value: f64) -> Result<()> {
-        self.with_series(id, labels, |fam, s| {
+    pub fn set(&self, id: u32, labels: Labels, value: f64, max_series: usize) -> Result<()> {
+        self.with_series(id, labels, max_series, |fam, s| {
             if fam.kind != Kind::Gauge {
                 return Err(Error::invalid_arg(format!(
                     "metric '{}' is a {:?}; only gauges can be set",
@@ -215,37 +268,105 @@ mod tests {
     }
 
     #[test]
+    fn plugins_cannot_create_unbounded_families_or_series() {
+        let r = MetricRegistry::default();
+        let caps = Caps {
+            families: 2,
+            series: 3,
+        };
+        let a = r.family("p", caps, "p_a", "", Kind::Gauge, &[]).unwrap();
+        r.family("p", caps, "p_b", "", Kind::Gauge, &[]).unwrap();
+        let e = r
+            .family("p", caps, "p_c", "", Kind::Gauge, &[])
+            .unwrap_err();
+        assert!(e.message.contains("max_metric_families"), "{e}");
+        // Another plugin has its own allowance.
+        r.family("q", caps, "q_a", "", Kind::Gauge, &[]).unwrap();
+        for i in 0..3 {
+            r.set(a, l("k", &i.to_string()), 1.0, caps.series).unwrap();
+        }
+        let e = r.set(a, l("k", "3"), 1.0, caps.series).unwrap_err();
+        assert!(e.message.contains("max_metric_series"), "{e}");
+        r.set(a, l("k", "0"), 2.0, caps.series).unwrap();
+        assert!(!r.render().contains("k=\"3\""));
+    }
+
+    #[test]
     fn families_series_and_rendering() {
         let r = MetricRegistry::default();
         let c = r
-            .family("test_requests_total", "Requests.", Kind::Counter, &[])
+            .family(
+                "p",
+                Caps::default(),
+                "test_requests_total",
+                "Requests.",
+                Kind::Counter,
+                &[],
+            )
             .unwrap();
         assert_eq!(
-            r.family("test_requests_total", "again", Kind::Counter, &[])
-                .unwrap(),
+            r.family(
+                "p",
+                Caps::default(),
+                "test_requests_total",
+                "again",
+                Kind::Counter,
+                &[]
+            )
+            .unwrap(),
             c
         );
         assert!(r
-            .family("test_requests_total", "x", Kind::Gauge, &[])
+            .family(
+                "p",
+                Caps::default(),
+                "test_requests_total",
+                "x",
+                Kind::Gauge,
+                &[]
+            )
             .is_err());
         assert!(r
-            .family("nv_inference_count", "x", Kind::Gauge, &[])
+            .family(
+                "p",
+                Caps::default(),
+                "nv_inference_count",
+                "x",
+                Kind::Gauge,
+                &[]
+            )
             .is_err());
-        assert!(r.family("bad name", "x", Kind::Gauge, &[]).is_err());
-        r.record(c, l("model", "a"), 2.0).unwrap();
-        r.record(c, l("model", "a"), 1.0).unwrap();
-        assert!(r.record(c, vec![], -1.0).is_err());
+        assert!(r
+            .family("p", Caps::default(), "bad name", "x", Kind::Gauge, &[])
+            .is_err());
+        r.record(c, l("model", "a"), 2.0, 1000).unwrap();
+        r.record(c, l("model", "a"), 1.0, 1000).unwrap();
+        assert!(r.record(c, vec![], -1.0, 1000).is_err());
         let g = r
-            .family("test_queue_depth", "Depth.", Kind::Gauge, &[])
+            .family(
+                "p",
+                Caps::default(),
+                "test_queue_depth",
+                "Depth.",
+                Kind::Gauge,
+                &[],
+            )
             .unwrap();
-        r.set(g, vec![], 5.0).unwrap();
-        r.record(g, vec![], -2.0).unwrap();
-        assert!(r.set(c, vec![], 1.0).is_err());
+        r.set(g, vec![], 5.0, 1000).unwrap();
+        r.record(g, vec![], -2.0, 1000).unwrap();
+        assert!(r.set(c, vec![], 1.0, 1000).is_err());
         let h = r
-            .family("test_latency_ms", "Latency.", Kind::Histogram, &[10.0, 1.0])
+            .family(
+                "p",
+                Caps::default(),
+                "test_latency_ms",
+                "Latency.",
+                Kind::Histogram,
+                &[10.0, 1.0],
+            )
             .unwrap();
-        r.record(h, vec![], 0.5).unwrap();
-        r.record(h, vec![], 5.0).unwrap();
+        r.record(h, vec![], 0.5, 1000).unwrap();
+        r.record(h, vec![], 5.0, 1000).unwrap();
         let text = r.render();
         assert!(
             text.contains("test_requests_total{model=\"a\"} 3\n"),
@@ -261,6 +382,6 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("test_latency_ms_count 2\n"), "{text}");
-        assert!(r.record(999, vec![], 1.0).is_err());
+        assert!(r.record(999, vec![], 1.0, 1000).is_err());
     }
 }

@@ -6,7 +6,9 @@
 //! (reads `data.txt` from its own folder: allowed), `read_outside` (tries
 //! `/etc/passwd`), `env` (reads environment variables), `error` (a clean
 //! INVALID_ARG), `count` (how many times this instance executed),
-//! `log_flood` (20,000 log lines of 64 KiB each).
+//! `log_flood` (20,000 log lines of 64 KiB each), `metric_flood` (a gauge
+//! set with 5,000 label values, and 100 more families; answers how many
+//! of each the server accepted).
 
 use tern_plugin::{
     export_model, log, Error, LogLevel, Model, ModelContext, Request, Response, Tensor,
@@ -72,6 +74,20 @@ impl Misbehave {
             },
             "env" => format!("{} variables", std::env::vars().count()),
             "error" => return Err(Error::invalid_arg("misbehave: asked for an error")),
+            "metric_flood" => {
+                use tern_plugin::metrics::{Family, MetricKind};
+                let g = Family::new("misbehave_series", "Label sets.", MetricKind::Gauge, &[])?;
+                let series = (0..5_000)
+                    .filter(|i| g.set(&[("i", &i.to_string())], 1.0).is_ok())
+                    .count();
+                let families = (0..100)
+                    .filter(|i| {
+                        Family::new(&format!("misbehave_f{i}"), "", MetricKind::Counter, &[])
+                            .is_ok()
+                    })
+                    .count();
+                format!("{series} series, {families} families")
+            }
             "log_flood" => {
                 let line = "x".repeat(64 << 10);
                 for _ in 0..20_000 {
