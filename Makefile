@@ -12,7 +12,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: run test test-fast setup build release unit e2e flavours smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test test-fast setup build release unit e2e flavours smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -200,6 +200,11 @@ bench-batching: release
 
 bench-sequences: release
 	$(PY) tests/bench/sequences.py --tern $(CARGO_TARGET_DIR)/release/tern
+
+# A long mixed load with reloads, every answer checked (docs/PERFORMANCE.md, "Soak").
+SOAK_SECONDS ?= 600
+soak: release
+	$(PY) tests/soak.py --tern $(CARGO_TARGET_DIR)/release/tern --plugins $(WASM_OUT) --duration $(SOAK_SECONDS)
 
 bench-streaming: release
 	$(PY) tests/bench/streaming.py --tern $(CARGO_TARGET_DIR)/release/tern --plugins $(WASM_OUT)
