@@ -80,9 +80,10 @@ lang-plugins: toolchains $(foreach p,$(LANG_PLUGINS),$(WASM_OUT)/$(p).wasm)
 release: setup
 	$(CARGO) build --release -p tern
 
+# Extra server flags: make run ARGS="--log-verbose=1".
 run: release
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
-	$(CARGO_TARGET_DIR)/release/tern --model-repository=model_repository
+	$(CARGO_TARGET_DIR)/release/tern --model-repository=model_repository $(ARGS)
 
 lint:
 	$(CARGO) fmt --all --check

@@ -99,3 +99,15 @@ def test_minimal_build_refuses_onnx_models_with_the_reason(minimal):
     assert not h.is_model_ready("simple")
     with pytest.raises(InferenceServerException, match="simple"):
         h.infer("simple", bls_inputs("x")[0][1:])
+
+
+def test_help_goes_to_stdout_and_exits_0():
+    """`tern --help` and `--version` are answers, not errors: stdout, exit 0;
+    a bad flag is an error: stderr, exit 2."""
+    for flag in ("--help", "-h"):
+        r = subprocess.run([tern_bin(), flag], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "--model-repository" in r.stdout and r.stderr == "", (flag, r.returncode, r.stderr[:200])
+    r = subprocess.run([tern_bin(), "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("tern ")
+    r = subprocess.run([tern_bin(), "--no-such-flag"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--no-such-flag" in r.stderr and r.stdout == ""

@@ -336,6 +336,17 @@ const NOT_YET: &[&str] = &[
 ];
 
 impl Args {
+    /// The help text when the command line asks for it (`-h`, `--help`):
+    /// printed to stdout with exit status 0 by the binary.
+    pub fn help_requested(args: &[std::ffi::OsString]) -> Option<String> {
+        match Args::try_parse_from(args) {
+            Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
+                Some(e.render().to_string())
+            }
+            _ => None,
+        }
+    }
+
     /// Parses the command line, rejecting tritonserver flags Tern does not implement yet.
     pub fn parse_checked<I, T>(args: I) -> Result<Args>
     where

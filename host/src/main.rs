@@ -11,6 +11,10 @@ fn main() -> ExitCode {
     if argv.get(1).is_some_and(|a| a == "plugin") {
         return tern_plugin_tool::main(argv[2..].to_vec(), &tern::plugins::compile);
     }
+    if let Some(help) = Args::help_requested(&argv) {
+        print!("{help}");
+        return ExitCode::SUCCESS;
+    }
     let args = match Args::parse_checked(argv) {
         Ok(a) => a,
         Err(e) => {

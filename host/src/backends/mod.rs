@@ -143,9 +143,13 @@ impl Registry {
                 .iter()
                 .map(|b| format!("'{}'", b.name()))
                 .collect();
+            let what_to_do = match guidance(value) {
+                Some(g) => g.to_string(),
+                None => "custom logic runs as WebAssembly plugins, backend: \"wasm\"".to_string(),
+            };
             Error::unsupported(format!(
                 "model '{model}': {field} '{value}' is a Triton {field} that Tern does not provide \
-                 (this build serves {}; custom logic runs as WebAssembly plugins, backend: \"wasm\")",
+                 (this build serves {}); {what_to_do}",
                 names.join(", ")
             ))
         } else {
@@ -165,6 +169,29 @@ impl Registry {
                 what,
             })
     }
+}
+
+/// What to do with a model of a Triton backend or platform Tern does not run.
+fn guidance(value: &str) -> Option<&'static str> {
+    Some(match value {
+        "python" => {
+            "port its model.py to a WebAssembly plugin (`tern plugin new <dir> --lang python`, \
+             then backend: \"wasm\"; docs/plugins.md, \"Porting a Triton Python model\")"
+        }
+        "pytorch" | "pytorch_libtorch" => {
+            "export it to ONNX (torch.onnx.export) and serve it with backend: \"onnxruntime\""
+        }
+        "tensorflow" | "tensorflow_graphdef" | "tensorflow_savedmodel" => {
+            "convert it to ONNX (tf2onnx) and serve it with backend: \"onnxruntime\""
+        }
+        "tensorrt" | "tensorrt_plan" => {
+            "serve the ONNX model the engine was built from with backend: \"onnxruntime\" and the \
+             TensorRT execution accelerator (optimization { execution_accelerators { \
+             gpu_execution_accelerator: [ { name: \"tensorrt\" } ] } }), which builds and caches the engine"
+        }
+        "openvino" => "serve its ONNX model with backend: \"onnxruntime\"",
+        _ => return None,
+    })
 }
 
 /// A backend this build leaves out.
@@ -211,9 +238,14 @@ mod tests {
         assert_eq!(e.code, tern_core::Code::Unsupported);
         assert!(
             e.message
-                .contains("is a Triton backend that Tern does not provide"),
+                .contains("is a Triton backend that Tern does not provide")
+                && e.message.contains("tern plugin new <dir> --lang python"),
             "{e}"
         );
+        let e = resolve("platform: \"pytorch_libtorch\"", &[]).unwrap_err();
+        assert!(e.message.contains("torch.onnx.export"), "{e}");
+        let e = resolve("platform: \"tensorrt_plan\"", &[]).unwrap_err();
+        assert!(e.message.contains("TensorRT execution accelerator"), "{e}");
         let e = resolve("platform: \"nope\"", &[]).unwrap_err();
         assert_eq!(e.message, "model 'm': unknown platform 'nope'");
         let e = resolve("", &["weights.bin"]).unwrap_err();
