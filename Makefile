@@ -86,6 +86,7 @@ run: release
 	$(CARGO_TARGET_DIR)/release/tern --model-repository=model_repository $(ARGS)
 
 lint:
+	python3 scripts/check_links.py
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --features tern/bench -- -D warnings
 	$(CARGO) clippy -p tern --no-default-features --all-targets -- -D warnings
