@@ -121,7 +121,7 @@ def test_plugin_reads_its_own_folder_only(hc):
     [
         ("loop", "exceeded its execution deadline of 300 ms"),
         ("memory", "hit its memory cap of 33554432 bytes"),
-        ("panic", "trapped"),
+        ("panic", "trapped: the plugin panicked at misbehave/src/lib.rs"),
     ],
 )
 def test_misbehaving_plugin_is_contained(psrv, hc, m, expect):

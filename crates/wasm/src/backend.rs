@@ -272,7 +272,10 @@ fn describe(store: &Store<HostState>, e: &wasmtime::Error, sandbox: Sandbox) -> 
             sandbox.timeout.as_millis()
         )
     } else {
-        format!("trapped: {}", e.root_cause())
+        match &store.data().panic {
+            Some(panic) => format!("trapped: the plugin {panic}"),
+            None => format!("trapped: {}", e.root_cause()),
+        }
     }
 }
 
@@ -369,6 +372,7 @@ impl Instance for WasmInstance {
                 })
                 .collect();
             state.chain = chain;
+            state.panic = None;
             state.deadline = Some(Instant::now() + m.sandbox.timeout);
             state.limits.hit = false;
         }

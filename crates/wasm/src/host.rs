@@ -151,6 +151,9 @@ pub struct HostState {
     log_limit: LogLimit,
     /// How many metric families and series the plugin may create.
     pub metric_caps: metrics::Caps,
+    /// The last panic the plugin reported (`panicked at file:line:col: message`),
+    /// for the error of the trap that follows.
+    pub panic: Option<String>,
 }
 
 impl HostState {
@@ -179,6 +182,7 @@ impl HostState {
             senders: 0,
             log_limit: LogLimit::default(),
             metric_caps: metrics::Caps::default(),
+            panic: None,
         }
     }
 
@@ -474,6 +478,11 @@ fn cut(mut message: String) -> String {
 
 impl Host for HostState {
     fn log(&mut self, level: LogLevel, message: String) {
+        // The SDKs report a panic as an error line starting with "panicked":
+        // kept (cut) for the trap's error, whatever the rate limit.
+        if matches!(level, LogLevel::Error) && message.starts_with("panicked") {
+            self.panic = Some(cut(message.clone()));
+        }
         if !self.log_limit.take() {
             self.telemetry
                 .counters(&self.model)

@@ -86,6 +86,27 @@ pub fn is_cancelled(index: usize) -> bool {
     bindings::tern::plugin::responses::is_cancelled(index as u32)
 }
 
+/// Panics are reported to the server (message and `file:line:column`), which
+/// puts them into the error the failed requests get and into its log; a
+/// panic still ends the call (WebAssembly panics abort).
+#[doc(hidden)]
+pub fn __report_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = if let Some(s) = info.payload().downcast_ref::<&str>() {
+            s.to_string()
+        } else if let Some(s) = info.payload().downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "(no message)".to_string()
+        };
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column()))
+            .unwrap_or_default();
+        bindings::tern::plugin::host::log(LogLevel::Error, &format!("panicked{at}: {message}"));
+    }));
+}
+
 #[doc(hidden)]
 pub mod __export {
     pub use crate::bindings::exports::tern::plugin::model::Guest;
@@ -117,6 +138,7 @@ macro_rules! export_model {
 
         impl $crate::__export::Guest for __TernPlugin {
             fn initialize(ctx: $crate::ModelContext) -> ::std::result::Result<(), $crate::Error> {
+                $crate::__report_panics();
                 let model = <$model as $crate::Model>::initialize(ctx)?;
                 __TERN_STATE.with(|s| *s.borrow_mut() = ::std::option::Option::Some(model));
                 ::std::result::Result::Ok(())
