@@ -200,7 +200,7 @@ def test_python_plugin_abuse_is_contained(lsrv, m, expect):
 @pytest.mark.parametrize(
     "m,status,expect",
     [
-        ("raise", "500", "ValueError: asked to raise"),
+        ("raise", "500", "ValueError: asked to raise (at app.py:24 in execute)"),
         ("triton_error", "400", "asked for an INVALID_ARG error"),
         ("wrong_count", "500", "execute returned 0 response(s) for 1 request(s)"),
         ("bad_response", "500", "execute must return InferenceResponse objects, got str"),
@@ -212,6 +212,9 @@ def test_python_plugin_errors_reach_the_client(lsrv, m, status, expect):
         mode(h, m)
     assert expect in str(e.value), str(e.value)
     assert e.value.status() == status, (e.value.status(), str(e.value))
+    if m == "raise":
+        # The whole traceback is in the server's log, tagged with the model.
+        assert lsrv.wait_log('in execute') and lsrv.wait_log('Traceback (most recent call last)')
     assert mode(h, "ok") == "ok"
 
 

@@ -34,6 +34,7 @@ import array
 import json
 import struct
 import sys
+import traceback
 
 from componentize_py_types import Err, Ok
 from wit_world.imports import host as _host
@@ -692,10 +693,33 @@ def _context_args(ctx):
     }
 
 
+def _where(exc):
+    """`file:line in function` of the innermost frame of `exc` outside this SDK."""
+    try:
+        frames = traceback.extract_tb(exc.__traceback__, limit=None)
+    except Exception:  # noqa: BLE001 (where is a nicety: never fail on it)
+        return None
+    for frame in reversed(frames):
+        if not frame.filename.endswith("tern_plugin.py"):
+            return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} in {frame.name}"
+    return None
+
+
 def _as_error(exc):
+    """The error a request gets for an exception: a TritonError as it is;
+    anything else as INTERNAL `Type: message (at file:line in function)`,
+    with the whole traceback in the server's log."""
     if isinstance(exc, TritonError):
         return exc._wit()
-    return _t.Error(code=_t.ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+    message = f"{type(exc).__name__}: {exc}"
+    where = _where(exc)
+    if where:
+        message += f" (at {where})"
+    try:
+        _host.log(_host.LogLevel.ERROR, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip())
+    except Exception:  # noqa: BLE001 (logging must not hide the error)
+        pass
+    return _t.Error(code=_t.ErrorCode.INTERNAL, message=message)
 
 
 def export(model_class):
