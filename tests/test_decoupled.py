@@ -331,3 +331,16 @@ def test_first_response_histogram_for_decoupled_models(dsrv):
     assert samples[("nv_inference_first_response_histogram_ms_bucket", "greedy_decoder_stream", "100")] >= 3
     assert samples[("nv_inference_first_response_histogram_ms_bucket", "greedy_decoder_stream", "+Inf")] >= 3
     assert {m for _, m, _ in samples} <= {"greedy_decoder_stream", "stream_count", "stream_python", "stream_js", "stream_c", "decoupled_ensemble"}
+
+
+def test_a_request_the_plugin_never_answers_still_ends(dsrv):
+    """A decoupled plugin that never takes a request's sender: the stream
+    still ends with the final flag (nobody waits forever)."""
+    s = Stream(dsrv)
+    try:
+        s.send("stream_count", [count_input(grpcclient, 3)], parameters={"ignore": True}, enable_empty_final_response=True)
+        assert outs(s.until_final()) == [None]
+    finally:
+        s.close(cancel=True)
+    status, _, text = post(dsrv, "/v2/models/stream_count/generate_stream", {"COUNT": 3, "ignore": True})
+    assert status == 200 and text == ""

@@ -42,6 +42,8 @@ pub struct ResponseStream {
     rx: mpsc::UnboundedReceiver<StreamItem>,
     buffered: Arc<AtomicUsize>,
     execution: Option<(tern_core::router::InferFuture, Arc<Sender>)>,
+    /// The final flag has been read.
+    finished: bool,
 }
 
 /// A new stream for a request of `model`; `on_first` is called when its
@@ -66,6 +68,7 @@ pub fn channel(
         rx,
         buffered,
         execution: None,
+        finished: false,
     };
     (Arc::new(sender), stream)
 }
@@ -78,9 +81,22 @@ fn size(item: &StreamItem) -> usize {
 }
 
 impl ResponseStream {
-    /// The next message; `None` once every sender is gone (after the final
-    /// flag, or if the model dropped the request without one).
+    /// The next message; `None` after the final flag. A request the model
+    /// let go of without the final flag gets one (with no response), so a
+    /// client is never left waiting.
     pub async fn next(&mut self) -> Option<StreamItem> {
+        if self.finished {
+            return None;
+        }
+        let item = self.receive().await;
+        self.finished = item.as_ref().is_none_or(|i| i.last);
+        Some(item.unwrap_or(StreamItem {
+            response: None,
+            last: true,
+        }))
+    }
+
+    async fn receive(&mut self) -> Option<StreamItem> {
         loop {
             let item = match self.execution.as_mut() {
                 None => self.rx.recv().await,
@@ -226,6 +242,14 @@ mod tests {
         assert!(!rx.next().await.unwrap().last);
         assert!(rx.next().await.unwrap().last);
         drop(tx);
+        assert!(rx.next().await.is_none());
+        // Let go of without the final flag: the stream still ends with one.
+        let (tx, mut rx) = channel("m", Box::new(Ok), None);
+        tx.send(Some(Ok(response(1))), false).unwrap();
+        drop(tx);
+        assert!(!rx.next().await.unwrap().last);
+        let end = rx.next().await.unwrap();
+        assert!(end.last && end.response.is_none());
         assert!(rx.next().await.is_none());
     }
 

@@ -3,7 +3,8 @@
 //! its own; a negative `COUNT` is answered with an error. Request
 //! parameters: `delay_ms` sleeps before each response; `later` (bool) keeps
 //! the response sender and answers during the instance's next `execute`
-//! call — a decoupled model may answer after `execute` returned. A request
+//! call — a decoupled model may answer after `execute` returned; `ignore`
+//! (bool) never takes the request's sender at all. A request
 //! whose client goes away stops early and logs how far it got.
 
 use std::time::Duration;
@@ -72,6 +73,10 @@ impl Model for StreamCount {
             let _ = run(job);
         }
         for (i, r) in requests.iter().enumerate() {
+            // `ignore`: never take the sender (the server must still end the stream).
+            if matches!(r.parameter("ignore"), Some(ParameterValue::Bool(true))) {
+                continue;
+            }
             let sender = match tern_plugin::response_sender(i) {
                 Ok(s) => s,
                 Err(e) => {
