@@ -200,7 +200,7 @@ def test_python_plugin_abuse_is_contained(lsrv, m, expect):
 @pytest.mark.parametrize(
     "m,status,expect",
     [
-        ("raise", "500", "ValueError: asked to raise (at app.py:24 in execute)"),
+        ("raise", "500", "ValueError: asked to raise (at app.py:27 in execute)"),
         ("triton_error", "400", "asked for an INVALID_ARG error"),
         ("wrong_count", "500", "execute returned 0 response(s) for 1 request(s)"),
         ("bad_response", "500", "execute must return InferenceResponse objects, got str"),
@@ -216,6 +216,15 @@ def test_python_plugin_errors_reach_the_client(lsrv, m, status, expect):
         # The whole traceback is in the server's log, tagged with the model.
         assert lsrv.wait_log('in execute') and lsrv.wait_log('Traceback (most recent call last)')
     assert mode(h, "ok") == "ok"
+
+
+def test_python_print_goes_to_the_server_log(lsrv):
+    h = httpclient.InferenceServerClient(lsrv.url)
+    assert mode(h, "print") == "print"
+    assert lsrv.wait_log("stdout: hello from print")
+    assert lsrv.wait_log("stderr: and from stderr")
+    line = next(line for line in lsrv.lines if "stdout: hello from print" in line)
+    assert "misbehave_python" in line, line
 
 
 def plugin_cmd(*args, env=None):

@@ -3,8 +3,11 @@ to check that the sandbox contains a Python guest the same way as a Rust
 one. MODE (one string) selects: "ok" echoes, "loop" never returns, "memory"
 allocates without bound, "raise" raises a plain exception, "triton_error"
 raises TritonError(INVALID_ARG), "wrong_count" returns no responses,
-"bad_response" returns something that is not a response.
+"bad_response" returns something that is not a response, "print" writes
+to stdout and stderr (which go to the server's log).
 """
+
+import sys
 
 import tern_plugin as pb_utils
 
@@ -28,6 +31,9 @@ class TritonPythonModel:
             return []
         if "bad_response" in modes:
             return ["not a response" for _ in requests]
+        if "print" in modes:
+            print("hello from print")
+            print("and from stderr", file=sys.stderr)
         return [
             pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", [m], "BYTES", [1])])
             for m in modes

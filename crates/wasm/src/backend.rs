@@ -17,6 +17,7 @@ use wasmtime::Store;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::host::{error_from_wit, request_to_wit, HostState, ResponseShape, Running};
+use crate::stdio::LogStream;
 use crate::tern::plugin::types as wit;
 use crate::{cache, ticks, Plugin, PluginCounters, PluginPre, PluginTelemetry, Runtime};
 use tern_core::backend::{
@@ -204,6 +205,20 @@ impl WasmModel {
             ))
         };
         let mut wasi = WasiCtxBuilder::new();
+        // stdout and stderr go to the server's log, tagged with the model.
+        let limit = Arc::new(std::sync::Mutex::new(crate::host::LogLimit::default()));
+        wasi.stdout(LogStream::new(
+            &self.name,
+            "stdout",
+            limit.clone(),
+            self.counters.clone(),
+        ))
+        .stderr(LogStream::new(
+            &self.name,
+            "stderr",
+            limit,
+            self.counters.clone(),
+        ));
         wasi.allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)

@@ -437,7 +437,7 @@ impl Default for LogLimit {
 
 impl LogLimit {
     /// Whether a line may be written now.
-    fn take(&mut self) -> bool {
+    pub fn take(&mut self) -> bool {
         let now = Instant::now();
         let refill = now.duration_since(self.refilled).as_secs_f64() * LOG_LINES_PER_SEC;
         self.tokens = (self.tokens + refill).min(LOG_BURST);
@@ -462,6 +462,10 @@ impl LogLimit {
 }
 
 /// A log line cut to [`MAX_LOG_LINE`] bytes (on a character boundary).
+pub fn cut_line(message: String) -> String {
+    cut(message)
+}
+
 fn cut(mut message: String) -> String {
     if message.len() <= MAX_LOG_LINE {
         return message;

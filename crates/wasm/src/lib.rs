@@ -1,14 +1,15 @@
 //! The WebAssembly runtime behind the `wasm` backend: one shared wasmtime
 //! [`Engine`] (component model, epoch interruption, pooling allocator when
 //! the address space allows it), the epoch ticker that enforces execution
-//! deadlines, the `.cwasm` cache ([`cache`]) and the host side of the
-//! `tern:plugin` world ([`host`]).
+//! deadlines, the `.cwasm` cache ([`cache`]), the host side of the
+//! `tern:plugin` world ([`host`]) and plugins' stdout/stderr ([`stdio`]).
 
 pub mod backend;
 pub mod cache;
 pub mod host;
 pub mod metrics;
 pub mod precompile;
+pub mod stdio;
 mod telemetry;
 
 pub use telemetry::{PluginCounters, PluginTelemetry};
