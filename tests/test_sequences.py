@@ -193,9 +193,11 @@ def test_plugins_keep_per_sequence_state_by_correlation_id(seq_server, model):
     if "seq_plugin" not in seq_server.log():
         pytest.skip("the sequence_sum plugin is not built (make plugins)")
     shape = (1,) if model == "seq_plugin" else (1, 1)
-    for proto, mod, c in clients(seq_server):
+    for proto, mod, _ in clients(seq_server):
 
         def run(s):
+            # One client per thread: tritonclient's HTTP client is not thread-safe.
+            c = mod.InferenceServerClient(seq_server.url if proto == "http" else seq_server.grpc_url)
             seq = f"{proto}-{s}" if s % 2 else 9000 + s
             total = 0
             for k in range(6):
@@ -363,11 +365,11 @@ def test_silero_vad_streams_match_silero_vads_own_iterator(seq_server):
         "Edge devices stream speech to the server.",
     ]
     streams = [(i, speech(texts[i % len(texts)], i)) for i in range(8)]
-    conns = clients(seq_server)
-
     def run(args):
         i, audio = args
-        _, mod, c = conns[i % 2]
+        # One client per thread: tritonclient's HTTP client is not thread-safe.
+        mod = (httpclient, grpcclient)[i % 2]
+        c = mod.InferenceServerClient(seq_server.url if mod is httpclient else seq_server.grpc_url)
         tern = TernModel(c, mod, f"vad-{i}" if i % 2 else 7000 + i)
         got = stream(tern, audio, iterator_class)
         tern.finish()
