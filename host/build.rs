@@ -5,6 +5,7 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     version_info();
+    libtorch_rpath();
     println!("cargo:rerun-if-changed=proto");
     println!("cargo:rerun-if-changed=../crates/core/proto");
     let fds = protox::compile(
@@ -26,6 +27,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     builder.compile_fds(fds)?;
     Ok(())
+}
+
+/// With the `torch` feature the binary links LibTorch's shared libraries:
+/// it looks for them in `../lib/tern` beside itself (where packages put
+/// them), then where the build found them.
+fn libtorch_rpath() {
+    if let Ok(lib) = std::env::var("DEP_TERN_TORCH_LIBTORCH_LIB") {
+        println!("cargo:rustc-link-arg-bins=-Wl,-rpath,$ORIGIN/../lib/tern:{lib}");
+    }
 }
 
 /// What `tern --version` reports about the build: the target triple and the

@@ -90,6 +90,65 @@ pub fn shape_str(shape: &[i64]) -> String {
     format!("[{}]", parts.join(","))
 }
 
+/// Splits a batched output back into one tensor per request (`rows` = each
+/// request's batch size); fixed-size types as views of the same buffer.
+pub fn scatter(t: Tensor, rows: &[usize]) -> Result<Vec<Tensor>> {
+    if rows.len() == 1 {
+        return Ok(vec![t]);
+    }
+    let total: usize = rows.iter().sum();
+    if t.shape.first().map(|&d| d as usize) != Some(total) {
+        return Err(Error::internal(format!(
+            "output '{}' has shape {:?}, whose first dimension is not the batch size {total}",
+            t.name, t.shape
+        )));
+    }
+    let mut out = Vec::with_capacity(rows.len());
+    let part_shape = |r: usize| {
+        let mut shape = t.shape.clone();
+        shape[0] = r as i64;
+        shape
+    };
+    match t.dtype.size() {
+        Some(_) => {
+            let row_bytes = t.data.len().checked_div(total).unwrap_or(0);
+            let mut at = 0;
+            for &r in rows {
+                let data = t.data.slice(at..at + r * row_bytes);
+                out.push(Tensor::new(t.name.clone(), t.dtype, part_shape(r), data));
+                at += r * row_bytes;
+            }
+        }
+        None => {
+            let elements = bytes_tensor::decode(&t.data)?;
+            let per_row = elements.len().checked_div(total).unwrap_or(0);
+            let mut at = 0;
+            for &r in rows {
+                let data = bytes_tensor::encode(&elements[at..at + r * per_row]);
+                out.push(Tensor::new(t.name.clone(), t.dtype, part_shape(r), data));
+                at += r * per_row;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Shape of an output whose backend shape was `reshape`: the config dims,
+/// with a variable dim resolved from the element count.
+pub fn unreshape(dims: &[i64], batch: Option<i64>, elements: usize) -> Vec<i64> {
+    let mut shape: Vec<i64> = batch.into_iter().chain(dims.iter().copied()).collect();
+    let fixed: i64 = shape.iter().filter(|&&d| d >= 0).product::<i64>().max(1);
+    if let Some(pos) = shape.iter().position(|&d| d < 0) {
+        shape[pos] = elements as i64 / fixed;
+        for d in shape.iter_mut().skip(pos + 1) {
+            if *d < 0 {
+                *d = 1;
+            }
+        }
+    }
+    shape
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +171,12 @@ mod tests {
             .contains("expected 2 string"));
         assert_eq!(shape_str(&[-1, 16]), "[-1,16]");
         assert_eq!(element_count(&[]), 1);
+    }
+
+    #[test]
+    fn unreshape_resolves_variable_dims() {
+        assert_eq!(unreshape(&[1], Some(3), 3), vec![3, 1]);
+        assert_eq!(unreshape(&[-1, 4], None, 12), vec![3, 4]);
     }
 
     #[test]

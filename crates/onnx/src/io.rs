@@ -329,48 +329,7 @@ pub fn output(name: &str, value: ort::value::DynValue) -> Result<Tensor> {
 /// Outputs up to this size are copied out of ORT instead of shared.
 const COPY_OUTPUT_BELOW: usize = 16 * 1024;
 
-/// Splits a batched output back into one tensor per request (`rows` = each
-/// request's batch size); fixed-size types as views of the same buffer.
-pub fn scatter(t: Tensor, rows: &[usize]) -> Result<Vec<Tensor>> {
-    if rows.len() == 1 {
-        return Ok(vec![t]);
-    }
-    let total: usize = rows.iter().sum();
-    if t.shape.first().map(|&d| d as usize) != Some(total) {
-        return Err(Error::internal(format!(
-            "output '{}' has shape {:?}, whose first dimension is not the batch size {total}",
-            t.name, t.shape
-        )));
-    }
-    let mut out = Vec::with_capacity(rows.len());
-    let part_shape = |r: usize| {
-        let mut shape = t.shape.clone();
-        shape[0] = r as i64;
-        shape
-    };
-    match t.dtype.size() {
-        Some(_) => {
-            let row_bytes = t.data.len().checked_div(total).unwrap_or(0);
-            let mut at = 0;
-            for &r in rows {
-                let data = t.data.slice(at..at + r * row_bytes);
-                out.push(Tensor::new(t.name.clone(), t.dtype, part_shape(r), data));
-                at += r * row_bytes;
-            }
-        }
-        None => {
-            let elements = bytes_tensor::decode(&t.data)?;
-            let per_row = elements.len().checked_div(total).unwrap_or(0);
-            let mut at = 0;
-            for &r in rows {
-                let data = bytes_tensor::encode(&elements[at..at + r * per_row]);
-                out.push(Tensor::new(t.name.clone(), t.dtype, part_shape(r), data));
-                at += r * per_row;
-            }
-        }
-    }
-    Ok(out)
-}
+pub use tern_core::tensor::scatter;
 
 #[cfg(test)]
 mod tests {

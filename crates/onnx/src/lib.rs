@@ -558,7 +558,7 @@ impl OnnxInstance {
                 )));
             }
             if let Some(output) = output.filter(|o| o.reshape.is_some()) {
-                t.shape = unreshape(
+                t.shape = tern_core::tensor::unreshape(
                     &output.dims,
                     batched.then(|| t.shape.first().copied().unwrap_or(1)),
                     t.element_count(),
@@ -582,22 +582,6 @@ impl OnnxInstance {
             })
             .collect())
     }
-}
-
-/// Shape of an output whose backend shape was `reshape`: the config dims,
-/// with a variable dim resolved from the element count.
-fn unreshape(dims: &[i64], batch: Option<i64>, elements: usize) -> Vec<i64> {
-    let mut shape: Vec<i64> = batch.into_iter().chain(dims.iter().copied()).collect();
-    let fixed: i64 = shape.iter().filter(|&&d| d >= 0).product::<i64>().max(1);
-    if let Some(pos) = shape.iter().position(|&d| d < 0) {
-        shape[pos] = elements as i64 / fixed;
-        for d in shape.iter_mut().skip(pos + 1) {
-            if *d < 0 {
-                *d = 1;
-            }
-        }
-    }
-    shape
 }
 
 impl Instance for OnnxInstance {
@@ -639,16 +623,5 @@ impl Instance for OnnxInstance {
             }
         }
         batch.iter().map(|_| Err(e.clone())).collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unreshape_resolves_variable_dims() {
-        assert_eq!(unreshape(&[1], Some(3), 3), vec![3, 1]);
-        assert_eq!(unreshape(&[-1, 4], None, 12), vec![3, 4]);
     }
 }

@@ -14,7 +14,6 @@ use tern_core::error::{Error, Result};
 /// Triton backends and platforms that exist but that Tern does not provide.
 const TRITON_ONLY_BACKENDS: &[&str] = &[
     "tensorflow",
-    "pytorch",
     "python",
     "tensorrt",
     "openvino",
@@ -28,7 +27,6 @@ const TRITON_ONLY_PLATFORMS: &[&str] = &[
     "tensorflow_graphdef",
     "tensorflow_savedmodel",
     "tensorrt_plan",
-    "pytorch_libtorch",
 ];
 
 /// The backends built into this binary.
@@ -38,14 +36,26 @@ pub struct Registry {
 }
 
 /// Backends a build can leave out (cargo features): backend name,
-/// platform, default file name, feature and what the build lacks.
-const OPTIONAL_BACKENDS: &[(&str, &str, &str, &str, &str)] = &[(
-    "onnxruntime",
-    "onnxruntime_onnx",
-    "model.onnx",
-    "onnx",
-    "ONNX Runtime",
-)];
+/// platform, default file name, feature, what the build lacks and what to do.
+const OPTIONAL_BACKENDS: &[(&str, &str, &str, &str, &str, &str)] = &[
+    (
+        "onnxruntime",
+        "onnxruntime_onnx",
+        "model.onnx",
+        "onnx",
+        "ONNX Runtime",
+        "install a Tern build that includes it",
+    ),
+    (
+        "pytorch",
+        "pytorch_libtorch",
+        "model.pt",
+        "torch",
+        "LibTorch",
+        "build one with `make torch` (docs/configuration.md, \"PyTorch models\"), or export the model to ONNX \
+         (torch.onnx.export) and serve it with backend: \"onnxruntime\"",
+    ),
+];
 
 impl Default for Registry {
     fn default() -> Self {
@@ -53,6 +63,8 @@ impl Default for Registry {
         let backends: Vec<Arc<dyn Backend>> = vec![
             #[cfg(feature = "onnx")]
             Arc::new(tern_onnx::OnnxBackend),
+            #[cfg(feature = "torch")]
+            Arc::new(tern_torch::TorchBackend),
             Arc::new(identity::IdentityBackend),
             Arc::new(tern_wasm::backend::WasmBackend::new(plugins.clone())),
         ];
@@ -162,11 +174,12 @@ impl Registry {
     fn left_out(&self, matches: impl Fn(&str, &str, &str) -> bool) -> Option<LeftOut> {
         OPTIONAL_BACKENDS
             .iter()
-            .find(|(b, p, f, _, _)| self.get(b).is_none() && matches(b, p, f))
-            .map(|(b, _, _, feature, what)| LeftOut {
+            .find(|(b, p, f, _, _, _)| self.get(b).is_none() && matches(b, p, f))
+            .map(|(b, _, _, feature, what, how)| LeftOut {
                 backend: b,
                 feature,
                 what,
+                how,
             })
     }
 }
@@ -177,9 +190,6 @@ fn guidance(value: &str) -> Option<&'static str> {
         "python" => {
             "port its model.py to a WebAssembly plugin (`tern plugin new <dir> --lang python`, \
              then backend: \"wasm\"; docs/plugins.md, \"Porting a Triton Python model\")"
-        }
-        "pytorch" | "pytorch_libtorch" => {
-            "export it to ONNX (torch.onnx.export) and serve it with backend: \"onnxruntime\""
         }
         "tensorflow" | "tensorflow_graphdef" | "tensorflow_savedmodel" => {
             "convert it to ONNX (tf2onnx) and serve it with backend: \"onnxruntime\""
@@ -199,14 +209,16 @@ struct LeftOut {
     backend: &'static str,
     feature: &'static str,
     what: &'static str,
+    how: &'static str,
 }
 
 impl LeftOut {
     fn for_model(&self, model: &str) -> Error {
         Error::unsupported(format!(
             "model '{model}': this build has no {what} (built without the '{feature}' feature), \
-             so it cannot serve '{backend}' models; install a Tern build that includes it",
+             so it cannot serve '{backend}' models; {how}",
             what = self.what,
+            how = self.how,
             feature = self.feature,
             backend = self.backend,
         ))
@@ -242,8 +254,19 @@ mod tests {
                 && e.message.contains("tern plugin new <dir> --lang python"),
             "{e}"
         );
-        let e = resolve("platform: \"pytorch_libtorch\"", &[]).unwrap_err();
-        assert!(e.message.contains("torch.onnx.export"), "{e}");
+        #[cfg(not(feature = "torch"))]
+        {
+            let e = resolve("platform: \"pytorch_libtorch\"", &[]).unwrap_err();
+            assert_eq!(e.code, tern_core::Code::Unsupported);
+            assert!(
+                e.message.contains("this build has no LibTorch (built without the 'torch' feature)")
+                    && e.message.contains("make torch")
+                    && e.message.contains("torch.onnx.export"),
+                "{e}"
+            );
+            let e = resolve("", &["model.pt"]).unwrap_err();
+            assert!(e.message.contains("no LibTorch"), "{e}");
+        }
         let e = resolve("platform: \"tensorrt_plan\"", &[]).unwrap_err();
         assert!(e.message.contains("TensorRT execution accelerator"), "{e}");
         let e = resolve("platform: \"nope\"", &[]).unwrap_err();
