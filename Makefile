@@ -11,8 +11,16 @@ PERF_ANALYZER := .cache/perf_analyzer/perf_analyzer
 CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
+# LibTorch for the pytorch backend (see `torch`).
+LIBTORCH_DIR := .cache/libtorch
+LIBTORCH_STAMP := $(LIBTORCH_DIR)/build-version
+TORCH_BIN := $(CARGO_TARGET_DIR)/torch/tern
+TORCH_ENV := LIBTORCH=$(CURDIR)/$(LIBTORCH_DIR)
+ifeq ($(TORCH),1)
+export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
+endif
 
-.PHONY: run test test-fast setup build release unit e2e flavours smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -77,8 +85,15 @@ $(WASM_OUT)/%.wasm: plugins/%/model.c guest-sdk/c/tern_plugin.c guest-sdk/c/tern
 lang-plugins: toolchains $(foreach p,$(LANG_PLUGINS),$(WASM_OUT)/$(p).wasm)
 	@for p in $(LANG_EXAMPLES); do mkdir -p model_repository/$$p/1 && cp $(WASM_OUT)/$$p.wasm model_repository/$$p/1/model.wasm; done
 
-release: setup
-	$(CARGO) build --release -p tern
+# `make run TORCH=1` (or `make release TORCH=1`): the release build with the
+# pytorch backend, which links LibTorch (~440 MB of libraries; see `torch`).
+ifeq ($(TORCH),1)
+RELEASE_FEATURES := --features torch
+RELEASE_DEPS := $(LIBTORCH_STAMP)
+endif
+
+release: setup $(RELEASE_DEPS)
+	$(CARGO) build --release -p tern $(RELEASE_FEATURES)
 
 # Extra server flags: make run ARGS="--log-verbose=1".
 run: release
@@ -113,6 +128,48 @@ flavours: setup
 	mkdir -p $(dir $(MINIMAL_BIN)) && cp $(CARGO_TARGET_DIR)/debug/tern $(MINIMAL_BIN)
 	$(CARGO) build -p tern
 
+# The pytorch backend (cargo feature `torch`): TorchScript through LibTorch
+# (tch), which the binary links, so it is not in the default build. LibTorch
+# 2.13.0 is assembled from PyPI wheels without installing PyTorch (CPU set:
+# torch --no-deps plus the CUDA runtime and CUPTI libraries libtorch_cpu
+# links, ~440 MB); the binary finds it through its rpath. The flavour is
+# built in the same target dir and copied out, like `flavours`.
+$(LIBTORCH_STAMP): scripts/get_libtorch.py | $(VENV)/.stamp
+	$(PY) scripts/get_libtorch.py $(LIBTORCH_DIR)
+
+torch: setup $(LIBTORCH_STAMP)
+	$(TORCH_ENV) $(CARGO) build -p tern --features torch
+	mkdir -p $(dir $(TORCH_BIN)) && cp $(CARGO_TARGET_DIR)/debug/tern $(TORCH_BIN)
+	$(CARGO) build -p tern
+
+# PyTorch itself (with its CUDA wheels: ~4.6 GB, ~1 min here) for the tests
+# and the benchmark, which make TorchScript models and compare with torch.
+TORCH_PY := $(VENV)/.torch-stamp
+$(TORCH_PY): $(VENV)/.stamp
+	$(VENV)/bin/pip install -q torch==2.13.0
+	touch $@
+
+# The CUDA flavour: libtorch_cuda and the CUDA 13 libraries it loads (cuBLAS,
+# cuDNN, NCCL, ...: ~4 GB from NVIDIA's PyPI wheels) linked for KIND_GPU
+# instances. Checked here by linking it and starting it without a GPU.
+LIBTORCH_CUDA_DIR := .cache/libtorch-cuda
+TORCH_CUDA_BIN := $(CARGO_TARGET_DIR)/torch-cuda/tern
+$(LIBTORCH_CUDA_DIR)/build-version: scripts/get_libtorch.py | $(VENV)/.stamp
+	$(PY) scripts/get_libtorch.py $(LIBTORCH_CUDA_DIR) --cuda
+
+torch-cuda: setup $(LIBTORCH_CUDA_DIR)/build-version $(TORCH_PY)
+	LIBTORCH=$(CURDIR)/$(LIBTORCH_CUDA_DIR) $(CARGO) build -p tern --features torch-cuda
+	mkdir -p $(dir $(TORCH_CUDA_BIN)) && cp $(CARGO_TARGET_DIR)/debug/tern $(TORCH_CUDA_BIN)
+	$(CARGO) build -p tern
+	ldd $(TORCH_CUDA_BIN) | grep -q 'libtorch_cuda.so => /'
+	$(TORCH_CUDA_BIN) --version | grep 'libtorch: .*CUDA linked'
+	TERN_TORCH_BIN=$(TORCH_CUDA_BIN) $(PY) -m pytest tests/test_torch.py -q -rs -k gpu
+
+test-torch: torch $(TORCH_PY)
+	$(TORCH_ENV) $(CARGO) test -p tern-torch --features libtorch
+	$(TORCH_ENV) $(CARGO) clippy -p tern-torch -p tern --features tern/torch --all-targets -- -D warnings
+	TERN_TORCH_BIN=$(TORCH_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests/test_torch.py -q
+
 # espeak-ng (Debian) speaks the test audio of the Silero VAD stream tests.
 test-audio:
 	@command -v espeak-ng >/dev/null || (apt-get update -qq && apt-get install -y -qq espeak-ng)
@@ -122,7 +179,7 @@ e2e: setup flavours test-audio
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests -q
 
-test: setup lint unit e2e smoke-aarch64 package-check image-check
+test: setup lint unit e2e test-torch torch-cuda smoke-aarch64 package-check image-check
 
 # Cross builds with cargo-zigbuild (the ziglang wheel is the C toolchain and
 # libc for every target): glibc 2.31 for JetPack 5 and newer, static musl.

@@ -310,3 +310,31 @@ def test_build_without_torch_says_what_to_do(tmp_path, repo):
         assert "no LibTorch" in reason, reason
     finally:
         t.stop()
+
+
+def test_gpu_instances(tmp_path, repo):
+    """KIND_GPU: on a GPU with the torch-cuda build, results equal torch's on the same GPU;
+    otherwise the load fails with a message that says why."""
+    root = str(tmp_path / "models")
+    shutil.copytree(os.path.join(repo, "torch_cnn"), os.path.join(root, "torch_cnn"))
+    with open(os.path.join(root, "torch_cnn", "config.pbtxt")) as f:
+        config = f.read().replace("kind: KIND_CPU count: 1", "kind: KIND_GPU count: 1 gpus: [ 0 ]")
+    with open(os.path.join(root, "torch_cnn", "config.pbtxt"), "w") as f:
+        f.write(config + 'parameters { key: "ENABLE_CACHE_CLEANING" value { string_value: "true" } }\n')
+    t = Tern([f"--model-repository={root}", "--exit-on-error=false", "--strict-readiness=false"], binary=TORCH_BIN)
+    try:
+        c = httpclient.InferenceServerClient(t.url)
+        state = c.get_model_repository_index()[0]
+        if not torch.cuda.is_available():
+            assert state["state"] == "UNAVAILABLE", state
+            assert "KIND_GPU" in state["reason"] or "GPU" in state["reason"], state
+            pytest.skip(f"skipped: no CUDA GPU here; KIND_GPU fails to load with: {state['reason']}")
+        assert state["state"] == "READY", state
+        ref = gen_torch_models.reference(repo, "torch_cnn").cuda()
+        x = np.random.default_rng(5).standard_normal((4, 3, 32, 32), dtype=np.float32)
+        for proto, mod, client in both(t):
+            got = client.infer("torch_cnn", [tensor(mod, "INPUT__0", x, "FP32")]).as_numpy("OUTPUT__0")
+            want = ref(torch.from_numpy(x).cuda()).cpu().numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=proto)
+    finally:
+        t.stop()

@@ -4,14 +4,18 @@
 use std::path::PathBuf;
 
 fn main() {
+    if std::env::var_os("CARGO_FEATURE_LIBTORCH").is_none() {
+        return;
+    }
     println!("cargo:rerun-if-changed=shim/shim.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
-    println!("cargo:rerun-if-env-changed=TERN_CUDA_INCLUDE");
     let lib = PathBuf::from(
         std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys reports where LibTorch is"),
     );
     // For the server's build script (DEP_TERN_TORCH_LIBTORCH_LIB): the binary's rpath.
     println!("cargo:libtorch_lib={}", lib.display());
+    // This crate's own unit tests find LibTorch where the build did.
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
     let include = lib.join("../include");
     let mut build = cc::Build::new();
     build
@@ -28,11 +32,7 @@ fn main() {
         .flag("-DGLOG_USE_GLOG_EXPORT")
         .file("shim/shim.cpp");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
-        // The CUDA runtime headers come with NVIDIA's wheels (scripts/get_libtorch.py --cuda).
-        let cuda = std::env::var("TERN_CUDA_INCLUDE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| lib.join("../cuda-include"));
-        build.include(cuda).define("TERN_TORCH_CUDA", None);
+        build.define("TERN_TORCH_CUDA", None);
     }
     build.compile("tern_torch_shim");
 }

@@ -20,6 +20,11 @@ pub fn features() -> Vec<&'static str> {
     if cfg!(feature = "cuda") {
         f.push("cuda");
     }
+    if cfg!(feature = "torch-cuda") {
+        f.push("torch-cuda");
+    } else if cfg!(feature = "torch") {
+        f.push("torch");
+    }
     f
 }
 
@@ -42,6 +47,7 @@ pub fn report(settings: &BackendSettings) -> String {
     let mut out = line();
     out.push('\n');
     out.push_str(&format!("onnxruntime: {}\n", onnx_status(settings)));
+    out.push_str(&format!("libtorch: {}\n", torch_status()));
     let cuda = match tern_memory::cuda::unavailable_reason() {
         Some(why) => format!("none ({why})"),
         None => tern_memory::cuda::devices()
@@ -72,6 +78,16 @@ fn onnx_status(settings: &BackendSettings) -> String {
 #[cfg(not(feature = "onnx"))]
 fn onnx_status(_: &BackendSettings) -> String {
     "not in this build (built without the 'onnx' feature)".to_string()
+}
+
+#[cfg(feature = "torch")]
+fn torch_status() -> String {
+    tern_torch::status()
+}
+
+#[cfg(not(feature = "torch"))]
+fn torch_status() -> String {
+    "not in this build (built without the 'torch' feature)".to_string()
 }
 
 #[cfg(test)]

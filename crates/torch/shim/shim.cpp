@@ -1,15 +1,20 @@
 // What Tern's pytorch backend needs from LibTorch that tch does not expose:
 // the forward method's signature (Triton matches config inputs to its
 // argument names), c10::InferenceMode, the JIT executor mode, and with CUDA
-// the caching allocator's emptyCache. Every entry point catches C++
+// the accelerator allocator's emptyCache. Every entry point catches C++
 // exceptions and returns them as a malloc'd message.
 #include <torch/script.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <c10/core/InferenceMode.h>
 #include <ATen/Context.h>
+#include <ATen/DeviceAccelerator.h>
+
 #ifdef TERN_TORCH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <ATen/cuda/CUDAContextLight.h>
+// Declared here rather than through ATen/cuda headers, which need the CUDA
+// toolkit's headers: a function libtorch_cuda.so defines.
+namespace at::cuda {
+int warp_size();
+}
 #endif
 
 #include <cstdlib>
@@ -72,25 +77,26 @@ void tern_torch_set_executor_mode(int profiling) { torch::jit::getExecutorMode()
 // Lets LibTorch use cuDNN (1) or not (0) (DISABLE_CUDNN).
 void tern_torch_set_cudnn(int enabled) { at::globalContext().setUserEnabledCuDNN(enabled != 0); }
 
-// Releases the CUDA caching allocator's unused blocks; 0 without CUDA support.
+// Releases the accelerator caching allocator's unused blocks (CUDA's when it
+// is linked); 0 when there is no accelerator.
 int tern_torch_empty_cuda_cache() {
-#ifdef TERN_TORCH_CUDA
   try {
-    c10::cuda::CUDACachingAllocator::emptyCache();
+    at::accelerator::emptyCache();
     return 1;
   } catch (...) {
     return 0;
   }
-#else
-  return 0;
-#endif
 }
 
 // A reference into libtorch_cuda, so that the linker's --as-needed keeps it
 // (LibTorch registers its CUDA backend from that library's initialisers).
+#ifdef TERN_TORCH_CUDA
+int (*volatile tern_torch_cuda_anchor)() = &at::cuda::warp_size;
+#endif
+
 int tern_torch_cuda_linked() {
 #ifdef TERN_TORCH_CUDA
-  return reinterpret_cast<void*>(&at::cuda::warp_size) != nullptr;
+  return tern_torch_cuda_anchor != nullptr;
 #else
   return 0;
 #endif

@@ -55,12 +55,7 @@ fn type_name_of(dt: DataType) -> String {
 }
 
 /// One of a batch's inputs as forward takes it.
-pub fn gather(
-    batch: &[InferRequest],
-    name: &str,
-    batched: bool,
-    device: Device,
-) -> Result<IValue> {
+pub fn gather(batch: &[InferRequest], name: &str, batched: bool, device: Device) -> Result<IValue> {
     let parts: Vec<&Tensor> = batch
         .iter()
         .map(|r| {
@@ -71,7 +66,10 @@ pub fn gather(
     let first = parts[0];
     let mut shape = first.shape.clone();
     if batched && parts.len() > 1 {
-        shape[0] = parts.iter().map(|t| t.shape.first().copied().unwrap_or(1)).sum();
+        shape[0] = parts
+            .iter()
+            .map(|t| t.shape.first().copied().unwrap_or(1))
+            .sum();
     }
     if first.dtype == DataType::Bytes {
         if shape.len() != 1 {
@@ -136,7 +134,8 @@ pub enum Outputs {
     Named(Vec<(String, Value)>),
 }
 
-const SHAPES: &str = "output must be of type Tensor, List[str] or Tuple containing one of these two types. \
+const SHAPES: &str =
+    "output must be of type Tensor, List[str] or Tuple containing one of these two types. \
                       It should not be a List / Dictionary of Tensors or a Scalar";
 
 /// The strings of a list whose items are all strings (tch returns `List[str]` as a generic list).
@@ -329,13 +328,22 @@ mod tests {
         let out = output("y", Value::Tensor(t * 2.0), DataType::Fp32).unwrap();
         assert_eq!(out.shape, vec![2, 2]);
         assert_eq!(&out.data[..4], &2.0f32.to_le_bytes());
-        let e = output("y", Value::Tensor(tch::Tensor::from_slice(&[1i64])), DataType::Fp32)
-            .unwrap_err();
+        let e = output(
+            "y",
+            Value::Tensor(tch::Tensor::from_slice(&[1i64])),
+            DataType::Fp32,
+        )
+        .unwrap_err();
         assert_eq!(
             e.message,
             "configuration expects datatype TYPE_FP32 for output 'y', model provides TYPE_INT64"
         );
-        let e = output("y", Value::Tensor(tch::Tensor::from(1.0f32)), DataType::Fp32).unwrap_err();
+        let e = output(
+            "y",
+            Value::Tensor(tch::Tensor::from(1.0f32)),
+            DataType::Fp32,
+        )
+        .unwrap_err();
         assert_eq!(e.message, "output 'y' is a scalar which is not supported.");
     }
 
@@ -359,10 +367,18 @@ mod tests {
     #[test]
     fn results_flatten_like_triton() {
         let t = || IValue::Tensor(tch::Tensor::from_slice(&[1.0f32]));
-        let mut o = flatten(IValue::Tuple(vec![t(), IValue::StringList(vec!["a".into()])])).unwrap();
+        let mut o = flatten(IValue::Tuple(vec![
+            t(),
+            IValue::StringList(vec!["a".into()]),
+        ]))
+        .unwrap();
         assert!(matches!(o.take("b", 1).unwrap(), Value::Strings(_)));
         let e = o.take("c", 2).unwrap_err();
-        assert!(e.message.contains("This model has 2 outputs"), "{}", e.message);
+        assert!(
+            e.message.contains("This model has 2 outputs"),
+            "{}",
+            e.message
+        );
         assert!(flatten(IValue::Int(3)).is_err());
         let e = flatten(IValue::Tuple(vec![IValue::Int(1)])).unwrap_err();
         assert_eq!(
@@ -371,6 +387,10 @@ mod tests {
         );
         let mut d = flatten(IValue::GenericDict(vec![(IValue::String("k".into()), t())])).unwrap();
         assert!(matches!(d.take("k", 0).unwrap(), Value::Tensor(_)));
-        assert!(d.take("z", 0).unwrap_err().message.contains("not in the dictionary"));
+        assert!(d
+            .take("z", 0)
+            .unwrap_err()
+            .message
+            .contains("not in the dictionary"));
     }
 }

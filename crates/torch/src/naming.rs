@@ -5,7 +5,44 @@
 
 use tern_core::error::{Error, Result};
 
-use crate::shim::Signature;
+/// One argument of a TorchScript method: name and type annotation (`Tensor`, `List[str]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Argument {
+    /// Argument name in the scripted source.
+    pub name: String,
+    /// TorchScript type annotation.
+    pub ty: String,
+}
+
+/// The forward method of a TorchScript file: its arguments after `self` and its return type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signature {
+    /// Arguments in order.
+    pub arguments: Vec<Argument>,
+    /// Return type annotation.
+    pub returns: String,
+}
+
+/// Parses the shim's "name\ttype" lines ending with "->\treturns".
+pub fn parse_signature(text: &str) -> Result<Signature, String> {
+    let mut arguments = Vec::new();
+    for line in text.lines() {
+        let (name, ty) = line
+            .split_once('\t')
+            .ok_or_else(|| format!("unexpected signature line '{line}'"))?;
+        if name == "->" {
+            return Ok(Signature {
+                arguments,
+                returns: ty.to_string(),
+            });
+        }
+        arguments.push(Argument {
+            name: name.to_string(),
+            ty: ty.to_string(),
+        });
+    }
+    Err("the signature has no return type".into())
+}
 
 /// How the config's inputs reach `forward`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,10 +164,20 @@ pub fn bind_outputs(model: &str, outputs: &[String]) -> Result<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shim::parse_signature;
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn signatures_parse() {
+        let s =
+            parse_signature("x\tTensor\nnames\tList[str]\n->\tTuple[Tensor, Tensor]\n").unwrap();
+        assert_eq!(s.arguments.len(), 2);
+        assert_eq!(s.arguments[1].name, "names");
+        assert_eq!(s.arguments[1].ty, "List[str]");
+        assert_eq!(s.returns, "Tuple[Tensor, Tensor]");
+        assert!(parse_signature("x\tTensor\n").is_err());
     }
 
     #[test]
@@ -148,7 +195,10 @@ mod tests {
         let by_name = bind_inputs("m", &names(&["b", "a"]), &sig).unwrap();
         assert_eq!(by_name, InputBinding::Positional(names(&["a", "b"])));
         let by_index = bind_inputs("m", &names(&["IN__1", "IN__0"]), &sig).unwrap();
-        assert_eq!(by_index, InputBinding::Positional(names(&["IN__0", "IN__1"])));
+        assert_eq!(
+            by_index,
+            InputBinding::Positional(names(&["IN__0", "IN__1"]))
+        );
         let by_order = bind_inputs("m", &names(&["y", "x"]), &sig).unwrap();
         assert_eq!(by_order, InputBinding::Positional(names(&["y", "x"])));
         let e = bind_inputs("m", &names(&["a"]), &sig).unwrap_err();
@@ -159,7 +209,11 @@ mod tests {
         let e = bind_inputs("m", &names(&["IN__0", "IN__5"]), &sig).unwrap_err();
         assert!(e.message.contains("argument index 5"), "{}", e.message);
         let e = bind_inputs("m", &names(&["IN__0", "X__0"]), &sig).unwrap_err();
-        assert!(e.message.contains("both name argument index 0"), "{}", e.message);
+        assert!(
+            e.message.contains("both name argument index 0"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
@@ -188,7 +242,10 @@ mod tests {
 
     #[test]
     fn outputs_bind_by_index_or_order() {
-        assert_eq!(bind_outputs("m", &names(&["OUT__1", "OUT__0"])).unwrap(), vec![1, 0]);
+        assert_eq!(
+            bind_outputs("m", &names(&["OUT__1", "OUT__0"])).unwrap(),
+            vec![1, 0]
+        );
         assert_eq!(bind_outputs("m", &names(&["b", "a"])).unwrap(), vec![0, 1]);
         assert!(bind_outputs("m", &[]).is_err());
     }

@@ -3,6 +3,8 @@
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::Path;
 
+use crate::naming::{parse_signature, Signature};
+
 extern "C" {
     fn tern_torch_forward_schema(path: *const c_char, error: *mut *mut c_char) -> *mut c_char;
     fn tern_torch_free(p: *mut c_char);
@@ -22,24 +24,6 @@ fn take(p: *mut c_char) -> String {
     s
 }
 
-/// One argument of a TorchScript method: name and type annotation (`Tensor`, `List[str]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Argument {
-    /// Argument name in the scripted source.
-    pub name: String,
-    /// TorchScript type annotation.
-    pub ty: String,
-}
-
-/// The forward method of a TorchScript file: its arguments after `self` and its return type.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Signature {
-    /// Arguments in order.
-    pub arguments: Vec<Argument>,
-    /// Return type annotation.
-    pub returns: String,
-}
-
 /// Reads the forward signature of the TorchScript module in `path` (loaded on the CPU).
 pub fn forward_signature(path: &Path) -> Result<Signature, String> {
     let c = CString::new(path.as_os_str().as_encoded_bytes())
@@ -55,27 +39,6 @@ pub fn forward_signature(path: &Path) -> Result<Signature, String> {
         });
     }
     parse_signature(&take(out))
-}
-
-/// Parses the shim's "name\ttype" lines ending with "->\treturns".
-pub fn parse_signature(text: &str) -> Result<Signature, String> {
-    let mut arguments = Vec::new();
-    for line in text.lines() {
-        let (name, ty) = line
-            .split_once('\t')
-            .ok_or_else(|| format!("unexpected signature line '{line}'"))?;
-        if name == "->" {
-            return Ok(Signature {
-                arguments,
-                returns: ty.to_string(),
-            });
-        }
-        arguments.push(Argument {
-            name: name.to_string(),
-            ty: ty.to_string(),
-        });
-    }
-    Err("the signature has no return type".into())
 }
 
 /// `c10::InferenceMode` on the current thread while alive.
@@ -120,19 +83,4 @@ pub fn empty_cuda_cache() -> bool {
 pub fn cuda_linked() -> bool {
     // SAFETY: no arguments.
     unsafe { tern_torch_cuda_linked() != 0 }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signatures_parse() {
-        let s = parse_signature("x\tTensor\nnames\tList[str]\n->\tTuple[Tensor, Tensor]\n").unwrap();
-        assert_eq!(s.arguments.len(), 2);
-        assert_eq!(s.arguments[1].name, "names");
-        assert_eq!(s.arguments[1].ty, "List[str]");
-        assert_eq!(s.returns, "Tuple[Tensor, Tensor]");
-        assert!(parse_signature("x\tTensor\n").is_err());
-    }
 }

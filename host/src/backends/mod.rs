@@ -259,7 +259,8 @@ mod tests {
             let e = resolve("platform: \"pytorch_libtorch\"", &[]).unwrap_err();
             assert_eq!(e.code, tern_core::Code::Unsupported);
             assert!(
-                e.message.contains("this build has no LibTorch (built without the 'torch' feature)")
+                e.message
+                    .contains("this build has no LibTorch (built without the 'torch' feature)")
                     && e.message.contains("make torch")
                     && e.message.contains("torch.onnx.export"),
                 "{e}"
