@@ -118,6 +118,43 @@ class TokenHead(nn.Module):
         return torch.softmax(self.fc(torch.cat([pooled, features], dim=1)), dim=1)
 
 
+class BenchCnn(nn.Module):
+    """The benchmark's model: a ResNet-style CNN on 3x96x96 images (a few ms per image here)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU())
+        blocks = []
+        for cin, cout in [(32, 32), (32, 64), (64, 64), (64, 128)]:
+            blocks += [nn.Conv2d(cin, cout, 3, stride=2 if cin != cout else 1, padding=1), nn.BatchNorm2d(cout),
+                       nn.ReLU()]
+        self.body = nn.Sequential(*blocks)
+        self.head = nn.Linear(128, 100)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.body(self.stem(x))
+        return torch.softmax(self.head(x.mean(dim=(2, 3))), dim=1)
+
+
+BENCH_CONFIG = """
+max_batch_size: 16
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 96, 96 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 100 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+
+def write_bench(out):
+    """The benchmark's model twice: `torch_bench` (no batcher) and `torch_bench_dyn` (dynamic batching)."""
+    torch.manual_seed(0)
+    module = torch.jit.script(BenchCnn().eval())
+    for name, extra in [("torch_bench", ""), ("torch_bench_dyn", "dynamic_batching { }\n")]:
+        os.makedirs(os.path.join(out, name, "1"), exist_ok=True)
+        module.save(os.path.join(out, name, "1", "model.pt"))
+        with open(os.path.join(out, name, "config.pbtxt"), "w") as f:
+            f.write(_config(name, BENCH_CONFIG + extra))
+
+
 def _config(name, body):
     return f'name: "{name}"\nplatform: "pytorch_libtorch"\n{body.strip()}\n'
 

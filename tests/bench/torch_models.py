@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""TorchScript through Tern's pytorch backend against Python's own
+`torch.jit.load` on the same model, same machine, same run.
+
+    make bench-torch     # or:
+    python tests/bench/torch_models.py --tern target/torch-release/tern
+
+The model is scripts/gen_torch_models.py's BenchCnn (3x96x96 images, a
+ResNet-style CNN). Tern is driven by perf_analyzer over gRPC (batch 1,
+fixed random input); Python calls the loaded module directly in-process (no
+server, no client: the baseline gets the whole machine, Tern shares it with
+perf_analyzer), under torch.inference_mode as Tern runs it.
+
+* concurrency 1: `torch_bench` (no batcher) against one Python thread;
+* concurrency 16: `torch_bench_dyn` (dynamic batching) against 16 Python
+  threads each running batch 1 (what a Python server without a batcher does).
+
+Rounds are interleaved (Tern, Python, Tern, Python, ...) and the median is
+reported, so drift on a noisy machine hits both sides.
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from grpc_load import PERF_ANALYZER, wait_grpc  # noqa: E402
+from http_load import ROOT, free_port  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import gen_torch_models  # noqa: E402
+
+
+def python_rate(module, x, threads, duration):
+    """(runs/s, p50 ms, p99 ms) of `threads` threads calling module(x) for `duration` seconds."""
+    lat = [[] for _ in range(threads)]
+    stop = time.perf_counter() + duration
+
+    def worker(i):
+        with torch.inference_mode():
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                module(x)
+                lat[i].append(time.perf_counter() - t0)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    start = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    all_lat = sorted(v for part in lat for v in part)
+    n = len(all_lat)
+    return n / (time.perf_counter() - start), all_lat[n // 2] * 1000, all_lat[int(n * 0.99)] * 1000
+
+
+def tern_rate(port, model, concurrency, duration_ms):
+    """(infer/s, p50 ms, p99 ms) from perf_analyzer over gRPC."""
+    out = subprocess.run(
+        [PERF_ANALYZER, "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}", f"--concurrency-range={concurrency}",
+         "-p", str(duration_ms), "--percentile=99", "--input-data=random"],
+        capture_output=True, text=True,
+    ).stdout
+    m = re.search(rf"Concurrency: {concurrency}, throughput: ([\d.]+) infer/sec, latency (\d+) usec", out)
+    p50 = re.search(r"p50 latency: (\d+) usec", out)
+    if not m:
+        raise RuntimeError(f"perf_analyzer gave no figure:\n{out}")
+    return float(m.group(1)), (int(p50.group(1)) / 1000 if p50 else float("nan")), int(m.group(2)) / 1000
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tern", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    args = ap.parse_args()
+    repo = tempfile.mkdtemp(prefix="tern-bench-torch-")
+    gen_torch_models.write_bench(repo)
+    module = torch.jit.load(os.path.join(repo, "torch_bench", "1", "model.pt")).eval()
+    x = torch.randn(1, 3, 96, 96)
+    with torch.inference_mode():
+        for _ in range(10):
+            module(x)
+    port = free_port()
+    proc = subprocess.Popen(
+        [args.tern, f"--model-repository={repo}", "--http-port=0", f"--grpc-port={port}", "--metrics-port=0",
+         "--grpc-address=127.0.0.1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_grpc(f"127.0.0.1:{port}")
+        import tritonclient.grpc as grpcclient
+
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+        deadline = time.time() + 60
+        while not all(client.is_model_ready(m) for m in ("torch_bench", "torch_bench_dyn")):
+            if time.time() > deadline:
+                raise RuntimeError("the benchmark models did not load")
+            time.sleep(0.2)
+        tern_rate(port, "torch_bench", 1, 1000)  # warm up both models
+        tern_rate(port, "torch_bench_dyn", 4, 1000)
+        results = {}
+        for concurrency, model in [(1, "torch_bench"), (16, "torch_bench_dyn")]:
+            t_runs, p_runs = [], []
+            for _ in range(args.rounds):
+                t_runs.append(tern_rate(port, model, concurrency, int(args.duration * 1000)))
+                p_runs.append(python_rate(module, x, concurrency, args.duration))
+            results[concurrency] = (t_runs, p_runs)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+    def med(runs, i):
+        return statistics.median(r[i] for r in runs)
+
+    print(f"\n{os.cpu_count()} cores; torch {torch.__version__}, {torch.get_num_threads()} intra-op threads; "
+          f"BenchCnn 3x96x96, batch 1 per request; median of {args.rounds} interleaved rounds of {args.duration:.0f} s\n")
+    print("| concurrency | Tern (perf_analyzer, gRPC) infer/s | p50 / p99 ms | Python torch.jit.load runs/s | "
+          "p50 / p99 ms | Tern / Python | rounds (Tern/Python) |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for c, (t_runs, p_runs) in results.items():
+        ratios = ", ".join(f"{t[0] / p[0]:.2f}" for t, p in zip(t_runs, p_runs))
+        print(f"| {c} | {med(t_runs, 0):.0f} | {med(t_runs, 1):.2f} / {med(t_runs, 2):.2f} | {med(p_runs, 0):.0f} | "
+              f"{med(p_runs, 1):.2f} / {med(p_runs, 2):.2f} | {med(t_runs, 0) / med(p_runs, 0):.2f} | {ratios} |")
+
+
+if __name__ == "__main__":
+    main()
