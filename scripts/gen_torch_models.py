@@ -119,17 +119,17 @@ class TokenHead(nn.Module):
 
 
 class BenchCnn(nn.Module):
-    """The benchmark's model: a ResNet-style CNN on 3x96x96 images (a few ms per image here)."""
+    """The benchmark's model: a VGG-style CNN on 3x128x128 images (several ms per image on 2 cores)."""
 
     def __init__(self):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU())
         blocks = []
-        for cin, cout in [(32, 32), (32, 64), (64, 64), (64, 128)]:
+        for cin, cout in [(32, 64), (64, 64), (64, 128), (128, 128), (128, 256)]:
             blocks += [nn.Conv2d(cin, cout, 3, stride=2 if cin != cout else 1, padding=1), nn.BatchNorm2d(cout),
                        nn.ReLU()]
         self.body = nn.Sequential(*blocks)
-        self.head = nn.Linear(128, 100)
+        self.head = nn.Linear(256, 100)
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.body(self.stem(x))
@@ -138,20 +138,21 @@ class BenchCnn(nn.Module):
 
 BENCH_CONFIG = """
 max_batch_size: 16
-input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 96, 96 ] } ]
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 128, 128 ] } ]
 output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 100 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
 
 def write_bench(out):
-    """The benchmark's model twice: `torch_bench` (no batcher) and `torch_bench_dyn` (dynamic batching)."""
+    """The benchmark's model in two repositories under `out`: `plain/torch_bench` (no batcher) and
+    `dyn/torch_bench_dyn` (dynamic batching)."""
     torch.manual_seed(0)
     module = torch.jit.script(BenchCnn().eval())
-    for name, extra in [("torch_bench", ""), ("torch_bench_dyn", "dynamic_batching { }\n")]:
-        os.makedirs(os.path.join(out, name, "1"), exist_ok=True)
-        module.save(os.path.join(out, name, "1", "model.pt"))
-        with open(os.path.join(out, name, "config.pbtxt"), "w") as f:
+    for repo, name, extra in [("plain", "torch_bench", ""), ("dyn", "torch_bench_dyn", "dynamic_batching { }\n")]:
+        os.makedirs(os.path.join(out, repo, name, "1"), exist_ok=True)
+        module.save(os.path.join(out, repo, name, "1", "model.pt"))
+        with open(os.path.join(out, repo, name, "config.pbtxt"), "w") as f:
             f.write(_config(name, BENCH_CONFIG + extra))
 
 
@@ -164,7 +165,7 @@ MODELS = {
 max_batch_size: 8
 input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 32, 32 ] } ]
 output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 10 ] } ]
-dynamic_batching { max_queue_delay_microseconds: 2000 }
+dynamic_batching { max_queue_delay_microseconds: 10000 }
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """),
     "torch_tuple": (TupleOut, """

@@ -5,21 +5,31 @@
     make bench-torch     # or:
     python tests/bench/torch_models.py --tern target/torch-release/tern
 
-The model is scripts/gen_torch_models.py's BenchCnn (3x96x96 images, a
-ResNet-style CNN). Tern is driven by perf_analyzer over gRPC (batch 1,
-fixed random input); Python calls the loaded module directly in-process (no
-server, no client: the baseline gets the whole machine, Tern shares it with
-perf_analyzer), under torch.inference_mode as Tern runs it.
+The model is scripts/gen_torch_models.py's BenchCnn (3x128x128 images, a
+VGG-style CNN). Tern is driven by perf_analyzer over gRPC (batch 1, one
+fixed normal-random input from a JSON file); Python calls the loaded module
+directly in-process (no server, no client: the baseline gets the whole
+machine, Tern shares it with perf_analyzer), under torch.inference_mode as
+Tern runs it, each thread warming up on its own (a module warmed up on one
+thread and run on another runs ~2x slower under the JIT's profiling
+executor).
 
-* concurrency 1: `torch_bench` (no batcher) against one Python thread;
-* concurrency 16: `torch_bench_dyn` (dynamic batching) against 16 Python
-  threads each running batch 1 (what a Python server without a batcher does).
+* concurrency 1: `torch_bench` (Triton's defaults) against one Python thread;
+* concurrency 16: `torch_bench_dyn` (dynamic batching) and `torch_bench`
+  against 16 Python threads each running batch 1 (what a Python server
+  without a batcher does).
+
+Each Tern measurement runs a server holding only that model: several
+TorchScript instances in one process each get their own OpenMP team, and
+with more OpenMP threads than cores libgomp stops spinning between parallel
+regions (see docs/PERFORMANCE.md).
 
 Rounds are interleaved (Tern, Python, Tern, Python, ...) and the median is
 reported, so drift on a noisy machine hits both sides.
 """
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -43,10 +53,12 @@ import gen_torch_models  # noqa: E402
 def python_rate(module, x, threads, duration):
     """(runs/s, p50 ms, p99 ms) of `threads` threads calling module(x) for `duration` seconds."""
     lat = [[] for _ in range(threads)]
-    stop = time.perf_counter() + duration
+    stop = time.perf_counter() + duration + 0.5
 
     def worker(i):
         with torch.inference_mode():
+            for _ in range(5):
+                module(x)
             while time.perf_counter() < stop:
                 t0 = time.perf_counter()
                 module(x)
@@ -63,11 +75,11 @@ def python_rate(module, x, threads, duration):
     return n / (time.perf_counter() - start), all_lat[n // 2] * 1000, all_lat[int(n * 0.99)] * 1000
 
 
-def tern_rate(port, model, concurrency, duration_ms):
+def tern_rate(port, model, concurrency, duration_ms, data):
     """(infer/s, p50 ms, p99 ms) from perf_analyzer over gRPC."""
     out = subprocess.run(
         [PERF_ANALYZER, "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}", f"--concurrency-range={concurrency}",
-         "-p", str(duration_ms), "--percentile=99", "--input-data=random"],
+         "-p", str(duration_ms), "--percentile=99", f"--input-data={data}", "-s", "50", "-r", "20"],
         capture_output=True, text=True,
     ).stdout
     m = re.search(rf"Concurrency: {concurrency}, throughput: ([\d.]+) infer/sec, latency (\d+) usec", out)
@@ -85,52 +97,64 @@ def main():
     args = ap.parse_args()
     repo = tempfile.mkdtemp(prefix="tern-bench-torch-")
     gen_torch_models.write_bench(repo)
-    module = torch.jit.load(os.path.join(repo, "torch_bench", "1", "model.pt")).eval()
-    x = torch.randn(1, 3, 96, 96)
-    with torch.inference_mode():
-        for _ in range(10):
-            module(x)
-    port = free_port()
-    proc = subprocess.Popen(
-        [args.tern, f"--model-repository={repo}", "--http-port=0", f"--grpc-port={port}", "--metrics-port=0",
-         "--grpc-address=127.0.0.1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
+    module = torch.jit.load(os.path.join(repo, "plain", "torch_bench", "1", "model.pt")).eval()
+    x = torch.randn(1, 3, 128, 128, generator=torch.Generator().manual_seed(0))
+    data = os.path.join(repo, "input.json")
+    with open(data, "w") as f:
+        json.dump({"data": [{"INPUT__0": {"content": x.flatten().tolist(), "shape": [3, 128, 128]}}]}, f)
+    def serve(repo_dir, model):
+        port = free_port()
+        proc = subprocess.Popen(
+            [args.tern, f"--model-repository={repo_dir}", "--http-port=0", f"--grpc-port={port}",
+             "--metrics-port=0", "--grpc-address=127.0.0.1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
         wait_grpc(f"127.0.0.1:{port}")
         import tritonclient.grpc as grpcclient
 
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
         deadline = time.time() + 60
-        while not all(client.is_model_ready(m) for m in ("torch_bench", "torch_bench_dyn")):
+        while not client.is_model_ready(model):
             if time.time() > deadline:
-                raise RuntimeError("the benchmark models did not load")
+                raise RuntimeError(f"{model} did not load")
             time.sleep(0.2)
-        tern_rate(port, "torch_bench", 1, 1000)  # warm up both models
-        tern_rate(port, "torch_bench_dyn", 4, 1000)
-        results = {}
-        for concurrency, model in [(1, "torch_bench"), (16, "torch_bench_dyn")]:
-            t_runs, p_runs = [], []
-            for _ in range(args.rounds):
-                t_runs.append(tern_rate(port, model, concurrency, int(args.duration * 1000)))
-                p_runs.append(python_rate(module, x, concurrency, args.duration))
-            results[concurrency] = (t_runs, p_runs)
-    finally:
-        proc.terminate()
-        proc.wait(30)
+        return proc, port
+
+    def tern(c, repo_dir, model):
+        proc, port = serve(os.path.join(repo, repo_dir), model)
+        try:
+            tern_rate(port, model, c, 1000, data)  # warm up
+            return tern_rate(port, model, c, int(args.duration * 1000), data)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+    cases = [(1, "plain", "torch_bench"), (16, "dyn", "torch_bench_dyn"), (16, "plain", "torch_bench")]
+    results = {(c, m): ([], []) for c, _, m in cases}
+    for _ in range(args.rounds):
+        for c in (1, 16):
+            for cc, repo_dir, m in cases:
+                if cc == c:
+                    results[(c, m)][0].append(tern(c, repo_dir, m))
+            base = python_rate(module, x, c, args.duration)
+            for cc, _, m in cases:
+                if cc == c:
+                    results[(c, m)][1].append(base)
 
     def med(runs, i):
         return statistics.median(r[i] for r in runs)
 
     print(f"\n{os.cpu_count()} cores; torch {torch.__version__}, {torch.get_num_threads()} intra-op threads; "
-          f"BenchCnn 3x96x96, batch 1 per request; median of {args.rounds} interleaved rounds of {args.duration:.0f} s\n")
-    print("| concurrency | Tern (perf_analyzer, gRPC) infer/s | p50 / p99 ms | Python torch.jit.load runs/s | "
-          "p50 / p99 ms | Tern / Python | rounds (Tern/Python) |")
-    print("|---:|---:|---:|---:|---:|---:|---|")
-    for c, (t_runs, p_runs) in results.items():
+          f"BenchCnn 3x128x128, batch 1 per request; median of {args.rounds} interleaved rounds of "
+          f"{args.duration:.0f} s\n")
+    print("| concurrency | Tern model (perf_analyzer, gRPC) | infer/s | p50 / p99 ms | Python torch.jit.load runs/s | "
+          "p50 / p99 ms | Tern / Python | per round |")
+    print("|---:|---|---:|---:|---:|---:|---:|---|")
+    for (c, m), (t_runs, p_runs) in results.items():
         ratios = ", ".join(f"{t[0] / p[0]:.2f}" for t, p in zip(t_runs, p_runs))
-        print(f"| {c} | {med(t_runs, 0):.0f} | {med(t_runs, 1):.2f} / {med(t_runs, 2):.2f} | {med(p_runs, 0):.0f} | "
-              f"{med(p_runs, 1):.2f} / {med(p_runs, 2):.2f} | {med(t_runs, 0) / med(p_runs, 0):.2f} | {ratios} |")
+        print(f"| {c} | `{m}` | {med(t_runs, 0):.0f} | {med(t_runs, 1):.2f} / {med(t_runs, 2):.2f} | "
+              f"{med(p_runs, 0):.0f} | {med(p_runs, 1):.2f} / {med(p_runs, 2):.2f} | "
+              f"{med(t_runs, 0) / med(p_runs, 0):.2f} | {ratios} |")
 
 
 if __name__ == "__main__":
