@@ -117,6 +117,9 @@ def test_repository_index_reports_failures(server):
     assert rows[("simple", "1")]["state"] == "READY"
     broken = rows[("broken_config", None)]
     assert broken["state"] == "UNAVAILABLE" and "max_batch_sise" in broken["reason"]
+    # What a person sees for a typo: where it is and the name meant.
+    assert "failed to parse config.pbtxt at line 2, column 1: field 'max_batch_sise' not found" in broken["reason"]
+    assert broken["reason"].endswith("(did you mean 'max_batch_size'?)"), broken["reason"]
     assert rows[("broken_onnx", None)]["state"] == "UNAVAILABLE"
     assert "KIND_GPU" in rows[("gpu_only", "1")]["reason"]
     status, _, data = raw(server, "POST", "/v2/repository/index", b'{"ready": true}')

@@ -113,7 +113,15 @@ fn apply_threads(cfg: &ModelConfig, params: &TorchParams) {
             tch::set_num_threads(n);
         }
         if let Some(n) = params.inter_op_threads {
-            tch::set_num_interop_threads(n);
+            // LibTorch refuses once inter-op work has started (tch panics on that); Triton
+            // swallows the error too, Tern logs it.
+            let set = std::panic::catch_unwind(|| tch::set_num_interop_threads(n));
+            if set.is_err() {
+                tracing::warn!(
+                    "model '{}': INTER_OP_THREAD_COUNT could not be applied: LibTorch's inter-op pool has already started",
+                    cfg.name
+                );
+            }
         }
     });
     if !applied {

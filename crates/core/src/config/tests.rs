@@ -334,8 +334,42 @@ fn pbtxt_round_trip() {
 fn list_colon_is_optional_outside_strings() {
     assert_eq!(
         add_list_colons("input [ {name: \"a [b\"} ] # c [d\ndims: [1]"),
-        "input :[ {name: \"a [b\"} ] # c [d\ndims: [1]"
+        (
+            "input :[ {name: \"a [b\"} ] # c [d\ndims: [1]".to_string(),
+            vec![6]
+        )
     );
+}
+
+#[test]
+fn parse_errors_say_where_and_suggest_the_name() {
+    let e = parse_pbtxt("name: \"m\"\nmax_batch_sizes: 8\n").unwrap_err();
+    assert_eq!(
+        e.message,
+        "failed to parse config.pbtxt at line 2, column 1: field 'max_batch_sizes' not found for message \
+         'inference.ModelConfig' (did you mean 'max_batch_size'?)"
+    );
+    // After inserted list colons, positions still refer to the file as written.
+    let e =
+        parse_pbtxt("name: \"m\"\ninput [ { name: \"I\" data_type: TYPE_FLOAT32 dims: [ 1 ] } ]\n")
+            .unwrap_err();
+    assert_eq!(
+        e.message,
+        "failed to parse config.pbtxt at line 2, column 32: value 'TYPE_FLOAT32' was not found for enum \
+         'inference.DataType' (did you mean 'TYPE_FP32'?)"
+    );
+    let e = parse_pbtxt("input [ { nme: \"I\" } ]").unwrap_err();
+    assert!(e.message.contains("at line 1, column 11"), "{}", e.message);
+    assert!(
+        e.message.contains("(did you mean 'name'?)"),
+        "{}",
+        e.message
+    );
+    // Nothing close: no guess.
+    let e = parse_pbtxt("zzzz: 1").unwrap_err();
+    assert!(!e.message.contains("did you mean"), "{}", e.message);
+    let e = parse_pbtxt("name: \"m\"\nmax_batch_size: 8 8").unwrap_err();
+    assert!(e.message.contains("at line 2, column 19"), "{}", e.message);
 }
 
 /// Mutated corpus configs (bytes deleted, duplicated, replaced by pbtxt
