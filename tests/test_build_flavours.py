@@ -107,6 +107,12 @@ def test_help_goes_to_stdout_and_exits_0():
     for flag in ("--help", "-h"):
         r = subprocess.run([tern_bin(), flag], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and "--model-repository" in r.stdout and r.stderr == "", (flag, r.returncode, r.stderr[:200])
+        # Grouped as tritonserver's help is, each flag under its section.
+        headings = [line[:-1] for line in r.stdout.splitlines() if line.endswith(":") and not line.startswith(" ")]
+        assert headings[:1] == ["Options"] and {"Model repository", "Server", "HTTP", "GRPC", "Logging", "Metrics",
+                                                 "Memory and devices", "Backends and plugins"} <= set(headings), headings
+        http = r.stdout.split("\nHTTP:\n", 1)[1].split("\n\n", 1)[0]
+        assert "--http-port" in http and "--grpc-port" not in http, http
     r = subprocess.run([tern_bin(), "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("tern ")
     r = subprocess.run([tern_bin(), "--no-such-flag"], capture_output=True, text=True, timeout=60)

@@ -86,19 +86,26 @@ def test_a_nul_byte_in_an_uploaded_file_name_is_a_400(hostile):
 
 
 def raw_answer(sock, timeout=10):
+    """One HTTP response: until its Content-Length is in, or the connection closes."""
     sock.settimeout(timeout)
     out = b""
     try:
         while chunk := sock.recv(1000):
             out += chunk
+            head, sep, rest = out.partition(b"\r\n\r\n")
+            length = [int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+            if sep and length and len(rest) >= length[0]:
+                break
     except ConnectionResetError:
         pass
     return out
 
 
-def test_an_oversized_body_is_refused_at_once(hostile):
+def test_an_oversized_body_is_refused_at_once(hostile, server):
     """A Content-Length over --http-max-input-size is answered without
-    waiting for a body that may never come (the read timeout is 60 s)."""
+    waiting for a body that may never come (the read timeout is 60 s); a
+    client that sends the whole oversized body before reading still gets the
+    answer, not a broken pipe."""
     import socket
 
     host, port = hostile.url.split(":")
@@ -108,6 +115,16 @@ def test_an_oversized_body_is_refused_at_once(hostile):
     answer = raw_answer(s)
     assert answer.startswith(b"HTTP/1.1 400") and b"exceeds the maximum input size" in answer, answer
     assert time.time() - began < 3
+    s.close()
+    import http.client
+
+    # `server` has --http-max-input-size=1048576.
+    for _ in range(3):
+        conn = http.client.HTTPConnection(server.url, timeout=30)
+        conn.request("POST", "/v2/models/fine/infer", body=b" " * (3 << 20))
+        r = conn.getresponse()
+        assert r.status == 400 and b"exceeds the maximum input size" in r.read()
+        conn.close()
 
 
 def test_a_trickling_body_cannot_hold_its_connection(start_tern, hostile):
@@ -170,3 +187,15 @@ def test_the_descriptor_limit_does_not_flood_the_log(start_tern, hostile):
         s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         answer = raw_answer(s, 10)
     assert answer.startswith(b"HTTP/1.1 200"), "".join(t.lines[-8:])
+
+
+def test_a_body_of_whitespace_is_answered_promptly(hostile):
+    """Scanning a JSON body for NaN/Infinity tokens was quadratic in runs of
+    whitespace: a few MiB of spaces held a core for hours."""
+    import http.client
+
+    conn = http.client.HTTPConnection(hostile.url, timeout=30)
+    conn.request("POST", "/v2/models/fine/infer", body=b" " * (8 << 20) + b"[NaN]")
+    r = conn.getresponse()
+    assert r.status == 400 and b"failed to parse the request JSON" in r.read()
+    conn.close()

@@ -24,6 +24,7 @@ use tern_core::error::{Error, Result};
 pub struct Args {
     /// Model repository path (repeatable).
     #[arg(
+        help_heading = "Model repository",
         long = "model-repository",
         alias = "model-store",
         env = "TERN_MODEL_REPOSITORY",
@@ -33,43 +34,74 @@ pub struct Args {
     pub model_repository: Vec<PathBuf>,
 
     /// Print the version, git commit, target, cargo features and the ONNX Runtime library found, then exit.
-    #[arg(short = 'V', long = "version")]
+    #[arg(help_heading = "Server", short = 'V', long = "version")]
     pub version: bool,
 
     /// HTTP port (0 = pick a free port).
-    #[arg(long, env = "TERN_HTTP_PORT", default_value_t = 8000)]
+    #[arg(
+        help_heading = "HTTP",
+        long,
+        env = "TERN_HTTP_PORT",
+        default_value_t = 8000
+    )]
     pub http_port: u16,
 
     /// HTTP bind address.
-    #[arg(long, env = "TERN_HTTP_ADDRESS", default_value = "0.0.0.0")]
+    #[arg(
+        help_heading = "HTTP",
+        long,
+        env = "TERN_HTTP_ADDRESS",
+        default_value = "0.0.0.0"
+    )]
     pub http_address: String,
 
     /// gRPC port (0 = pick a free port).
-    #[arg(long, env = "TERN_GRPC_PORT", default_value_t = 8001)]
+    #[arg(
+        help_heading = "GRPC",
+        long,
+        env = "TERN_GRPC_PORT",
+        default_value_t = 8001
+    )]
     pub grpc_port: u16,
 
     /// gRPC bind address.
-    #[arg(long, env = "TERN_GRPC_ADDRESS", default_value = "0.0.0.0")]
+    #[arg(
+        help_heading = "GRPC",
+        long,
+        env = "TERN_GRPC_ADDRESS",
+        default_value = "0.0.0.0"
+    )]
     pub grpc_address: String,
 
     /// Serve gRPC.
-    #[arg(long, env = "TERN_ALLOW_GRPC", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "GRPC", long, env = "TERN_ALLOW_GRPC", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_grpc: bool,
 
     /// Interval of gRPC keepalive pings, in milliseconds.
-    #[arg(long, env = "TERN_GRPC_KEEPALIVE_TIME", default_value_t = 7_200_000)]
+    #[arg(
+        help_heading = "GRPC",
+        long,
+        env = "TERN_GRPC_KEEPALIVE_TIME",
+        default_value_t = 7_200_000
+    )]
     pub grpc_keepalive_time: u64,
 
     /// How long to wait for a keepalive ping acknowledgement, in milliseconds.
-    #[arg(long, env = "TERN_GRPC_KEEPALIVE_TIMEOUT", default_value_t = 20_000)]
+    #[arg(
+        help_heading = "GRPC",
+        long,
+        env = "TERN_GRPC_KEEPALIVE_TIMEOUT",
+        default_value_t = 20_000
+    )]
     pub grpc_keepalive_timeout: u64,
 
     /// Accept client keepalive pings (and send server ones) while no call is open.
-    #[arg(long, env = "TERN_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "GRPC", long, env = "TERN_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub grpc_keepalive_permit_without_calls: bool,
 
     /// Most server keepalive pings sent without data in between (0 = unlimited).
     #[arg(
+        help_heading = "GRPC",
         long,
         env = "TERN_GRPC_HTTP2_MAX_PINGS_WITHOUT_DATA",
         default_value_t = 2
@@ -78,6 +110,7 @@ pub struct Args {
 
     /// Shortest interval, in milliseconds, between client pings before they count as strikes.
     #[arg(
+        help_heading = "GRPC",
         long,
         env = "TERN_GRPC_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA",
         default_value_t = 300_000
@@ -85,40 +118,56 @@ pub struct Args {
     pub grpc_http2_min_recv_ping_interval_without_data: u64,
 
     /// Ping strikes tolerated before the connection is closed (0 = unlimited).
-    #[arg(long, env = "TERN_GRPC_HTTP2_MAX_PING_STRIKES", default_value_t = 2)]
+    #[arg(
+        help_heading = "GRPC",
+        long,
+        env = "TERN_GRPC_HTTP2_MAX_PING_STRIKES",
+        default_value_t = 2
+    )]
     pub grpc_http2_max_ping_strikes: u32,
 
     /// Close gRPC connections older than this many milliseconds (0 = never).
-    #[arg(long, env = "TERN_GRPC_MAX_CONNECTION_AGE", default_value_t = 0)]
+    #[arg(
+        help_heading = "GRPC",
+        long,
+        env = "TERN_GRPC_MAX_CONNECTION_AGE",
+        default_value_t = 0
+    )]
     pub grpc_max_connection_age: u64,
 
     /// Extra time, in milliseconds, an aged connection gets to finish its calls.
-    #[arg(long, env = "TERN_GRPC_MAX_CONNECTION_AGE_GRACE", default_value_t = 0)]
+    #[arg(
+        help_heading = "GRPC",
+        long,
+        env = "TERN_GRPC_MAX_CONNECTION_AGE_GRACE",
+        default_value_t = 0
+    )]
     pub grpc_max_connection_age_grace: u64,
 
     /// Serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key).
-    #[arg(long, env = "TERN_GRPC_USE_SSL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "GRPC", long, env = "TERN_GRPC_USE_SSL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub grpc_use_ssl: bool,
 
     /// Require client certificates signed by --grpc-root-cert (implies --grpc-use-ssl).
-    #[arg(long, env = "TERN_GRPC_USE_SSL_MUTUAL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "GRPC", long, env = "TERN_GRPC_USE_SSL_MUTUAL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub grpc_use_ssl_mutual: bool,
 
     /// PEM file with the server certificate chain.
-    #[arg(long, env = "TERN_GRPC_SERVER_CERT")]
+    #[arg(help_heading = "GRPC", long, env = "TERN_GRPC_SERVER_CERT")]
     pub grpc_server_cert: Option<PathBuf>,
 
     /// PEM file with the server private key.
-    #[arg(long, env = "TERN_GRPC_SERVER_KEY")]
+    #[arg(help_heading = "GRPC", long, env = "TERN_GRPC_SERVER_KEY")]
     pub grpc_server_key: Option<PathBuf>,
 
     /// PEM file with the CA that signs client certificates (mutual TLS).
-    #[arg(long, env = "TERN_GRPC_ROOT_CERT")]
+    #[arg(help_heading = "GRPC", long, env = "TERN_GRPC_ROOT_CERT")]
     pub grpc_root_cert: Option<PathBuf>,
 
     /// Compression of inference responses for clients that accept it: none|low|medium|high
     /// (any level other than none uses gzip; tonic does not expose the level).
     #[arg(
+        help_heading = "GRPC",
         long,
         env = "TERN_GRPC_INFER_RESPONSE_COMPRESSION_LEVEL",
         default_value = "none"
@@ -127,79 +176,109 @@ pub struct Args {
 
     /// Restrict HTTP API categories to calls carrying a header:
     /// `<category>[,<category>...]:<key>=<value>` (repeatable).
-    #[arg(long, env = "TERN_HTTP_RESTRICTED_API")]
+    #[arg(help_heading = "HTTP", long, env = "TERN_HTTP_RESTRICTED_API")]
     pub http_restricted_api: Vec<String>,
 
     /// Restrict gRPC protocol categories to calls carrying metadata:
     /// `<category>[,<category>...]:<key>=<value>` (repeatable).
-    #[arg(long, env = "TERN_GRPC_RESTRICTED_PROTOCOL")]
+    #[arg(help_heading = "GRPC", long, env = "TERN_GRPC_RESTRICTED_PROTOCOL")]
     pub grpc_restricted_protocol: Vec<String>,
 
     /// Serve HTTP.
-    #[arg(long, env = "TERN_ALLOW_HTTP", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "HTTP", long, env = "TERN_ALLOW_HTTP", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_http: bool,
 
     /// Server identifier reported by `GET /v2` (`triton`, as in tritonserver, so
     /// scripts that check it keep working; the `tern` extension identifies Tern).
-    #[arg(long, env = "TERN_ID", default_value = "triton")]
+    #[arg(
+        help_heading = "Server",
+        long,
+        env = "TERN_ID",
+        default_value = "triton"
+    )]
     pub id: String,
 
     /// Exit at startup when any model fails to load.
-    #[arg(long, env = "TERN_EXIT_ON_ERROR", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "Model repository", long, env = "TERN_EXIT_ON_ERROR", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub exit_on_error: bool,
 
     /// `/v2/health/ready` is 200 only when every model is ready.
-    #[arg(long, env = "TERN_STRICT_READINESS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "Model repository", long, env = "TERN_STRICT_READINESS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub strict_readiness: bool,
 
     /// Do not fill missing config fields from model files.
-    #[arg(long, env = "TERN_DISABLE_AUTO_COMPLETE_CONFIG")]
+    #[arg(
+        help_heading = "Model repository",
+        long,
+        env = "TERN_DISABLE_AUTO_COMPLETE_CONFIG"
+    )]
     pub disable_auto_complete_config: bool,
 
     /// Deprecated Triton spelling of --disable-auto-complete-config.
-    #[arg(long, env = "TERN_STRICT_MODEL_CONFIG", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "Model repository", long, env = "TERN_STRICT_MODEL_CONFIG", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub strict_model_config: bool,
 
     /// Maximum HTTP request body size in bytes (also after decompression).
-    #[arg(long, env = "TERN_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
+    #[arg(help_heading = "HTTP", long, env = "TERN_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
     pub http_max_input_size: usize,
 
     /// Seconds an HTTP client may take to send a request's headers, or leave
     /// its body without new data, before the connection is closed (Tern-specific;
     /// 0 = wait forever). Stalled clients then cannot hold connections open.
-    #[arg(long, env = "TERN_HTTP_READ_TIMEOUT_SECS", default_value_t = 60)]
+    #[arg(
+        help_heading = "HTTP",
+        long,
+        env = "TERN_HTTP_READ_TIMEOUT_SECS",
+        default_value_t = 60
+    )]
     pub http_read_timeout_secs: u64,
 
     /// Verbose logging level (0 = off, 1 = debug, 2+ = trace).
-    #[arg(long, env = "TERN_LOG_VERBOSE", default_value_t = 0)]
+    #[arg(
+        help_heading = "Logging",
+        long,
+        env = "TERN_LOG_VERBOSE",
+        default_value_t = 0
+    )]
     pub log_verbose: u32,
 
     /// Log line format: `default` or `ISO8601`.
-    #[arg(long, env = "TERN_LOG_FORMAT", default_value = "default")]
+    #[arg(
+        help_heading = "Logging",
+        long,
+        env = "TERN_LOG_FORMAT",
+        default_value = "default"
+    )]
     pub log_format: String,
 
     /// Log to this file instead of stderr.
-    #[arg(long, env = "TERN_LOG_FILE")]
+    #[arg(help_heading = "Logging", long, env = "TERN_LOG_FILE")]
     pub log_file: Option<PathBuf>,
 
     /// Enable info-level logging.
-    #[arg(long, env = "TERN_LOG_INFO", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "Logging", long, env = "TERN_LOG_INFO", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub log_info: bool,
 
     /// Enable warning-level logging.
-    #[arg(long, env = "TERN_LOG_WARNING", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "Logging", long, env = "TERN_LOG_WARNING", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub log_warning: bool,
 
     /// Enable error-level logging.
-    #[arg(long, env = "TERN_LOG_ERROR", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "Logging", long, env = "TERN_LOG_ERROR", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub log_error: bool,
 
     /// On SIGINT/SIGTERM, how long in-flight requests may take before the server exits.
-    #[arg(long, env = "TERN_EXIT_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(
+        help_heading = "Server",
+        long,
+        env = "TERN_EXIT_TIMEOUT_SECS",
+        default_value_t = 30
+    )]
     pub exit_timeout_secs: u64,
 
     /// Backend settings, `[<backend>,]<key>=<value>` (repeatable); e.g. `default-max-batch-size=8`.
     #[arg(
+        help_heading = "Backends and plugins",
         long = "backend-config",
         env = "TERN_BACKEND_CONFIG",
         value_delimiter = ';'
@@ -208,78 +287,125 @@ pub struct Args {
 
     /// Model control: none (load everything at startup), poll (follow repository changes)
     /// or explicit (load and unload through the API).
-    #[arg(long, env = "TERN_MODEL_CONTROL_MODE", default_value = "none")]
+    #[arg(
+        help_heading = "Model repository",
+        long,
+        env = "TERN_MODEL_CONTROL_MODE",
+        default_value = "none"
+    )]
     pub model_control_mode: String,
 
     /// Model to load at startup in explicit mode (repeatable; `*` = every model).
-    #[arg(long, env = "TERN_LOAD_MODEL", value_delimiter = ',')]
+    #[arg(
+        help_heading = "Model repository",
+        long,
+        env = "TERN_LOAD_MODEL",
+        value_delimiter = ','
+    )]
     pub load_model: Vec<String>,
 
     /// Seconds between repository polls in poll mode.
-    #[arg(long, env = "TERN_REPOSITORY_POLL_SECS", default_value_t = 15)]
+    #[arg(
+        help_heading = "Model repository",
+        long,
+        env = "TERN_REPOSITORY_POLL_SECS",
+        default_value_t = 15
+    )]
     pub repository_poll_secs: u64,
 
     /// Use `<model>/configs/<name>.pbtxt` instead of `config.pbtxt` where it exists.
-    #[arg(long, env = "TERN_MODEL_CONFIG_NAME")]
+    #[arg(
+        help_heading = "Model repository",
+        long,
+        env = "TERN_MODEL_CONFIG_NAME"
+    )]
     pub model_config_name: Option<String>,
 
     /// Let clients register system and CUDA shared memory (off by default:
     /// a registered region gives the client a window into server memory).
-    #[arg(long, env = "TERN_ALLOW_CLIENT_SHM", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "Memory and devices", long, env = "TERN_ALLOW_CLIENT_SHM", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_client_shm: bool,
 
     /// Page-locked host memory for staging GPU inputs, in bytes (needs CUDA; 0 disables).
-    #[arg(long, default_value_t = tern_memory::pool::DEFAULT_PINNED_POOL)]
+    #[arg(help_heading = "Memory and devices", long, default_value_t = tern_memory::pool::DEFAULT_PINNED_POOL)]
     pub pinned_memory_pool_byte_size: usize,
 
     /// Recycled host memory for request bodies and CPU input batches, in bytes
     /// (Tern-specific; 0 = allocate per request).
-    #[arg(long, default_value_t = tern_memory::pool::DEFAULT_HOST_POOL)]
+    #[arg(help_heading = "Memory and devices", long, default_value_t = tern_memory::pool::DEFAULT_HOST_POOL)]
     pub host_memory_pool_byte_size: usize,
 
     /// Device memory pool per GPU, `<gpu>:<bytes>` (repeatable; default 64 MiB per GPU).
-    #[arg(long, value_parser = parse_cuda_pool)]
+    #[arg(help_heading = "Memory and devices", long, value_parser = parse_cuda_pool)]
     pub cuda_memory_pool_byte_size: Vec<(usize, usize)>,
 
     /// Serve Prometheus metrics.
-    #[arg(long, env = "TERN_ALLOW_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "Metrics", long, env = "TERN_ALLOW_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_metrics: bool,
 
     /// Report CPU utilisation and memory.
-    #[arg(long, env = "TERN_ALLOW_CPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "Metrics", long, env = "TERN_ALLOW_CPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_cpu_metrics: bool,
 
     /// Report GPU metrics through NVML (where the driver provides it).
-    #[arg(long, env = "TERN_ALLOW_GPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    #[arg(help_heading = "Metrics", long, env = "TERN_ALLOW_GPU_METRICS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub allow_gpu_metrics: bool,
 
     /// Metrics port (0 = pick a free port).
-    #[arg(long, env = "TERN_METRICS_PORT", default_value_t = 8002)]
+    #[arg(
+        help_heading = "Metrics",
+        long,
+        env = "TERN_METRICS_PORT",
+        default_value_t = 8002
+    )]
     pub metrics_port: u16,
 
     /// Metrics bind address.
-    #[arg(long, env = "TERN_METRICS_ADDRESS", default_value = "0.0.0.0")]
+    #[arg(
+        help_heading = "Metrics",
+        long,
+        env = "TERN_METRICS_ADDRESS",
+        default_value = "0.0.0.0"
+    )]
     pub metrics_address: String,
 
     /// How often CPU and memory gauges are sampled, in milliseconds.
-    #[arg(long, env = "TERN_METRICS_INTERVAL_MS", default_value_t = 2000)]
+    #[arg(
+        help_heading = "Metrics",
+        long,
+        env = "TERN_METRICS_INTERVAL_MS",
+        default_value_t = 2000
+    )]
     pub metrics_interval_ms: u64,
 
     /// Metrics settings `<setting>=<value>` (repeatable): counter_latencies,
     /// summary_latencies, summary_quantiles.
-    #[arg(long, env = "TERN_METRICS_CONFIG")]
+    #[arg(help_heading = "Metrics", long, env = "TERN_METRICS_CONFIG")]
     pub metrics_config: Vec<String>,
 
     /// How many models load in parallel.
-    #[arg(long, env = "TERN_MODEL_LOAD_THREAD_COUNT", default_value_t = 4)]
+    #[arg(
+        help_heading = "Model repository",
+        long,
+        env = "TERN_MODEL_LOAD_THREAD_COUNT",
+        default_value_t = 4
+    )]
     pub model_load_thread_count: usize,
 
     /// Where compiled WebAssembly plugins are cached (default `$XDG_CACHE_HOME/tern/wasm` or `~/.cache/tern/wasm`; `none` = no cache).
-    #[arg(long, env = "TERN_WASM_CACHE_DIR")]
+    #[arg(
+        help_heading = "Backends and plugins",
+        long,
+        env = "TERN_WASM_CACHE_DIR"
+    )]
     pub wasm_cache_dir: Option<PathBuf>,
 
     /// Path of libonnxruntime.so (default: $ORT_DYLIB_PATH, next to the binary, ../lib/tern/ or ../lib/ beside it, then the system loader).
-    #[arg(long, env = "TERN_ONNXRUNTIME_LIBRARY")]
+    #[arg(
+        help_heading = "Backends and plugins",
+        long,
+        env = "TERN_ONNXRUNTIME_LIBRARY"
+    )]
     pub onnxruntime_library: Option<PathBuf>,
 }
 

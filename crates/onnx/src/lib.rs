@@ -329,7 +329,7 @@ impl Backend for OnnxBackend {
                     session.inputs().iter().map(|o| o.name().to_string()).collect::<Vec<_>>().join(", ")
                 )));
             };
-            let (_, dt, _) = describe(outlet, &cfg.name)?;
+            let (_, dt, shape) = describe(outlet, &cfg.name)?;
             if dt.to_config() as i32 != input.data_type {
                 return Err(Error::invalid_arg(format!(
                     "model '{}': input '{}' has data type {} in the config but {} in the ONNX model",
@@ -339,6 +339,13 @@ impl Backend for OnnxBackend {
                     tern_core::dtype::config_name(dt.to_config() as i32)
                 )));
             }
+            compare_dims(
+                cfg,
+                &input.name,
+                &shape,
+                &input.dims,
+                input.reshape.as_ref(),
+            )?;
         }
         // The sequence batcher's control and state inputs and state outputs.
         for extra in tern_core::sequence::extra_inputs(cfg) {
@@ -371,12 +378,20 @@ impl Backend for OnnxBackend {
             }
         }
         for output in &cfg.output {
-            if !session.outputs().iter().any(|o| o.name() == output.name) {
+            let Some(outlet) = session.outputs().iter().find(|o| o.name() == output.name) else {
                 return Err(Error::invalid_arg(format!(
                     "model '{}': output '{}' is in the config but not in the ONNX model",
                     cfg.name, output.name
                 )));
-            }
+            };
+            let (_, _, shape) = describe(outlet, &cfg.name)?;
+            compare_dims(
+                cfg,
+                &output.name,
+                &shape,
+                &output.dims,
+                output.reshape.as_ref(),
+            )?;
         }
         let states = tern_core::sequence::extra_outputs(cfg)
             .into_iter()
@@ -391,6 +406,60 @@ impl Backend for OnnxBackend {
             first_session: std::sync::Mutex::new(Some((first_device, session))),
         }))
     }
+}
+
+/// Triton's load-time check of config dims against the model's shape
+/// (backend_common's `CompareDimsSupported`): same rank, and every dim the
+/// model fixes equal to the config's (`reshape` when given); with batching the
+/// model's first dim must be dynamic.
+fn compare_dims(
+    cfg: &ModelConfig,
+    tensor: &str,
+    model_shape: &[i64],
+    dims: &[i64],
+    reshape: Option<&pb::ModelTensorReshape>,
+) -> Result<()> {
+    let dims = reshape.map_or(dims, |r| r.shape.as_slice());
+    let shape = tern_core::tensor::shape_str;
+    let batching = cfg.max_batch_size > 0;
+    if batching && model_shape.first() != Some(&-1) {
+        return Err(Error::invalid_arg(format!(
+            "model '{}', tensor '{tensor}': for the model to support batching the shape should have at least 1 \
+             dimension and the first dimension must be -1; but shape expected by the model is {}",
+            cfg.name,
+            shape(model_shape)
+        )));
+    }
+    let full: Vec<i64> = if batching {
+        std::iter::once(-1).chain(dims.iter().copied()).collect()
+    } else {
+        dims.to_vec()
+    };
+    let same = model_shape.len() == full.len()
+        && model_shape
+            .iter()
+            .zip(&full)
+            .all(|(&m, &c)| m == -1 || m == c);
+    if !same {
+        let specifies = if batching {
+            format!(
+                "{} dimensions (an initial batch dimension because max_batch_size > 0 followed by the explicit \
+                 tensor shape, making complete shape {})",
+                full.len(),
+                shape(&full)
+            )
+        } else {
+            format!("{} dimensions (shape {})", full.len(), shape(&full))
+        };
+        return Err(Error::invalid_arg(format!(
+            "model '{}', tensor '{tensor}': the model expects {} dimensions (shape {}) but the model \
+             configuration specifies {specifies}",
+            cfg.name,
+            model_shape.len(),
+            shape(model_shape)
+        )));
+    }
+    Ok(())
 }
 
 struct OnnxModel {
@@ -623,5 +692,47 @@ impl Instance for OnnxInstance {
             }
         }
         batch.iter().map(|_| Err(e.clone())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(max_batch_size: i32) -> ModelConfig {
+        ModelConfig {
+            name: "m".into(),
+            max_batch_size,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn config_dims_are_checked_against_the_model_as_triton_does() {
+        assert!(compare_dims(&cfg(8), "x", &[-1, 16], &[16], None).is_ok());
+        assert!(compare_dims(&cfg(8), "x", &[-1, -1], &[16], None).is_ok());
+        assert!(compare_dims(&cfg(0), "x", &[-1, 16], &[3, 16], None).is_ok());
+        // A config looser than the model is refused too, as in Triton.
+        assert!(compare_dims(&cfg(0), "x", &[1, 16], &[-1, 16], None).is_err());
+        let reshape = pb::ModelTensorReshape { shape: vec![] };
+        assert!(compare_dims(&cfg(8), "x", &[-1], &[1], Some(&reshape)).is_ok());
+        let e = compare_dims(&cfg(0), "fc6_1", &[1, 1000, 1, 1], &[1001], None).unwrap_err();
+        assert_eq!(
+            e.message,
+            "model 'm', tensor 'fc6_1': the model expects 4 dimensions (shape [1,1000,1,1]) but the model \
+             configuration specifies 1 dimensions (shape [1001])"
+        );
+        let e = compare_dims(&cfg(4), "x", &[-1, 16], &[15], None).unwrap_err();
+        assert!(
+            e.message.contains("making complete shape [-1,15]"),
+            "{}",
+            e.message
+        );
+        let e = compare_dims(&cfg(4), "x", &[3, 16], &[16], None).unwrap_err();
+        assert!(
+            e.message.contains("the first dimension must be -1"),
+            "{}",
+            e.message
+        );
     }
 }

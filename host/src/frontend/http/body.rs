@@ -110,9 +110,12 @@ async fn gather(
             "request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"
         ))
     };
-    // Answered at once, without waiting for a body that may never come (the
-    // connection closes after the response).
-    if declared.is_some_and(|len| len > limit) {
+    // Answered at once, without waiting for a body that may never come. The
+    // body is still read and dropped in the background, within bounds, so a
+    // client that writes it all before reading (most do) gets the answer
+    // rather than a broken pipe; past the bounds the connection closes.
+    if let Some(len) = declared.filter(|&len| len > limit) {
+        tokio::spawn(discard(body, len.min(limit.max(DISCARD_MAX)), timeout));
         return Err(too_big());
     }
     let mut frames = Frames::Empty;
@@ -253,6 +256,23 @@ fn aligned_block(len: usize, binary_at: usize) -> Result<(Block, usize)> {
 }
 
 /// The next body frame, failing when none arrives within `timeout`.
+/// The most of an oversized body read and dropped after its error is sent
+/// (or `--http-max-input-size`, when larger).
+const DISCARD_MAX: usize = 64 << 20;
+
+/// Reads and drops up to `max` bytes of a refused body, for at most the read
+/// timeout between frames (10 s without one), then lets the connection go.
+async fn discard(mut body: Body, max: usize, timeout: Option<std::time::Duration>) {
+    let wait = Some(timeout.unwrap_or(std::time::Duration::from_secs(10)));
+    let mut seen = 0;
+    while seen < max {
+        match next_frame(&mut body, wait).await {
+            Ok(Some(Ok(frame))) => seen += frame.data_ref().map_or(0, |d| d.len()),
+            _ => return,
+        }
+    }
+}
+
 async fn next_frame(
     body: &mut Body,
     timeout: Option<std::time::Duration>,

@@ -43,6 +43,9 @@ pub fn rewrite(text: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len() + 64);
     let mut changed = false;
     let mut i = 0;
+    // The last non-whitespace byte written, kept as we go: looking it up from
+    // the end of `out` at every byte was quadratic in a run of whitespace.
+    let mut last: Option<u8> = None;
     while i < text.len() {
         let b = text[i];
         if b == b'"' {
@@ -65,13 +68,11 @@ pub fn rewrite(text: &[u8]) -> Option<Vec<u8>> {
             }
             i = i.min(text.len());
             out.extend_from_slice(&text[start..i]);
+            last = out.last().copied();
             continue;
         }
         // Only where a value may stand (not as an object key).
-        let value_position = matches!(
-            out.iter().rev().find(|c| !c.is_ascii_whitespace()),
-            Some(b'[' | b',' | b':') | None
-        );
+        let value_position = matches!(last, Some(b'[' | b',' | b':') | None);
         if matches!(b, b'-' | b'I' | b'N') && value_position && (i == 0 || !word_byte(text[i - 1]))
         {
             let rest = &text[i..];
@@ -80,12 +81,16 @@ pub fn rewrite(text: &[u8]) -> Option<Vec<u8>> {
             });
             if let Some((t, sentinel)) = token {
                 out.extend_from_slice(sentinel);
+                last = out.last().copied();
                 i += t.len();
                 changed = true;
                 continue;
             }
         }
         out.push(b);
+        if !b.is_ascii_whitespace() {
+            last = Some(b);
+        }
         i += 1;
     }
     changed.then_some(out)
@@ -168,6 +173,26 @@ mod tests {
         assert_eq!(show(&v["a"][0]), "NaN");
         assert_eq!(show(&v["a"][2]), "-Infinity");
         assert_eq!(show(&v["s"]), r#""NaN \" Inf""#);
+    }
+
+    #[test]
+    fn long_whitespace_is_linear() {
+        // 4 MiB of whitespace before a token: quadratic, this took minutes.
+        let mut text = vec![b' '; 4 << 20];
+        text.extend_from_slice(b"[NaN]");
+        assert!(rewrite(&text).is_some());
+        let spaced: Vec<u8> = b"[1, "
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(b' ', 1 << 20))
+            .chain(*b"-Infinity]")
+            .collect();
+        assert!(rewrite(&spaced).is_some());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
