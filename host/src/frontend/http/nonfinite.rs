@@ -188,11 +188,6 @@ mod tests {
             .chain(*b"-Infinity]")
             .collect();
         assert!(rewrite(&spaced).is_some());
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
-        );
     }
 
     #[test]
