@@ -216,7 +216,7 @@ def test_ensemble_with_a_wasm_preprocessing_step(server, repo):
         inputs = [tensor(mod, "INPUT0", in0, "FP32"), tensor(mod, "INPUT1", in1, "FP32"),
                   tensor(mod, "TEXT", text, "BYTES")]
         prep = c.infer("prep_rust", inputs)
-        want = head(torch.from_numpy(prep.as_numpy("TOKEN_IDS")), torch.from_numpy(prep.as_numpy("OUTPUT0")))
+        want = head(torch.from_numpy(prep.as_numpy("TOKEN_IDS").copy()), torch.from_numpy(prep.as_numpy("OUTPUT0").copy()))
         got = c.infer("torch_pipeline", inputs).as_numpy("SCORES")
         np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=proto)
 
