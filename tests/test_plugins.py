@@ -246,7 +246,7 @@ def test_on_demand_allocator_fallback(plugin_repo):
 
 
 def test_a_plugin_cannot_flood_the_log(psrv, hc):
-    """20,000 lines of 64 KiB (1.25 GiB) from one request: lines are cut to
+    """20,000 lines of 8 KiB (160 MiB) from one request: lines are cut to
     4 KiB and at most a burst of 1000 (then 100/s) are written; the rest are
     counted in tern_plugin_log_lines_dropped_total."""
     import urllib.request

@@ -6,7 +6,7 @@
 //! (reads `data.txt` from its own folder: allowed), `read_outside` (tries
 //! `/etc/passwd`), `env` (reads environment variables), `error` (a clean
 //! INVALID_ARG), `count` (how many times this instance executed),
-//! `log_flood` (20,000 log lines of 64 KiB each), `metric_flood` (a gauge
+//! `log_flood` (20,000 log lines of 8 KiB each), `metric_flood` (a gauge
 //! set with 5,000 label values, and 100 more families; answers how many
 //! of each the server accepted).
 
@@ -89,7 +89,7 @@ impl Misbehave {
                 format!("{series} series, {families} families")
             }
             "log_flood" => {
-                let line = "x".repeat(64 << 10);
+                let line = "x".repeat(8 << 10);
                 for _ in 0..20_000 {
                     log(LogLevel::Info, &line);
                 }
