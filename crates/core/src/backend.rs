@@ -117,6 +117,44 @@ pub trait Backend: Send + Sync {
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>>;
 }
 
+/// Runs a batch without the requests `check` refuses (strings a runtime
+/// cannot take, say): each of those fails alone with its error, the others
+/// run together through `run`, and the answers come back in batch order.
+/// `None` when `check` refuses none (the caller runs the batch as it is).
+pub fn without_refused(
+    batch: &[InferRequest],
+    check: impl Fn(&InferRequest) -> Result<()>,
+    run: impl FnOnce(&[InferRequest]) -> Vec<Result<InferResponse>>,
+) -> Option<Vec<Result<InferResponse>>> {
+    let checks: Vec<Result<()>> = batch.iter().map(check).collect();
+    if checks.iter().all(|c| c.is_ok()) {
+        return None;
+    }
+    let good: Vec<InferRequest> = batch
+        .iter()
+        .zip(&checks)
+        .filter(|(_, c)| c.is_ok())
+        .map(|(r, _)| r.clone())
+        .collect();
+    let mut ran = if good.is_empty() {
+        Vec::new()
+    } else {
+        run(&good)
+    }
+    .into_iter();
+    Some(
+        checks
+            .into_iter()
+            .map(|c| match c {
+                Err(e) => Err(e),
+                Ok(()) => ran
+                    .next()
+                    .unwrap_or_else(|| Err(Error::internal("a batch returned too few responses"))),
+            })
+            .collect(),
+    )
+}
+
 /// Reads a model parameter (`parameters { key: .. value: { string_value: .. } }`).
 pub fn model_parameter<'a>(cfg: &'a ModelConfig, key: &str) -> Option<&'a str> {
     cfg.parameters.get(key).map(|p| p.string_value.as_str())
@@ -172,6 +210,43 @@ pub fn model_file(cfg: &ModelConfig, version_dir: &Path, default: &str) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_requests_fail_alone_and_the_rest_run_in_order() {
+        let req = |id: &str| InferRequest {
+            id: id.into(),
+            ..Default::default()
+        };
+        let batch = [req("a"), req("bad"), req("c")];
+        let check = |r: &InferRequest| {
+            if r.id == "bad" {
+                Err(Error::invalid_arg("bad strings"))
+            } else {
+                Ok(())
+            }
+        };
+        let out = without_refused(&batch, check, |good| {
+            assert_eq!(good.len(), 2);
+            good.iter()
+                .map(|r| {
+                    Ok(InferResponse {
+                        id: r.id.clone(),
+                        ..Default::default()
+                    })
+                })
+                .collect()
+        })
+        .unwrap();
+        let ids: Vec<String> = out
+            .iter()
+            .map(|r| match r {
+                Ok(r) => r.id.clone(),
+                Err(e) => e.message.clone(),
+            })
+            .collect();
+        assert_eq!(ids, ["a", "bad strings", "c"]);
+        assert!(without_refused(&batch, |_| Ok(()), |_| unreachable!()).is_none());
+    }
 
     #[test]
     fn bool_parameters_parse_or_name_the_problem() {

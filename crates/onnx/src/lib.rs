@@ -19,8 +19,8 @@ use ort::value::ValueType;
 
 use crate::io::from_ort_type;
 use tern_core::backend::{
-    bool_parameter, model_file, numeric_parameter, Backend, BackendSettings, DeviceKind,
-    ExecTiming, Instance, InstanceSpec, LoadContext, Model, ModelFiles,
+    bool_parameter, model_file, numeric_parameter, without_refused, Backend, BackendSettings,
+    DeviceKind, ExecTiming, Instance, InstanceSpec, LoadContext, Model, ModelFiles,
 };
 use tern_core::config::pb;
 use tern_core::config::ModelConfig;
@@ -666,29 +666,10 @@ impl Instance for OnnxInstance {
         // A request whose strings ORT cannot take (found while gathering, before ORT ran)
         // fails alone, not its whole batch: the others run without it.
         if batch.len() > 1 && batch[0].inputs.iter().any(|t| t.dtype == DataType::Bytes) {
-            let checks: Vec<Result<()>> = batch.iter().map(io::check_strings).collect();
-            if checks.iter().any(|c| c.is_err()) {
-                let good: Vec<InferRequest> = batch
-                    .iter()
-                    .zip(&checks)
-                    .filter(|(_, c)| c.is_ok())
-                    .map(|(r, _)| r.clone())
-                    .collect();
-                let mut ran = if good.is_empty() {
-                    Vec::new()
-                } else {
-                    self.execute(&good, timing)
-                }
-                .into_iter();
-                return checks
-                    .into_iter()
-                    .map(|c| match c {
-                        Err(e) => Err(e),
-                        Ok(()) => ran.next().unwrap_or_else(|| {
-                            Err(Error::internal("a batch returned too few responses"))
-                        }),
-                    })
-                    .collect();
+            if let Some(out) =
+                without_refused(batch, io::check_strings, |good| self.execute(good, timing))
+            {
+                return out;
             }
         }
         batch.iter().map(|_| Err(e.clone())).collect()

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, Once};
 
 use tch::{CModule, Device, IValue};
 use tern_core::backend::{
-    model_file, Backend, BackendSettings, DeviceKind, ExecTiming, Instance, InstanceSpec,
-    LoadContext, Model, ModelFiles,
+    model_file, without_refused, Backend, BackendSettings, DeviceKind, ExecTiming, Instance,
+    InstanceSpec, LoadContext, Model, ModelFiles,
 };
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
@@ -459,29 +459,10 @@ impl Instance for TorchInstance {
     ) -> Vec<Result<InferResponse>> {
         // A request whose strings TorchScript cannot take fails alone, not its whole batch.
         if batch.len() > 1 && batch[0].inputs.iter().any(|t| t.dtype == DataType::Bytes) {
-            let checks: Vec<Result<()>> = batch.iter().map(check_strings).collect();
-            if checks.iter().any(|c| c.is_err()) {
-                let good: Vec<InferRequest> = batch
-                    .iter()
-                    .zip(&checks)
-                    .filter(|(_, c)| c.is_ok())
-                    .map(|(r, _)| r.clone())
-                    .collect();
-                let mut ran = if good.is_empty() {
-                    Vec::new()
-                } else {
-                    self.execute(&good, timing)
-                }
-                .into_iter();
-                return checks
-                    .into_iter()
-                    .map(|c| match c {
-                        Err(e) => Err(e),
-                        Ok(()) => ran.next().unwrap_or_else(|| {
-                            Err(Error::internal("a batch returned too few responses"))
-                        }),
-                    })
-                    .collect();
+            if let Some(out) =
+                without_refused(batch, check_strings, |good| self.execute(good, timing))
+            {
+                return out;
             }
         }
         match self.run_batch(batch, timing) {
