@@ -61,7 +61,7 @@ plugins:
 JCO := .cache/jco/node_modules/.bin/jco
 export TERN_JCO := $(CURDIR)/$(JCO)
 export TERN_COMPONENTIZE_PY := $(CURDIR)/$(VENV)/bin/componentize-py
-LANG_PLUGINS := prep_python prep_js prep_c misbehave_python stream_python stream_js stream_c stream_relay_python
+LANG_PLUGINS := prep_python prep_js prep_c misbehave_python stream_python stream_js stream_c stream_relay_python nudenet_prep
 LANG_EXAMPLES := prep_python prep_js prep_c
 TERN_TOOL ?= $(CARGO_TARGET_DIR)/debug/tern
 
@@ -75,7 +75,7 @@ c-toolchain:
 toolchains: $(VENV)/.stamp $(JCO) c-toolchain
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 
-$(WASM_OUT)/%.wasm: plugins/%/app.py guest-sdk/python/tern_plugin.py wit/plugin.wit | $(TERN_TOOL)
+$(WASM_OUT)/%.wasm: plugins/%/app.py guest-sdk/python/tern_plugin.py guest-sdk/python/tern_ops.py wit/plugin.wit | $(TERN_TOOL)
 	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/python -o $@
 $(WASM_OUT)/%.wasm: plugins/%/model.js guest-sdk/js/tern.js wit/plugin.wit | $(TERN_TOOL)
 	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/js -o $@

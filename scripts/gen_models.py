@@ -548,6 +548,84 @@ parameters { key: "execution_timeout_ms" value: { string_value: "300" } }
     ensemble(root, "ens_with_instances", *chain, extra="instance_group [ { kind: KIND_CPU count: 2 } ]\n")
 
 
+def detection_repo(root, wasm_dir, instances=1):
+    """The detection ensemble of tests/test_detection.py and `make
+    bench-detection`: `nudenet_prep` (Python plugin: decode, pad, resize,
+    normalise with tern_ops) -> `nudenet_model` (the YOLOv8 detector from
+    the nudenet wheel, ONNX, dynamic batching) -> `yolo_post` (Rust plugin:
+    box decoding and NMS with tern_plugin::ops), as `nudenet_detect`."""
+    import nudenet
+    import nudenet.nudenet as nn
+
+    def plugin(name, config, files=None):
+        os.makedirs(f"{root}/{name}/1", exist_ok=True)
+        shutil.copy(os.path.join(wasm_dir, f"{name}.wasm"), f"{root}/{name}/1/model.wasm")
+        write(f"{root}/{name}/config.pbtxt", config)
+        for fname, text in (files or {}).items():
+            write(f"{root}/{name}/1/{fname}", text)
+
+    group = f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]"
+    plugin(
+        "nudenet_prep",
+        f"""name: "nudenet_prep"
+backend: "wasm"
+max_batch_size: 8
+input [ {{ name: "IMAGE" data_type: TYPE_STRING dims: [ 1 ] }} ]
+output [
+  {{ name: "images" data_type: TYPE_FP32 dims: [ 3, 320, 320 ] }},
+  {{ name: "META" data_type: TYPE_FP32 dims: [ 4 ] }}
+]
+parameters {{ key: "input_size" value: {{ string_value: "320" }} }}
+parameters {{ key: "max_memory_bytes" value: {{ string_value: "134217728" }} }}
+{group}
+""",
+    )
+    os.makedirs(f"{root}/nudenet_model/1", exist_ok=True)
+    shutil.copy(os.path.join(os.path.dirname(nudenet.__file__), "320n.onnx"), f"{root}/nudenet_model/1/model.onnx")
+    write(
+        f"{root}/nudenet_model/config.pbtxt",
+        f"""name: "nudenet_model"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ {{ name: "images" data_type: TYPE_FP32 dims: [ 3, 320, 320 ] }} ]
+output [ {{ name: "output0" data_type: TYPE_FP32 dims: [ 22, 2100 ] }} ]
+dynamic_batching {{ }}
+{group}
+""",
+    )
+    labels = getattr(nn, "__labels")
+    plugin(
+        "yolo_post",
+        f"""name: "yolo_post"
+backend: "wasm"
+max_batch_size: 8
+input [
+  {{ name: "output0" data_type: TYPE_FP32 dims: [ 22, 2100 ] }},
+  {{ name: "META" data_type: TYPE_FP32 dims: [ 4 ] }}
+]
+output [
+  {{ name: "BOXES" data_type: TYPE_INT32 dims: [ -1, 4 ] }},
+  {{ name: "SCORES" data_type: TYPE_FP32 dims: [ -1 ] }},
+  {{ name: "LABELS" data_type: TYPE_STRING dims: [ -1 ] }}
+]
+parameters {{ key: "input_size" value: {{ string_value: "320" }} }}
+{group}
+""",
+        {"labels.txt": "\n".join(labels) + "\n"},
+    )
+    ensemble(
+        root,
+        "nudenet_detect",
+        [tensor("IMAGE", "TYPE_STRING", "1")],
+        [tensor("BOXES", "TYPE_INT32", "-1, 4"), tensor("SCORES", "TYPE_FP32", "-1"), tensor("LABELS", "TYPE_STRING", "-1")],
+        [
+            step("nudenet_prep", {"IMAGE": "IMAGE"}, {"images": "pixels", "META": "meta"}),
+            step("nudenet_model", {"images": "pixels"}, {"output0": "raw"}),
+            step("yolo_post", {"output0": "raw", "META": "meta"}, {"BOXES": "BOXES", "SCORES": "SCORES", "LABELS": "LABELS"}),
+        ],
+    )
+
+
 def test(root):
     """A larger repository for the end-to-end tests."""
     example(root)

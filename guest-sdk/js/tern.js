@@ -21,8 +21,18 @@
 // `Response`), or a `TernError` for that request alone; throwing fails the
 // whole batch. Build with `tern plugin build <dir>`.
 
-import * as host from "tern:plugin/host@0.1.1";
-import * as responses from "tern:plugin/responses@0.1.1";
+import * as host from "tern:plugin/host@0.1.2";
+import * as responses from "tern:plugin/responses@0.1.2";
+import * as ops from "tern:plugin/ops@0.1.2";
+
+/**
+ * Native pre/post-processing kernels (`tern:plugin/ops`): `ops.decodeImage`,
+ * `ops.letterbox`, `ops.normalize`, `ops.yoloDecode`, `ops.nms`,
+ * `ops.setOutput`, and the host-held `ops.Array` (`ops.Array.fromData`,
+ * `ops.Array.input`, `.reshape`, `.transpose`, `.softmax`, ...). Failures
+ * throw; see docs/plugins.md.
+ */
+export { ops };
 
 /** Triton's error codes. */
 export const ErrorCode = Object.freeze({

@@ -27,7 +27,7 @@ use tern_core::backend::{
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
 use tern_core::router::ModelRouter;
-use tern_core::{InferRequest, InferResponse};
+use tern_core::{InferRequest, InferResponse, Tensor};
 
 /// Where the version folder appears inside the sandbox.
 pub const GUEST_MODEL_DIR: &str = "/model";
@@ -384,6 +384,8 @@ impl Instance for WasmInstance {
                     id: r.id.clone(),
                     batch_size: batch_size(r),
                     responder: r.responder.clone(),
+                    inputs: r.inputs.clone(),
+                    outputs: Vec::new(),
                 })
                 .collect();
             state.chain = chain;
@@ -397,11 +399,16 @@ impl Instance for WasmInstance {
             .tern_plugin_model()
             .call_execute(&mut *store, &requests);
         timing.infer_done = Some(Instant::now());
-        store.data_mut().running.clear();
+        // Outputs the plugin made with `ops.set-output`, per request.
+        let mut extra: Vec<Vec<Tensor>> = std::mem::take(&mut store.data_mut().running)
+            .into_iter()
+            .map(|r| r.outputs)
+            .collect();
+        let mut extra = move |i: usize| extra.get_mut(i).map(std::mem::take).unwrap_or_default();
         if m.decoupled {
             if let Ok(results) = &result {
                 if results.is_empty() || results.len() == batch.len() {
-                    return decoupled_results(&m, batch, result.unwrap_or_default());
+                    return decoupled_results(&m, batch, result.unwrap_or_default(), &mut extra);
                 }
             }
         }
@@ -417,12 +424,13 @@ impl Instance for WasmInstance {
                 let out = results
                     .into_iter()
                     .zip(batch)
-                    .map(|(r, req)| {
+                    .enumerate()
+                    .map(|(i, (r, req))| {
                         let r = r.map_err(|mut e| {
                             e.message = format!("{why}: {}", e.message);
                             e
                         });
-                        response(&m, req, r)
+                        response(&m, req, r, extra(i))
                     })
                     .collect();
                 m.counters.record(true, false);
@@ -433,7 +441,8 @@ impl Instance for WasmInstance {
             Ok(results) if results.len() == batch.len() => results
                 .into_iter()
                 .zip(batch)
-                .map(|(r, req)| response(&m, req, r))
+                .enumerate()
+                .map(|(i, (r, req))| response(&m, req, r, extra(i)))
                 .collect(),
             Ok(results) => self.fail_all(
                 batch.len(),
@@ -469,13 +478,14 @@ fn response(
     m: &WasmModel,
     req: &InferRequest,
     r: std::result::Result<wit::Response, wit::Error>,
+    extra: Vec<Tensor>,
 ) -> Result<InferResponse> {
     let r = r.map_err(error_from_wit)?;
     let batch_size = match req.inputs.first().and_then(|t| t.shape.first()) {
         Some(&b) if m.config.max_batch_size > 0 => b as usize,
         _ => 1,
     };
-    m.shape.response(&req.id, batch_size, r)
+    m.shape.response(&req.id, batch_size, r, extra)
 }
 
 /// What a decoupled plugin's `execute` returned: a result it gave for a
@@ -486,12 +496,14 @@ fn decoupled_results(
     m: &WasmModel,
     batch: &[InferRequest],
     results: Vec<std::result::Result<wit::Response, wit::Error>>,
+    extra: &mut dyn FnMut(usize) -> Vec<Tensor>,
 ) -> Vec<Result<InferResponse>> {
     let mut results = results.into_iter();
     batch
         .iter()
-        .map(|req| {
-            let given = results.next().map(|r| response(m, req, r));
+        .enumerate()
+        .map(|(i, req)| {
+            let given = results.next().map(|r| response(m, req, r, extra(i)));
             let open = req.responder.as_ref().filter(|r| !r.0.is_closed());
             match (given, open) {
                 (Some(r), Some(sink)) => {

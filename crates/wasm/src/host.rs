@@ -37,8 +37,22 @@ pub struct ResponseShape {
 impl ResponseShape {
     /// A plugin's response to request `id` (batch size `batch_size`), checked
     /// against the config.
-    pub fn response(&self, id: &str, batch_size: usize, r: wit::Response) -> Result<InferResponse> {
-        let outputs: Vec<_> = r.outputs.into_iter().map(tensor_from_wit).collect();
+    /// `extra` are outputs the plugin made with `ops.set-output`; they
+    /// replace outputs of the same name.
+    pub fn response(
+        &self,
+        id: &str,
+        batch_size: usize,
+        r: wit::Response,
+        extra: Vec<Tensor>,
+    ) -> Result<InferResponse> {
+        let mut outputs: Vec<_> = r
+            .outputs
+            .into_iter()
+            .filter(|t| !extra.iter().any(|e| e.name == t.name))
+            .map(tensor_from_wit)
+            .collect();
+        outputs.extend(extra);
         tern_core::validate::validate_outputs(&self.config, batch_size, &outputs)?;
         Ok(InferResponse {
             model_name: self.model.clone(),
@@ -60,6 +74,10 @@ pub struct Running {
     pub batch_size: usize,
     /// Its response sink (decoupled models only).
     pub responder: Option<tern_core::Responder>,
+    /// Its inputs (for `ops` arrays made from them without a copy).
+    pub inputs: Vec<Tensor>,
+    /// Outputs made with `ops.set-output`.
+    pub outputs: Vec<Tensor>,
 }
 
 /// The host side of a `response-sender` resource: the sink of one request.
@@ -94,13 +112,18 @@ const MAX_SENDERS: usize = 65_536;
 pub const MAX_BLS_DEPTH: usize = 16;
 
 /// Memory and table limits of one store; remembers whether a limit was hit
-/// so a resulting trap can be reported as what it is.
+/// so a resulting trap can be reported as what it is. Linear memory and
+/// the `ops` arrays the host holds for the plugin share `max_memory`.
 #[derive(Debug)]
 pub struct Limits {
-    /// Largest linear memory, in bytes.
+    /// Largest linear memory plus host arrays, in bytes.
     pub max_memory: usize,
     /// Set when the plugin tried to grow past `max_memory`.
     pub hit: bool,
+    /// Size of the linear memory now.
+    pub linear: usize,
+    /// Bytes of `ops` arrays held for the plugin.
+    pub host: usize,
 }
 
 impl wasmtime::ResourceLimiter for Limits {
@@ -110,10 +133,11 @@ impl wasmtime::ResourceLimiter for Limits {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.max_memory {
+        if desired.saturating_add(self.host) > self.max_memory {
             self.hit = true;
             return Ok(false);
         }
+        self.linear = desired;
         Ok(true)
     }
 
@@ -130,7 +154,7 @@ impl wasmtime::ResourceLimiter for Limits {
 /// The data of one plugin instance's store.
 pub struct HostState {
     wasi: WasiCtx,
-    table: ResourceTable,
+    pub(crate) table: ResourceTable,
     /// Memory limits.
     pub limits: Limits,
     /// The plugin's model name (log lines and errors say which plugin).
@@ -171,6 +195,8 @@ impl HostState {
             limits: Limits {
                 max_memory,
                 hit: false,
+                linear: 0,
+                host: 0,
             },
             model: model.to_string(),
             models,
@@ -269,7 +295,8 @@ impl responses::HostResponseSender for HostState {
     ) -> std::result::Result<(), wit::Error> {
         let h = self.table.get(&sender).map_err(resource_error)?;
         let last = flags & 1 != 0;
-        let response = match response.map(|r| h.shape.response(&h.id, h.batch_size, r)) {
+        let response = match response.map(|r| h.shape.response(&h.id, h.batch_size, r, Vec::new()))
+        {
             // A response the config refuses reaches the client as the error it is.
             Some(Err(e)) => {
                 let _ = h.responder.0.send(Some(Err(e.clone())), true);
@@ -614,7 +641,7 @@ const DTYPES: &[(DataType, wit::DataType)] = &[
     (DataType::Bytes, wit::DataType::Bytes),
 ];
 
-fn dtype_to_wit(d: DataType) -> wit::DataType {
+pub(crate) fn dtype_to_wit(d: DataType) -> wit::DataType {
     DTYPES
         .iter()
         .find(|(c, _)| *c == d)
@@ -622,7 +649,7 @@ fn dtype_to_wit(d: DataType) -> wit::DataType {
         .1
 }
 
-fn dtype_from_wit(d: wit::DataType) -> DataType {
+pub(crate) fn dtype_from_wit(d: wit::DataType) -> DataType {
     DTYPES
         .iter()
         .find(|(_, w)| *w == d)

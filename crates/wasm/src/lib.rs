@@ -2,12 +2,14 @@
 //! [`Engine`] (component model, epoch interruption, pooling allocator when
 //! the address space allows it), the epoch ticker that enforces execution
 //! deadlines, the `.cwasm` cache ([`cache`]), the host side of the
-//! `tern:plugin` world ([`host`]) and plugins' stdout/stderr ([`stdio`]).
+//! `tern:plugin` world ([`host`], with the native kernels in [`ops`]) and
+//! plugins' stdout/stderr ([`stdio`]).
 
 pub mod backend;
 pub mod cache;
 pub mod host;
 pub mod metrics;
+pub mod ops;
 pub mod precompile;
 pub mod stdio;
 mod telemetry;
@@ -27,6 +29,7 @@ wasmtime::component::bindgen!({
     with: {
         "tern:plugin/responses.response-sender": host::SenderHandle,
         "tern:plugin/responses.response-stream": host::StreamHandle,
+        "tern:plugin/ops.array": ops::ArrayHandle,
     },
 });
 

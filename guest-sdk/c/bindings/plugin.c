@@ -3,49 +3,141 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `tern:plugin/host@0.1.1`
+// Imported Functions from `tern:plugin/host@0.1.2`
 
-__attribute__((__import_module__("tern:plugin/host@0.1.1"), __import_name__("log")))
+__attribute__((__import_module__("tern:plugin/host@0.1.2"), __import_name__("log")))
 extern void __wasm_import_tern_plugin_host_log(int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.1"), __import_name__("infer")))
+__attribute__((__import_module__("tern:plugin/host@0.1.2"), __import_name__("infer")))
 extern void __wasm_import_tern_plugin_host_infer(uint8_t *, size_t, int64_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.1"), __import_name__("metric-family")))
+__attribute__((__import_module__("tern:plugin/host@0.1.2"), __import_name__("metric-family")))
 extern void __wasm_import_tern_plugin_host_metric_family(uint8_t *, size_t, uint8_t *, size_t, int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.1"), __import_name__("metric-record")))
+__attribute__((__import_module__("tern:plugin/host@0.1.2"), __import_name__("metric-record")))
 extern void __wasm_import_tern_plugin_host_metric_record(int32_t, uint8_t *, size_t, double, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.1"), __import_name__("metric-set")))
+__attribute__((__import_module__("tern:plugin/host@0.1.2"), __import_name__("metric-set")))
 extern void __wasm_import_tern_plugin_host_metric_set(int32_t, uint8_t *, size_t, double, uint8_t *);
 
-// Imported Functions from `tern:plugin/responses@0.1.1`
+// Imported Functions from `tern:plugin/responses@0.1.2`
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[method]response-sender.send")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.2"), __import_name__("[method]response-sender.send")))
 extern void __wasm_import_tern_plugin_responses_method_response_sender_send(int32_t, int32_t, uint8_t *, size_t, uint8_t *, size_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[method]response-sender.send-error")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.2"), __import_name__("[method]response-sender.send-error")))
 extern void __wasm_import_tern_plugin_responses_method_response_sender_send_error(int32_t, int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[method]response-sender.is-cancelled")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.2"), __import_name__("[method]response-sender.is-cancelled")))
 extern int32_t __wasm_import_tern_plugin_responses_method_response_sender_is_cancelled(int32_t);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("sender")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.2"), __import_name__("sender")))
 extern void __wasm_import_tern_plugin_responses_sender(int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("is-cancelled")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.2"), __import_name__("is-cancelled")))
 extern int32_t __wasm_import_tern_plugin_responses_is_cancelled(int32_t);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[method]response-stream.next")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.2"), __import_name__("[method]response-stream.next")))
 extern void __wasm_import_tern_plugin_responses_method_response_stream_next(int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("infer-stream")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.2"), __import_name__("infer-stream")))
 extern void __wasm_import_tern_plugin_responses_infer_stream(uint8_t *, size_t, int64_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-// Exported Functions from `tern:plugin/model@0.1.1`
+// Imported Functions from `tern:plugin/ops@0.1.2`
 
-__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.1#initialize")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[static]array.from-data")))
+extern void __wasm_import_tern_plugin_ops_static_array_from_data(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[static]array.input")))
+extern void __wasm_import_tern_plugin_ops_static_array_input(int32_t, uint8_t *, size_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.datatype")))
+extern int32_t __wasm_import_tern_plugin_ops_method_array_datatype(int32_t);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.shape")))
+extern void __wasm_import_tern_plugin_ops_method_array_shape(int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.data")))
+extern void __wasm_import_tern_plugin_ops_method_array_data(int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.reshape")))
+extern void __wasm_import_tern_plugin_ops_method_array_reshape(int32_t, uint8_t *, size_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.transpose")))
+extern void __wasm_import_tern_plugin_ops_method_array_transpose(int32_t, uint8_t *, size_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.slice")))
+extern void __wasm_import_tern_plugin_ops_method_array_slice(int32_t, int32_t, int64_t, int64_t, int64_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.cast")))
+extern void __wasm_import_tern_plugin_ops_method_array_cast(int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.binary")))
+extern void __wasm_import_tern_plugin_ops_method_array_binary(int32_t, int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.scalar")))
+extern void __wasm_import_tern_plugin_ops_method_array_scalar(int32_t, int32_t, double, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.unary")))
+extern void __wasm_import_tern_plugin_ops_method_array_unary(int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.clip")))
+extern void __wasm_import_tern_plugin_ops_method_array_clip(int32_t, double, double, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.softmax")))
+extern void __wasm_import_tern_plugin_ops_method_array_softmax(int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.reduce")))
+extern void __wasm_import_tern_plugin_ops_method_array_reduce(int32_t, int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.argmax")))
+extern void __wasm_import_tern_plugin_ops_method_array_argmax(int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.top-k")))
+extern void __wasm_import_tern_plugin_ops_method_array_top_k(int32_t, int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[method]array.split")))
+extern void __wasm_import_tern_plugin_ops_method_array_split(int32_t, int32_t, uint8_t *, size_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[static]array.concat")))
+extern void __wasm_import_tern_plugin_ops_static_array_concat(uint8_t *, size_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("decode-image")))
+extern void __wasm_import_tern_plugin_ops_decode_image(uint8_t *, size_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("convert-color")))
+extern void __wasm_import_tern_plugin_ops_convert_color(int32_t, int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("resize")))
+extern void __wasm_import_tern_plugin_ops_resize(int32_t, int32_t, int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("pad")))
+extern void __wasm_import_tern_plugin_ops_pad(int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("crop")))
+extern void __wasm_import_tern_plugin_ops_crop(int32_t, int32_t, int32_t, int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("letterbox")))
+extern void __wasm_import_tern_plugin_ops_letterbox(int32_t, int32_t, int32_t, int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("normalize")))
+extern void __wasm_import_tern_plugin_ops_normalize(int32_t, int32_t, int32_t, double, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("yolo-decode")))
+extern void __wasm_import_tern_plugin_ops_yolo_decode(int32_t, int32_t, float, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("iou")))
+extern float __wasm_import_tern_plugin_ops_iou(float, float, float, float, float, int32_t, float, float, float, float, float, int32_t);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("nms")))
+extern void __wasm_import_tern_plugin_ops_nms(uint8_t *, size_t, float, float, int32_t, int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("set-output")))
+extern void __wasm_import_tern_plugin_ops_set_output(int32_t, uint8_t *, size_t, int32_t, uint8_t *);
+
+// Exported Functions from `tern:plugin/model@0.1.2`
+
+__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.2#initialize")))
 void __wasm_export_exports_tern_plugin_model_initialize_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -60,7 +152,7 @@ void __wasm_export_exports_tern_plugin_model_initialize_post_return(uint8_t * ar
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.1#execute")))
+__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.2#execute")))
 void __wasm_export_exports_tern_plugin_model_execute_post_return(uint8_t * arg0) {
   size_t len9 = *((size_t*) (arg0 + sizeof(void*)));
   if (len9 > 0) {
@@ -358,7 +450,7 @@ void tern_plugin_responses_response_free(tern_plugin_responses_response_t *ptr) 
   tern_plugin_types_response_free(ptr);
 }
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[resource-drop]response-sender")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.2"), __import_name__("[resource-drop]response-sender")))
 extern void __wasm_import_tern_plugin_responses_response_sender_drop(int32_t handle);
 
 void tern_plugin_responses_response_sender_drop_own(tern_plugin_responses_own_response_sender_t handle) {
@@ -373,7 +465,7 @@ tern_plugin_responses_borrow_response_sender_t tern_plugin_responses_borrow_resp
   return (tern_plugin_responses_borrow_response_sender_t) { arg.__handle };
 }
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.1"), __import_name__("[resource-drop]response-stream")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.2"), __import_name__("[resource-drop]response-stream")))
 extern void __wasm_import_tern_plugin_responses_response_stream_drop(int32_t handle);
 
 void tern_plugin_responses_response_stream_drop_own(tern_plugin_responses_own_response_stream_t handle) {
@@ -426,6 +518,119 @@ void tern_plugin_responses_result_own_response_stream_error_free(tern_plugin_res
   if (!ptr->is_err) {
   } else {
     tern_plugin_responses_error_free(&ptr->val.err);
+  }
+}
+
+void tern_plugin_ops_error_free(tern_plugin_ops_error_t *ptr) {
+  tern_plugin_types_error_free(ptr);
+}
+
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("[resource-drop]array")))
+extern void __wasm_import_tern_plugin_ops_array_drop(int32_t handle);
+
+void tern_plugin_ops_array_drop_own(tern_plugin_ops_own_array_t handle) {
+  __wasm_import_tern_plugin_ops_array_drop(handle.__handle);
+}
+
+void tern_plugin_ops_array_drop_borrow(tern_plugin_ops_borrow_array_t handle) {
+  __wasm_import_tern_plugin_ops_array_drop(handle.__handle);
+}
+
+tern_plugin_ops_borrow_array_t tern_plugin_ops_borrow_array(tern_plugin_ops_own_array_t arg) {
+  return (tern_plugin_ops_borrow_array_t) { arg.__handle };
+}
+
+void tern_plugin_ops_result_own_array_error_free(tern_plugin_ops_result_own_array_error_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    tern_plugin_ops_error_free(&ptr->val.err);
+  }
+}
+
+void plugin_list_u32_free(plugin_list_u32_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    uint32_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+    }
+    free(list_ptr);
+  }
+}
+
+void tern_plugin_ops_result_tuple2_own_array_own_array_error_free(tern_plugin_ops_result_tuple2_own_array_own_array_error_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    tern_plugin_ops_error_free(&ptr->val.err);
+  }
+}
+
+void plugin_list_u64_free(plugin_list_u64_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    uint64_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+    }
+    free(list_ptr);
+  }
+}
+
+void tern_plugin_ops_list_own_array_free(tern_plugin_ops_list_own_array_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    tern_plugin_ops_own_array_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+    }
+    free(list_ptr);
+  }
+}
+
+void tern_plugin_ops_result_list_own_array_error_free(tern_plugin_ops_result_list_own_array_error_t *ptr) {
+  if (!ptr->is_err) {
+    tern_plugin_ops_list_own_array_free(&ptr->val.ok);
+  } else {
+    tern_plugin_ops_error_free(&ptr->val.err);
+  }
+}
+
+void tern_plugin_ops_list_borrow_array_free(tern_plugin_ops_list_borrow_array_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    tern_plugin_ops_borrow_array_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+    }
+    free(list_ptr);
+  }
+}
+
+void tern_plugin_ops_result_tuple2_own_array_letterbox_info_error_free(tern_plugin_ops_result_tuple2_own_array_letterbox_info_error_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    tern_plugin_ops_error_free(&ptr->val.err);
+  }
+}
+
+void tern_plugin_ops_list_detection_free(tern_plugin_ops_list_detection_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    tern_plugin_ops_detection_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+    }
+    free(list_ptr);
+  }
+}
+
+void tern_plugin_ops_result_list_detection_error_free(tern_plugin_ops_result_list_detection_error_t *ptr) {
+  if (!ptr->is_err) {
+    tern_plugin_ops_list_detection_free(&ptr->val.ok);
+  } else {
+    tern_plugin_ops_error_free(&ptr->val.err);
+  }
+}
+
+void tern_plugin_ops_result_void_error_free(tern_plugin_ops_result_void_error_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    tern_plugin_ops_error_free(&ptr->val.err);
   }
 }
 
@@ -822,7 +1027,799 @@ bool tern_plugin_responses_infer_stream(tern_plugin_responses_infer_request_t *r
   }
 }
 
-__attribute__((__export_name__("tern:plugin/model@0.1.1#initialize")))
+bool tern_plugin_ops_static_array_from_data(tern_plugin_ops_data_type_t datatype, plugin_list_s64_t *shape, plugin_list_u8_t *data, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_static_array_from_data((int32_t) datatype, (uint8_t *) (*shape).ptr, (*shape).len, (uint8_t *) (*data).ptr, (*data).len, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_static_array_input(uint32_t index, plugin_string_t *name, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_static_array_input((int32_t) (index), (uint8_t *) (*name).ptr, (*name).len, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+tern_plugin_ops_data_type_t tern_plugin_ops_method_array_datatype(tern_plugin_ops_borrow_array_t self) {
+  int32_t ret = __wasm_import_tern_plugin_ops_method_array_datatype((self).__handle);
+  return ret;
+}
+
+void tern_plugin_ops_method_array_shape(tern_plugin_ops_borrow_array_t self, plugin_list_s64_t *ret) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(2*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_shape((self).__handle, ptr);
+  *ret = (plugin_list_s64_t) { (int64_t*)(*((uint8_t **) (ptr + 0))), (*((size_t*) (ptr + sizeof(void*)))) };
+}
+
+void tern_plugin_ops_method_array_data(tern_plugin_ops_borrow_array_t self, plugin_list_u8_t *ret) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(2*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_data((self).__handle, ptr);
+  *ret = (plugin_list_u8_t) { (uint8_t*)(*((uint8_t **) (ptr + 0))), (*((size_t*) (ptr + sizeof(void*)))) };
+}
+
+bool tern_plugin_ops_method_array_reshape(tern_plugin_ops_borrow_array_t self, plugin_list_s64_t *shape, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_reshape((self).__handle, (uint8_t *) (*shape).ptr, (*shape).len, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_transpose(tern_plugin_ops_borrow_array_t self, plugin_list_u32_t *perm, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_transpose((self).__handle, (uint8_t *) (*perm).ptr, (*perm).len, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_slice(tern_plugin_ops_borrow_array_t self, uint32_t axis, int64_t start, int64_t end, int64_t step, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_slice((self).__handle, (int32_t) (axis), start, end, step, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_cast(tern_plugin_ops_borrow_array_t self, tern_plugin_ops_data_type_t datatype, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_cast((self).__handle, (int32_t) datatype, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_binary(tern_plugin_ops_borrow_array_t self, tern_plugin_ops_binary_op_t op, tern_plugin_ops_borrow_array_t other, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_binary((self).__handle, (int32_t) op, (other).__handle, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_scalar(tern_plugin_ops_borrow_array_t self, tern_plugin_ops_binary_op_t op, double value, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_scalar((self).__handle, (int32_t) op, value, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_unary(tern_plugin_ops_borrow_array_t self, tern_plugin_ops_unary_op_t op, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_unary((self).__handle, (int32_t) op, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_clip(tern_plugin_ops_borrow_array_t self, double low, double high, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_clip((self).__handle, low, high, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_softmax(tern_plugin_ops_borrow_array_t self, uint32_t axis, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_softmax((self).__handle, (int32_t) (axis), ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_reduce(tern_plugin_ops_borrow_array_t self, tern_plugin_ops_reduce_op_t op, uint32_t axis, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_reduce((self).__handle, (int32_t) op, (int32_t) (axis), ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_argmax(tern_plugin_ops_borrow_array_t self, uint32_t axis, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_argmax((self).__handle, (int32_t) (axis), ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_top_k(tern_plugin_ops_borrow_array_t self, uint32_t k, uint32_t axis, tern_plugin_ops_tuple2_own_array_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_top_k((self).__handle, (int32_t) (k), (int32_t) (axis), ptr);
+  tern_plugin_ops_result_tuple2_own_array_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_tuple2_own_array_own_array_t) {
+        (tern_plugin_ops_own_array_t) (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) },
+        (tern_plugin_ops_own_array_t) (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + (4+1*sizeof(void*)))) },
+      };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_method_array_split(tern_plugin_ops_borrow_array_t self, uint32_t axis, plugin_list_u64_t *sizes, tern_plugin_ops_list_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_method_array_split((self).__handle, (int32_t) (axis), (uint8_t *) (*sizes).ptr, (*sizes).len, ptr);
+  tern_plugin_ops_result_list_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_list_own_array_t) { (tern_plugin_ops_own_array_t*)(*((uint8_t **) (ptr + sizeof(void*)))), (*((size_t*) (ptr + (2*sizeof(void*))))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_static_array_concat(tern_plugin_ops_list_borrow_array_t *arrays, uint32_t axis, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_static_array_concat((uint8_t *) (*arrays).ptr, (*arrays).len, (int32_t) (axis), ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_decode_image(plugin_list_u8_t *data, tern_plugin_ops_color_t color, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_decode_image((uint8_t *) (*data).ptr, (*data).len, (int32_t) color, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_convert_color(tern_plugin_ops_borrow_array_t image, tern_plugin_ops_color_t from, tern_plugin_ops_color_t to, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_convert_color((image).__handle, (int32_t) from, (int32_t) to, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_resize(tern_plugin_ops_borrow_array_t image, uint32_t height, uint32_t width, tern_plugin_ops_filter_t filter, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_resize((image).__handle, (int32_t) (height), (int32_t) (width), (int32_t) filter, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_pad(tern_plugin_ops_borrow_array_t image, uint32_t top, uint32_t bottom, uint32_t left, uint32_t right, uint8_t value, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_pad((image).__handle, (int32_t) (top), (int32_t) (bottom), (int32_t) (left), (int32_t) (right), (int32_t) (value), ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_crop(tern_plugin_ops_borrow_array_t image, uint32_t top, uint32_t left, uint32_t height, uint32_t width, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_crop((image).__handle, (int32_t) (top), (int32_t) (left), (int32_t) (height), (int32_t) (width), ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_letterbox(tern_plugin_ops_borrow_array_t image, uint32_t height, uint32_t width, uint8_t value, tern_plugin_ops_filter_t filter, tern_plugin_ops_tuple2_own_array_letterbox_info_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(8)))
+  uint8_t ret_area[32];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_letterbox((image).__handle, (int32_t) (height), (int32_t) (width), (int32_t) (value), (int32_t) filter, ptr);
+  tern_plugin_ops_result_tuple2_own_array_letterbox_info_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_tuple2_own_array_letterbox_info_t) {
+        (tern_plugin_ops_own_array_t) (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + 8)) },
+        (tern_plugin_ops_letterbox_info_t) (tern_plugin_ops_letterbox_info_t) {
+          (double) *((double*) (ptr + 16)),
+          (uint32_t) (uint32_t) (*((int32_t*) (ptr + 24))),
+          (uint32_t) (uint32_t) (*((int32_t*) (ptr + 28))),
+        },
+      };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + 8)),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (8+1*sizeof(void*))))), (*((size_t*) (ptr + (8+2*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_normalize(tern_plugin_ops_borrow_array_t image, tern_plugin_ops_layout_t layout, tern_plugin_ops_data_type_t datatype, double scale, plugin_list_f64_t *mean, plugin_list_f64_t *std, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_normalize((image).__handle, (int32_t) layout, (int32_t) datatype, scale, (uint8_t *) (*mean).ptr, (*mean).len, (uint8_t *) (*std).ptr, (*std).len, ptr);
+  tern_plugin_ops_result_own_array_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_own_array_t) { *((int32_t*) (ptr + sizeof(void*))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tern_plugin_ops_yolo_decode(tern_plugin_ops_borrow_array_t output, tern_plugin_ops_yolo_layout_t layout, float score_threshold, tern_plugin_ops_list_detection_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_yolo_decode((output).__handle, (int32_t) layout, score_threshold, ptr);
+  tern_plugin_ops_result_list_detection_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_list_detection_t) { (tern_plugin_ops_detection_t*)(*((uint8_t **) (ptr + sizeof(void*)))), (*((size_t*) (ptr + (2*sizeof(void*))))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+float tern_plugin_ops_iou(tern_plugin_ops_detection_t *a, tern_plugin_ops_detection_t *b) {
+  float ret = __wasm_import_tern_plugin_ops_iou((*a).x1, (*a).y1, (*a).x2, (*a).y2, (*a).score, (int32_t) ((*a).class_id), (*b).x1, (*b).y1, (*b).x2, (*b).y2, (*b).score, (int32_t) ((*b).class_id));
+  return ret;
+}
+
+void tern_plugin_ops_nms(tern_plugin_ops_list_detection_t *boxes, float score_threshold, float iou_threshold, uint32_t max_detections, bool class_aware, plugin_list_u32_t *ret) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(2*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_nms((uint8_t *) (*boxes).ptr, (*boxes).len, score_threshold, iou_threshold, (int32_t) (max_detections), class_aware, ptr);
+  *ret = (plugin_list_u32_t) { (uint32_t*)(*((uint8_t **) (ptr + 0))), (*((size_t*) (ptr + sizeof(void*)))) };
+}
+
+bool tern_plugin_ops_set_output(uint32_t index, plugin_string_t *name, tern_plugin_ops_borrow_array_t array, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_set_output((int32_t) (index), (uint8_t *) (*name).ptr, (*name).len, (array).__handle, ptr);
+  tern_plugin_ops_result_void_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+__attribute__((__export_name__("tern:plugin/model@0.1.2#initialize")))
 uint8_t * __wasm_export_exports_tern_plugin_model_initialize(uint8_t * arg, size_t arg0, int64_t arg1, uint8_t * arg2, size_t arg3, uint8_t * arg4, size_t arg5, int32_t arg6, int32_t arg7, uint8_t * arg8, size_t arg9) {
   exports_tern_plugin_model_model_context_t arg10 = (tern_plugin_types_model_context_t) {
     (plugin_string_t) (plugin_string_t) { (uint8_t*)(arg), (arg0) },
@@ -851,7 +1848,7 @@ uint8_t * __wasm_export_exports_tern_plugin_model_initialize(uint8_t * arg, size
   return ptr;
 }
 
-__attribute__((__export_name__("tern:plugin/model@0.1.1#execute")))
+__attribute__((__export_name__("tern:plugin/model@0.1.2#execute")))
 uint8_t * __wasm_export_exports_tern_plugin_model_execute(uint8_t * arg, size_t arg0) {
   exports_tern_plugin_model_list_request_t arg2 = (exports_tern_plugin_model_list_request_t) { (exports_tern_plugin_model_request_t*)(arg), (arg0) };
   exports_tern_plugin_model_list_result_response_error_t ret;
@@ -862,7 +1859,7 @@ uint8_t * __wasm_export_exports_tern_plugin_model_execute(uint8_t * arg, size_t 
   return ptr;
 }
 
-__attribute__((__export_name__("tern:plugin/model@0.1.1#finalize")))
+__attribute__((__export_name__("tern:plugin/model@0.1.2#finalize")))
 void __wasm_export_exports_tern_plugin_model_finalize(void) {
   exports_tern_plugin_model_finalize();
 }

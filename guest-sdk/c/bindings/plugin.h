@@ -306,6 +306,185 @@ typedef struct {
   } val;
 } tern_plugin_responses_result_own_response_stream_error_t;
 
+typedef tern_plugin_types_data_type_t tern_plugin_ops_data_type_t;
+
+typedef tern_plugin_types_error_t tern_plugin_ops_error_t;
+
+// Colour layouts of images (HWC `uint8` arrays: gray = 1 channel,
+// rgb/bgr = 3, rgba/bgra = 4).
+typedef uint8_t tern_plugin_ops_color_t;
+
+#define TERN_PLUGIN_OPS_COLOR_GRAY 0
+#define TERN_PLUGIN_OPS_COLOR_RGB 1
+#define TERN_PLUGIN_OPS_COLOR_BGR 2
+#define TERN_PLUGIN_OPS_COLOR_RGBA 3
+#define TERN_PLUGIN_OPS_COLOR_BGRA 4
+
+// Resampling filters: nearest neighbour, bilinear (OpenCV's
+// `INTER_LINEAR`: half-pixel centres, no antialiasing) and area
+// (OpenCV's `INTER_AREA`: the mean of the covered pixels when shrinking).
+typedef uint8_t tern_plugin_ops_filter_t;
+
+#define TERN_PLUGIN_OPS_FILTER_NEAREST 0
+#define TERN_PLUGIN_OPS_FILTER_BILINEAR 1
+#define TERN_PLUGIN_OPS_FILTER_AREA 2
+
+// Tensor layouts `normalize` writes: channels first or last.
+typedef uint8_t tern_plugin_ops_layout_t;
+
+#define TERN_PLUGIN_OPS_LAYOUT_NCHW 0
+#define TERN_PLUGIN_OPS_LAYOUT_NHWC 1
+
+// Element-wise binary operations (numpy broadcasting).
+typedef uint8_t tern_plugin_ops_binary_op_t;
+
+#define TERN_PLUGIN_OPS_BINARY_OP_ADD 0
+#define TERN_PLUGIN_OPS_BINARY_OP_SUB 1
+#define TERN_PLUGIN_OPS_BINARY_OP_MUL 2
+#define TERN_PLUGIN_OPS_BINARY_OP_DIV 3
+#define TERN_PLUGIN_OPS_BINARY_OP_MAXIMUM 4
+#define TERN_PLUGIN_OPS_BINARY_OP_MINIMUM 5
+#define TERN_PLUGIN_OPS_BINARY_OP_POW 6
+
+// Element-wise unary operations.
+typedef uint8_t tern_plugin_ops_unary_op_t;
+
+#define TERN_PLUGIN_OPS_UNARY_OP_SIGMOID 0
+#define TERN_PLUGIN_OPS_UNARY_OP_EXP 1
+#define TERN_PLUGIN_OPS_UNARY_OP_LOG 2
+#define TERN_PLUGIN_OPS_UNARY_OP_ABS 3
+#define TERN_PLUGIN_OPS_UNARY_OP_NEG 4
+#define TERN_PLUGIN_OPS_UNARY_OP_SQRT 5
+#define TERN_PLUGIN_OPS_UNARY_OP_TANH 6
+#define TERN_PLUGIN_OPS_UNARY_OP_ROUND 7
+#define TERN_PLUGIN_OPS_UNARY_OP_FLOOR 8
+#define TERN_PLUGIN_OPS_UNARY_OP_CEIL 9
+
+// Reductions along an axis.
+typedef uint8_t tern_plugin_ops_reduce_op_t;
+
+#define TERN_PLUGIN_OPS_REDUCE_OP_SUM 0
+#define TERN_PLUGIN_OPS_REDUCE_OP_MEAN 1
+#define TERN_PLUGIN_OPS_REDUCE_OP_MAX 2
+#define TERN_PLUGIN_OPS_REDUCE_OP_MIN 3
+
+typedef struct tern_plugin_ops_own_array_t {
+  int32_t __handle;
+} tern_plugin_ops_own_array_t;
+
+typedef struct tern_plugin_ops_borrow_array_t {
+  int32_t __handle;
+} tern_plugin_ops_borrow_array_t;
+
+// Where `letterbox` put the image: the scale applied and the padding
+// added above and to the left (map a box back with
+// `(x - pad-left) / scale`).
+typedef struct tern_plugin_ops_letterbox_info_t {
+  double   scale;
+  uint32_t   pad_top;
+  uint32_t   pad_left;
+} tern_plugin_ops_letterbox_info_t;
+
+// A detected box in pixel coordinates: corners, score and class.
+typedef struct tern_plugin_ops_detection_t {
+  float   x1;
+  float   y1;
+  float   x2;
+  float   y2;
+  float   score;
+  uint32_t   class_id;
+} tern_plugin_ops_detection_t;
+
+// Output layouts of YOLO detectors.
+typedef uint8_t tern_plugin_ops_yolo_layout_t;
+
+// YOLOv8/v11: `[1, 4 + classes, anchors]`, no objectness.
+#define TERN_PLUGIN_OPS_YOLO_LAYOUT_V8 0
+// YOLOv5/v7: `[1, anchors, 5 + classes]`, objectness in column 4.
+#define TERN_PLUGIN_OPS_YOLO_LAYOUT_V5 1
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_ops_own_array_t ok;
+    tern_plugin_ops_error_t err;
+  } val;
+} tern_plugin_ops_result_own_array_error_t;
+
+typedef struct {
+  uint32_t *ptr;
+  size_t len;
+} plugin_list_u32_t;
+
+typedef struct {
+  tern_plugin_ops_own_array_t f0;
+  tern_plugin_ops_own_array_t f1;
+} tern_plugin_ops_tuple2_own_array_own_array_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_ops_tuple2_own_array_own_array_t ok;
+    tern_plugin_ops_error_t err;
+  } val;
+} tern_plugin_ops_result_tuple2_own_array_own_array_error_t;
+
+typedef struct {
+  uint64_t *ptr;
+  size_t len;
+} plugin_list_u64_t;
+
+typedef struct {
+  tern_plugin_ops_own_array_t *ptr;
+  size_t len;
+} tern_plugin_ops_list_own_array_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_ops_list_own_array_t ok;
+    tern_plugin_ops_error_t err;
+  } val;
+} tern_plugin_ops_result_list_own_array_error_t;
+
+typedef struct {
+  tern_plugin_ops_borrow_array_t *ptr;
+  size_t len;
+} tern_plugin_ops_list_borrow_array_t;
+
+typedef struct {
+  tern_plugin_ops_own_array_t f0;
+  tern_plugin_ops_letterbox_info_t f1;
+} tern_plugin_ops_tuple2_own_array_letterbox_info_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_ops_tuple2_own_array_letterbox_info_t ok;
+    tern_plugin_ops_error_t err;
+  } val;
+} tern_plugin_ops_result_tuple2_own_array_letterbox_info_error_t;
+
+typedef struct {
+  tern_plugin_ops_detection_t *ptr;
+  size_t len;
+} tern_plugin_ops_list_detection_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_ops_list_detection_t ok;
+    tern_plugin_ops_error_t err;
+  } val;
+} tern_plugin_ops_result_list_detection_error_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_ops_error_t err;
+  } val;
+} tern_plugin_ops_result_void_error_t;
+
 typedef tern_plugin_types_error_t exports_tern_plugin_model_error_t;
 
 typedef tern_plugin_types_model_context_t exports_tern_plugin_model_model_context_t;
@@ -339,7 +518,7 @@ typedef struct {
   size_t len;
 } exports_tern_plugin_model_list_result_response_error_t;
 
-// Imported Functions from `tern:plugin/host@0.1.1`
+// Imported Functions from `tern:plugin/host@0.1.2`
 // Writes a line to the server's log, tagged with the plugin's model name.
 extern void tern_plugin_host_log(tern_plugin_host_log_level_t level, plugin_string_t *message);
 // Business logic scripting: runs a request on any model of the server
@@ -360,7 +539,7 @@ extern bool tern_plugin_host_metric_record(uint32_t family, plugin_list_tuple2_s
 // Gauges only: sets the value.
 extern bool tern_plugin_host_metric_set(uint32_t family, plugin_list_tuple2_string_string_t *labels, double value, tern_plugin_host_error_t *err);
 
-// Imported Functions from `tern:plugin/responses@0.1.1`
+// Imported Functions from `tern:plugin/responses@0.1.2`
 // Sends a response (or, with `none`, only the flags). Fails once
 // the final flag was sent, or with `cancelled` when the client has
 // gone away.
@@ -383,7 +562,100 @@ extern bool tern_plugin_responses_method_response_stream_next(tern_plugin_respon
 // response it sends — many for a decoupled model, one for any other.
 extern bool tern_plugin_responses_infer_stream(tern_plugin_responses_infer_request_t *request, tern_plugin_responses_own_response_stream_t *ret, tern_plugin_responses_error_t *err);
 
-// Exported Functions from `tern:plugin/model@0.1.1`
+// Imported Functions from `tern:plugin/ops@0.1.2`
+// An array of the given elements (`data` is `shape`'s element count
+// times the type's size).
+extern bool tern_plugin_ops_static_array_from_data(tern_plugin_ops_data_type_t datatype, plugin_list_s64_t *shape, plugin_list_u8_t *data, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Input `name` of request `index` of the batch `execute` is running,
+// without copying it through the plugin (not `bytes` inputs).
+extern bool tern_plugin_ops_static_array_input(uint32_t index, plugin_string_t *name, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Element type.
+extern tern_plugin_ops_data_type_t tern_plugin_ops_method_array_datatype(tern_plugin_ops_borrow_array_t self);
+// Shape.
+extern void tern_plugin_ops_method_array_shape(tern_plugin_ops_borrow_array_t self, plugin_list_s64_t *ret);
+// The elements, copied into the plugin.
+extern void tern_plugin_ops_method_array_data(tern_plugin_ops_borrow_array_t self, plugin_list_u8_t *ret);
+// The same elements with another shape (one dimension may be -1).
+extern bool tern_plugin_ops_method_array_reshape(tern_plugin_ops_borrow_array_t self, plugin_list_s64_t *shape, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Axes permuted (`perm[i]` is the source axis of axis i).
+extern bool tern_plugin_ops_method_array_transpose(tern_plugin_ops_borrow_array_t self, plugin_list_u32_t *perm, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Elements `start..end` (with `step`) along `axis`; negative
+// indices count from the end, as in Python.
+extern bool tern_plugin_ops_method_array_slice(tern_plugin_ops_borrow_array_t self, uint32_t axis, int64_t start, int64_t end, int64_t step, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Elements converted to another type (C casts; floats to integers
+// truncate toward zero and saturate).
+extern bool tern_plugin_ops_method_array_cast(tern_plugin_ops_borrow_array_t self, tern_plugin_ops_data_type_t datatype, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// `self op other`, broadcasting as numpy does. The result is
+// floating point when either side is (FP32 unless one is FP64),
+// else `self`'s type; `div` of integers gives FP32.
+extern bool tern_plugin_ops_method_array_binary(tern_plugin_ops_borrow_array_t self, tern_plugin_ops_binary_op_t op, tern_plugin_ops_borrow_array_t other, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// `self op value` for every element; integer arrays give FP32 when
+// `value` is not a whole number or `op` is `div`.
+extern bool tern_plugin_ops_method_array_scalar(tern_plugin_ops_borrow_array_t self, tern_plugin_ops_binary_op_t op, double value, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// A function of every element (integers give FP32).
+extern bool tern_plugin_ops_method_array_unary(tern_plugin_ops_borrow_array_t self, tern_plugin_ops_unary_op_t op, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Clamps every element into `[low, high]`.
+extern bool tern_plugin_ops_method_array_clip(tern_plugin_ops_borrow_array_t self, double low, double high, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Softmax along `axis` (FP32, or FP64 for FP64 arrays).
+extern bool tern_plugin_ops_method_array_softmax(tern_plugin_ops_borrow_array_t self, uint32_t axis, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Reduces `axis` (removed from the shape).
+extern bool tern_plugin_ops_method_array_reduce(tern_plugin_ops_borrow_array_t self, tern_plugin_ops_reduce_op_t op, uint32_t axis, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Indices (INT64) of the largest element along `axis`, which is
+// removed from the shape; the first on ties.
+extern bool tern_plugin_ops_method_array_argmax(tern_plugin_ops_borrow_array_t self, uint32_t axis, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// The `k` largest elements along `axis`, largest first: values and
+// their indices (INT64).
+extern bool tern_plugin_ops_method_array_top_k(tern_plugin_ops_borrow_array_t self, uint32_t k, uint32_t axis, tern_plugin_ops_tuple2_own_array_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Pieces of `sizes` elements along `axis` (they must add up to its
+// length).
+extern bool tern_plugin_ops_method_array_split(tern_plugin_ops_borrow_array_t self, uint32_t axis, plugin_list_u64_t *sizes, tern_plugin_ops_list_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Arrays of one type joined along `axis`.
+extern bool tern_plugin_ops_static_array_concat(tern_plugin_ops_list_borrow_array_t *arrays, uint32_t axis, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Decodes a JPEG, PNG, WebP or BMP image (the format is detected from
+// its bytes) into an HWC `uint8` array in `color`. A malformed file,
+// an unknown format or an image whose decoded size would pass the
+// memory cap is an error; its header is checked before any pixel is
+// decoded.
+extern bool tern_plugin_ops_decode_image(plugin_list_u8_t *data, tern_plugin_ops_color_t color, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Converts an HWC `uint8` image between colour layouts (alpha is
+// dropped, or added as 255; gray uses ITU-R 601 luma weights as
+// OpenCV does).
+extern bool tern_plugin_ops_convert_color(tern_plugin_ops_borrow_array_t image, tern_plugin_ops_color_t from, tern_plugin_ops_color_t to, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Resizes an HWC `uint8` image to `height` x `width`.
+extern bool tern_plugin_ops_resize(tern_plugin_ops_borrow_array_t image, uint32_t height, uint32_t width, tern_plugin_ops_filter_t filter, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Adds borders of `value` around an HWC `uint8` image (OpenCV's
+// `copyMakeBorder` with `BORDER_CONSTANT`).
+extern bool tern_plugin_ops_pad(tern_plugin_ops_borrow_array_t image, uint32_t top, uint32_t bottom, uint32_t left, uint32_t right, uint8_t value, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// The `height` x `width` region of an HWC image whose top-left corner
+// is (`top`, `left`); it must lie inside the image.
+extern bool tern_plugin_ops_crop(tern_plugin_ops_borrow_array_t image, uint32_t top, uint32_t left, uint32_t height, uint32_t width, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Resizes an HWC `uint8` image to fit `height` x `width` keeping its
+// aspect ratio and pads the rest with `value`, centred (YOLO's
+// letterbox).
+extern bool tern_plugin_ops_letterbox(tern_plugin_ops_borrow_array_t image, uint32_t height, uint32_t width, uint8_t value, tern_plugin_ops_filter_t filter, tern_plugin_ops_tuple2_own_array_letterbox_info_t *ret, tern_plugin_ops_error_t *err);
+// Makes a model input from an HWC `uint8` image: every value becomes
+// `(v * scale - mean[c]) / std[c]` (`mean` and `std` have one entry
+// per channel, or none for 0 and 1), laid out as `layout` with a
+// leading batch dimension of 1, in `datatype` (FP32, FP16 or UINT8).
+extern bool tern_plugin_ops_normalize(tern_plugin_ops_borrow_array_t image, tern_plugin_ops_layout_t layout, tern_plugin_ops_data_type_t datatype, double scale, plugin_list_f64_t *mean, plugin_list_f64_t *std, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Decodes a YOLO output (centre x, centre y, width, height, then
+// scores) into the boxes whose best class score (times objectness for
+// v5) is at least `score-threshold`.
+extern bool tern_plugin_ops_yolo_decode(tern_plugin_ops_borrow_array_t output, tern_plugin_ops_yolo_layout_t layout, float score_threshold, tern_plugin_ops_list_detection_t *ret, tern_plugin_ops_error_t *err);
+// Intersection over union of two boxes.
+extern float tern_plugin_ops_iou(tern_plugin_ops_detection_t *a, tern_plugin_ops_detection_t *b);
+// Non-maximum suppression: the indices of the boxes kept, best score
+// first. Boxes under `score-threshold` are dropped; a box overlapping
+// a kept one by more than `iou-threshold` is suppressed (only one of
+// its own class when `class-aware`); at most `max-detections` (0 = no
+// limit) are kept.
+extern void tern_plugin_ops_nms(tern_plugin_ops_list_detection_t *boxes, float score_threshold, float iou_threshold, uint32_t max_detections, bool class_aware, plugin_list_u32_t *ret);
+// Makes `array` output `name` of request `index` of the batch
+// `execute` is running, without copying it through the plugin; it
+// replaces an output of that name in the response `execute` returns.
+extern bool tern_plugin_ops_set_output(uint32_t index, plugin_string_t *name, tern_plugin_ops_borrow_array_t array, tern_plugin_ops_error_t *err);
+
+// Exported Functions from `tern:plugin/model@0.1.2`
 bool exports_tern_plugin_model_initialize(exports_tern_plugin_model_model_context_t *ctx, exports_tern_plugin_model_error_t *err);
 void exports_tern_plugin_model_execute(exports_tern_plugin_model_list_request_t *requests, exports_tern_plugin_model_list_result_response_error_t *ret);
 void exports_tern_plugin_model_finalize(void);
@@ -465,6 +737,36 @@ void tern_plugin_responses_result_response_error_free(tern_plugin_responses_resu
 void tern_plugin_responses_option_result_response_error_free(tern_plugin_responses_option_result_response_error_t *ptr);
 
 void tern_plugin_responses_result_own_response_stream_error_free(tern_plugin_responses_result_own_response_stream_error_t *ptr);
+
+void tern_plugin_ops_error_free(tern_plugin_ops_error_t *ptr);
+
+extern void tern_plugin_ops_array_drop_own(tern_plugin_ops_own_array_t handle);
+
+extern void tern_plugin_ops_array_drop_borrow(tern_plugin_ops_borrow_array_t handle);
+
+extern tern_plugin_ops_borrow_array_t tern_plugin_ops_borrow_array(tern_plugin_ops_own_array_t handle);
+
+void tern_plugin_ops_result_own_array_error_free(tern_plugin_ops_result_own_array_error_t *ptr);
+
+void plugin_list_u32_free(plugin_list_u32_t *ptr);
+
+void tern_plugin_ops_result_tuple2_own_array_own_array_error_free(tern_plugin_ops_result_tuple2_own_array_own_array_error_t *ptr);
+
+void plugin_list_u64_free(plugin_list_u64_t *ptr);
+
+void tern_plugin_ops_list_own_array_free(tern_plugin_ops_list_own_array_t *ptr);
+
+void tern_plugin_ops_result_list_own_array_error_free(tern_plugin_ops_result_list_own_array_error_t *ptr);
+
+void tern_plugin_ops_list_borrow_array_free(tern_plugin_ops_list_borrow_array_t *ptr);
+
+void tern_plugin_ops_result_tuple2_own_array_letterbox_info_error_free(tern_plugin_ops_result_tuple2_own_array_letterbox_info_error_t *ptr);
+
+void tern_plugin_ops_list_detection_free(tern_plugin_ops_list_detection_t *ptr);
+
+void tern_plugin_ops_result_list_detection_error_free(tern_plugin_ops_result_list_detection_error_t *ptr);
+
+void tern_plugin_ops_result_void_error_free(tern_plugin_ops_result_void_error_t *ptr);
 
 void exports_tern_plugin_model_error_free(exports_tern_plugin_model_error_t *ptr);
 

@@ -43,6 +43,7 @@ pub mod bindings {
     });
 }
 
+pub mod ops;
 mod tensor;
 
 pub use bindings::tern::plugin::host::{LogLevel, MetricKind};
