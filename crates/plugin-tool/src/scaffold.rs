@@ -28,12 +28,20 @@ fn files(lang: Lang) -> Vec<(&'static str, &'static str)> {
                 "sdk/rust/src/tensor.rs",
                 include_str!("../../../guest-sdk/rust/src/tensor.rs"),
             ),
+            (
+                "sdk/rust/src/ops.rs",
+                include_str!("../../../guest-sdk/rust/src/ops.rs"),
+            ),
         ],
         Lang::Python => vec![
             ("app.py", include_str!("templates/python_app.py")),
             (
                 "sdk/tern_plugin.py",
                 include_str!("../../../guest-sdk/python/tern_plugin.py"),
+            ),
+            (
+                "sdk/tern_ops.py",
+                include_str!("../../../guest-sdk/python/tern_ops.py"),
             ),
         ],
         Lang::Js => vec![
