@@ -20,7 +20,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding clean models plugins
+.PHONY: run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -315,3 +315,10 @@ bench-embedding: release
 
 clean:
 	rm -rf $(CARGO_TARGET_DIR) $(VENV) .cache
+
+# Host kernels vs numpy+PIL / OpenCV / pure Python for nudenet's
+# preprocessing, and the detection ensemble vs nudenet in one process:
+# docs/PERFORMANCE.md, "Plugin pre/post-processing".
+bench-detection: release
+	$(MAKE) lang-plugins $(WASM_OUT)/nudenet_prep_pure.wasm TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
+	$(PY) tests/bench/detection.py --tern $(CARGO_TARGET_DIR)/release/tern --plugins $(WASM_OUT)

@@ -343,7 +343,7 @@ pub fn normalize(
     };
     let mean = per_channel(mean, "mean", 0.0)?;
     let std = per_channel(std, "std", 1.0)?;
-    if std.iter().any(|&s| s == 0.0) {
+    if std.contains(&0.0) {
         return Err(Error::invalid_arg("normalize: std must not be 0"));
     }
     // One lookup table per channel: 256 possible inputs.
