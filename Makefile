@@ -61,7 +61,7 @@ plugins:
 JCO := .cache/jco/node_modules/.bin/jco
 export TERN_JCO := $(CURDIR)/$(JCO)
 export TERN_COMPONENTIZE_PY := $(CURDIR)/$(VENV)/bin/componentize-py
-LANG_PLUGINS := prep_python prep_js prep_c misbehave_python stream_python stream_js stream_c stream_relay_python nudenet_prep topk_python topk_js topk_c
+LANG_PLUGINS := prep_python prep_js prep_c misbehave_python stream_python stream_js stream_c stream_relay_python nudenet_prep topk_python topk_js topk_c ops_python
 LANG_EXAMPLES := prep_python prep_js prep_c
 TERN_TOOL ?= $(CARGO_TARGET_DIR)/debug/tern
 
