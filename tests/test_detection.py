@@ -4,7 +4,7 @@ preprocessing ported line for line to `tern_ops`) -> the YOLOv8 detector
 from the nudenet wheel (ONNX) -> `yolo_post` (Rust plugin: box decoding
 and NMS on `tern_plugin::ops`), compared with nudenet's own
 `NudeDetector().detect()` on images drawn with PIL at test time (JPEG and
-PNG, RGB and RGBA, several sizes and aspect ratios), over HTTP and gRPC;
+PNG, WebP, BMP, RGB and RGBA, several sizes and aspect ratios), over HTTP and gRPC;
 the preprocessing and the post-processing are also checked on their own
 against nudenet's functions; corrupt files and decompression bombs fail
 alone; host arrays are released request after request."""
@@ -68,7 +68,8 @@ def encode(img, fmt):
     return b.getvalue()
 
 
-# (seed, size, format, mode): faces found, none found, RGBA, tall, wide, tiny.
+# (seed, size, format, mode): faces found, none found, RGBA, tall, wide,
+# tiny, lossy WebP, BMP.
 CASES = [
     (3, (300, 500), "JPEG", "RGB"),
     (5, (300, 500), "PNG", "RGB"),
@@ -79,6 +80,8 @@ CASES = [
     (15, (300, 500), "JPEG", "RGB"),
     (4, (1000, 250), "PNG", "RGB"),
     (7, (64, 48), "JPEG", "RGB"),
+    (11, (300, 500), "WEBP", "RGB"),
+    (3, (300, 500), "BMP", "RGB"),
 ]
 
 
@@ -172,7 +175,7 @@ def test_preprocessing_matches_opencv_pixel_for_pixel(server):
         assert got.shape == (1, 3, 320, 320) and got.dtype == np.float32
         levels = np.abs(got - blob) * 255
         fmt = case[2]
-        assert levels.max() <= (1.01 if fmt == "PNG" else 4.01), f"{case}: max {levels.max()} levels off"
+        assert levels.max() <= (1.01 if fmt in ("PNG", "BMP") else 4.01), f"{case}: max {levels.max()} levels off"
         assert levels.mean() < 0.2, f"{case}: mean {levels.mean()} levels off"
         assert r.as_numpy("META").tolist() == [[w, h, x_pad, y_pad]]
 

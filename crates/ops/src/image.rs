@@ -421,9 +421,9 @@ mod tests {
     }
 
     #[test]
-    fn decodes_png_and_bmp_exactly_and_converts_colour() {
+    fn decodes_png_bmp_and_lossless_webp_exactly_and_converts_colour() {
         let img = rgb(3, 4, |y, x| [(x * 60) as u8, (y * 100) as u8, 7]);
-        for format in [ImageFormat::Png, ImageFormat::Bmp] {
+        for format in [ImageFormat::Png, ImageFormat::Bmp, ImageFormat::WebP] {
             let back = decode(&encode(&img, format), Color::Rgb, 1 << 20).unwrap();
             assert_eq!(back, img, "{format:?}");
         }
