@@ -60,6 +60,7 @@ __all__ = [
     "amax",
     "amin",
     "decode_image",
+    "probe_image",
     "resize",
     "pad",
     "crop",
@@ -559,6 +560,12 @@ def _filter(f):
         raise _pb.TritonError(f"unknown filter {f!r} (nearest, bilinear or area)") from None
 
 
+def probe_image(data):
+    """(width, height, channels) from an encoded image's header."""
+    info = _call(_ops.probe_image, bytes(data))
+    return info.width, info.height, info.channels
+
+
 def decode_image(data, color="RGB"):
     """Decodes JPEG/PNG/WebP/BMP bytes into an HWC UINT8 array."""
     return _wrap(_call(_ops.decode_image, bytes(data), _color(color)))
@@ -642,10 +649,9 @@ class _Cv2:
         if flags == 0:
             return decode_image(data, "GRAY")
         if flags == -1:
-            img = decode_image(data, "BGRA")
-            # Keep the alpha channel only where the file has one: an opaque
-            # image decodes to BGR, as OpenCV's IMREAD_UNCHANGED of a JPEG.
-            return img if img[..., 3:].min() < 255 else img[..., :3]
+            # The file's own channels, as OpenCV: gray, BGR or BGRA.
+            channels = probe_image(data)[2]
+            return decode_image(data, {1: "GRAY", 2: "BGRA", 3: "BGR"}.get(channels, "BGRA"))
         return decode_image(data, "BGR")
 
     def cvtColor(self, img, code):

@@ -92,28 +92,38 @@ fn bad_image(e: impl std::fmt::Display) -> Error {
     Error::invalid_arg(format!("cannot decode the image: {e}"))
 }
 
+/// Reads an image's header: (width, height, channels), nothing decoded.
+pub fn probe(data: &[u8]) -> Result<(u32, u32, u32)> {
+    let decoder = reader(data)?.into_decoder().map_err(bad_image)?;
+    let (w, h) = decoder.dimensions();
+    Ok((w, h, decoder.color_type().channel_count() as u32))
+}
+
+/// A reader for `data`, refusing formats other than JPEG, PNG, WebP, BMP.
+fn reader(data: &[u8]) -> Result<image::ImageReader<Cursor<&[u8]>>> {
+    let reader = image::ImageReader::new(Cursor::new(data))
+        .with_guessed_format()
+        .map_err(bad_image)?;
+    match reader.format() {
+        Some(ImageFormat::Jpeg | ImageFormat::Png | ImageFormat::WebP | ImageFormat::Bmp) => {
+            Ok(reader)
+        }
+        Some(other) => Err(Error::unsupported(format!(
+            "cannot decode {other:?} images: JPEG, PNG, WebP and BMP are supported"
+        ))),
+        None => Err(Error::invalid_arg(
+            "cannot decode the image: not a JPEG, PNG, WebP or BMP file",
+        )),
+    }
+}
+
 /// Decodes a JPEG, PNG, WebP or BMP image into an HWC `UINT8` array in
 /// `color`. The header is read first: an image whose decoded pixels would
 /// need more than `budget` bytes fails before anything is allocated, and
 /// the decoder itself is held to the same budget. EXIF orientation is not
 /// applied (as OpenCV's `IMREAD_UNCHANGED`).
 pub fn decode(data: &[u8], color: Color, budget: usize) -> Result<Array> {
-    let mut reader = image::ImageReader::new(Cursor::new(data))
-        .with_guessed_format()
-        .map_err(bad_image)?;
-    match reader.format() {
-        Some(ImageFormat::Jpeg | ImageFormat::Png | ImageFormat::WebP | ImageFormat::Bmp) => {}
-        Some(other) => {
-            return Err(Error::unsupported(format!(
-                "cannot decode {other:?} images: JPEG, PNG, WebP and BMP are supported"
-            )))
-        }
-        None => {
-            return Err(Error::invalid_arg(
-                "cannot decode the image: not a JPEG, PNG, WebP or BMP file",
-            ))
-        }
-    }
+    let mut reader = reader(data)?;
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(budget as u64);
     reader.limits(limits);
@@ -429,6 +439,8 @@ mod tests {
         }
         let bgr = decode(&encode(&img, ImageFormat::Png), Color::Bgr, 1 << 20).unwrap();
         assert_eq!(&bgr.data()[..3], &[7, 0, 0]);
+        assert_eq!(probe(&encode(&img, ImageFormat::Png)).unwrap(), (4, 3, 3));
+        assert!(probe(b"nope").is_err());
         let gray = decode(&encode(&img, ImageFormat::Png), Color::Gray, 1 << 20).unwrap();
         assert_eq!(gray.shape(), &[3, 4, 1]);
         // cv2.cvtColor(np.uint8([[[60, 100, 7]]]), cv2.COLOR_RGB2GRAY) == 77

@@ -346,6 +346,15 @@ impl wit_ops::HostArray for HostState {
 }
 
 impl wit_ops::Host for HostState {
+    fn probe_image(&mut self, data: Vec<u8>) -> Out<wit_ops::ImageInfo> {
+        let (width, height, channels) = image::probe(&data).map_err(wit_err)?;
+        Ok(wit_ops::ImageInfo {
+            width,
+            height,
+            channels,
+        })
+    }
+
     fn decode_image(&mut self, data: Vec<u8>, c: wit_ops::Color) -> Out<Resource<ArrayHandle>> {
         let a = image::decode(&data, color(c), self.ops_budget()).map_err(wit_err)?;
         self.hold(a)

@@ -105,6 +105,9 @@ extern void __wasm_import_tern_plugin_ops_static_array_concat(uint8_t *, size_t,
 __attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("decode-image")))
 extern void __wasm_import_tern_plugin_ops_decode_image(uint8_t *, size_t, int32_t, uint8_t *);
 
+__attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("probe-image")))
+extern void __wasm_import_tern_plugin_ops_probe_image(uint8_t *, size_t, uint8_t *);
+
 __attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("convert-color")))
 extern void __wasm_import_tern_plugin_ops_convert_color(int32_t, int32_t, int32_t, uint8_t *);
 
@@ -127,7 +130,7 @@ __attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("yolo
 extern void __wasm_import_tern_plugin_ops_yolo_decode(int32_t, int32_t, float, uint8_t *);
 
 __attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("iou")))
-extern float __wasm_import_tern_plugin_ops_iou(float, float, float, float, float, int32_t, float, float, float, float, float, int32_t);
+extern float __wasm_import_tern_plugin_ops_iou(float, float, float, float, float, int32_t, int32_t, float, float, float, float, float, int32_t, int32_t);
 
 __attribute__((__import_module__("tern:plugin/ops@0.1.2"), __import_name__("nms")))
 extern void __wasm_import_tern_plugin_ops_nms(uint8_t *, size_t, float, float, int32_t, int32_t, uint8_t *);
@@ -599,6 +602,13 @@ void tern_plugin_ops_list_borrow_array_free(tern_plugin_ops_list_borrow_array_t 
     for (size_t i = 0; i < list_len; i++) {
     }
     free(list_ptr);
+  }
+}
+
+void tern_plugin_ops_result_image_info_error_free(tern_plugin_ops_result_image_info_error_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    tern_plugin_ops_error_free(&ptr->val.err);
   }
 }
 
@@ -1561,6 +1571,40 @@ bool tern_plugin_ops_decode_image(plugin_list_u8_t *data, tern_plugin_ops_color_
   }
 }
 
+bool tern_plugin_ops_probe_image(plugin_list_u8_t *data, tern_plugin_ops_image_info_t *ret, tern_plugin_ops_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_ops_probe_image((uint8_t *) (*data).ptr, (*data).len, ptr);
+  tern_plugin_ops_result_image_info_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tern_plugin_ops_image_info_t) {
+        (uint32_t) (uint32_t) (*((int32_t*) (ptr + sizeof(void*)))),
+        (uint32_t) (uint32_t) (*((int32_t*) (ptr + (4+1*sizeof(void*))))),
+        (uint32_t) (uint32_t) (*((int32_t*) (ptr + (8+1*sizeof(void*))))),
+      };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
 bool tern_plugin_ops_convert_color(tern_plugin_ops_borrow_array_t image, tern_plugin_ops_color_t from, tern_plugin_ops_color_t to, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err) {
   __attribute__((__aligned__(sizeof(void*))))
   uint8_t ret_area[(4*sizeof(void*))];
@@ -1779,7 +1823,7 @@ bool tern_plugin_ops_yolo_decode(tern_plugin_ops_borrow_array_t output, tern_plu
 }
 
 float tern_plugin_ops_iou(tern_plugin_ops_detection_t *a, tern_plugin_ops_detection_t *b) {
-  float ret = __wasm_import_tern_plugin_ops_iou((*a).x1, (*a).y1, (*a).x2, (*a).y2, (*a).score, (int32_t) ((*a).class_id), (*b).x1, (*b).y1, (*b).x2, (*b).y2, (*b).score, (int32_t) ((*b).class_id));
+  float ret = __wasm_import_tern_plugin_ops_iou((*a).x1, (*a).y1, (*a).x2, (*a).y2, (*a).score, (int32_t) ((*a).class_id), (int32_t) ((*a).anchor), (*b).x1, (*b).y1, (*b).x2, (*b).y2, (*b).score, (int32_t) ((*b).class_id), (int32_t) ((*b).anchor));
   return ret;
 }
 

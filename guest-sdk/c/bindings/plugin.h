@@ -376,6 +376,15 @@ typedef struct tern_plugin_ops_borrow_array_t {
   int32_t __handle;
 } tern_plugin_ops_borrow_array_t;
 
+// What an encoded image's header says, read without decoding pixels:
+// its size and channels (1 gray, 2 gray and alpha, 3 colour, 4 colour
+// and alpha).
+typedef struct tern_plugin_ops_image_info_t {
+  uint32_t   width;
+  uint32_t   height;
+  uint32_t   channels;
+} tern_plugin_ops_image_info_t;
+
 // Where `letterbox` put the image: the scale applied and the padding
 // added above and to the left (map a box back with
 // `(x - pad-left) / scale`).
@@ -385,7 +394,9 @@ typedef struct tern_plugin_ops_letterbox_info_t {
   uint32_t   pad_left;
 } tern_plugin_ops_letterbox_info_t;
 
-// A detected box in pixel coordinates: corners, score and class.
+// A detected box in pixel coordinates: corners, score, class, and
+// the anchor (row of the model output) it was decoded from, for
+// reading more of that row (mask coefficients, keypoints).
 typedef struct tern_plugin_ops_detection_t {
   float   x1;
   float   y1;
@@ -393,6 +404,7 @@ typedef struct tern_plugin_ops_detection_t {
   float   y2;
   float   score;
   uint32_t   class_id;
+  uint32_t   anchor;
 } tern_plugin_ops_detection_t;
 
 // Output layouts of YOLO detectors.
@@ -451,6 +463,14 @@ typedef struct {
   tern_plugin_ops_borrow_array_t *ptr;
   size_t len;
 } tern_plugin_ops_list_borrow_array_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tern_plugin_ops_image_info_t ok;
+    tern_plugin_ops_error_t err;
+  } val;
+} tern_plugin_ops_result_image_info_error_t;
 
 typedef struct {
   tern_plugin_ops_own_array_t f0;
@@ -617,6 +637,8 @@ extern bool tern_plugin_ops_static_array_concat(tern_plugin_ops_list_borrow_arra
 // memory cap is an error; its header is checked before any pixel is
 // decoded.
 extern bool tern_plugin_ops_decode_image(plugin_list_u8_t *data, tern_plugin_ops_color_t color, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
+// Reads the header of a JPEG, PNG, WebP or BMP image.
+extern bool tern_plugin_ops_probe_image(plugin_list_u8_t *data, tern_plugin_ops_image_info_t *ret, tern_plugin_ops_error_t *err);
 // Converts an HWC `uint8` image between colour layouts (alpha is
 // dropped, or added as 255; gray uses ITU-R 601 luma weights as
 // OpenCV does).
@@ -759,6 +781,8 @@ void tern_plugin_ops_list_own_array_free(tern_plugin_ops_list_own_array_t *ptr);
 void tern_plugin_ops_result_list_own_array_error_free(tern_plugin_ops_result_list_own_array_error_t *ptr);
 
 void tern_plugin_ops_list_borrow_array_free(tern_plugin_ops_list_borrow_array_t *ptr);
+
+void tern_plugin_ops_result_image_info_error_free(tern_plugin_ops_result_image_info_error_t *ptr);
 
 void tern_plugin_ops_result_tuple2_own_array_letterbox_info_error_free(tern_plugin_ops_result_tuple2_own_array_letterbox_info_error_t *ptr);
 

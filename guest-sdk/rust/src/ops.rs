@@ -15,9 +15,9 @@
 //! [`Error`]s with Triton's codes.
 
 pub use crate::bindings::tern::plugin::ops::{
-    convert_color, crop, decode_image, iou, letterbox, nms, normalize, pad, resize, set_output,
-    yolo_decode, Array, BinaryOp, Color, Detection, Filter, Layout, LetterboxInfo, ReduceOp,
-    UnaryOp, YoloLayout,
+    convert_color, crop, decode_image, iou, letterbox, nms, normalize, pad, probe_image, resize,
+    set_output, yolo_decode, Array, BinaryOp, Color, Detection, Filter, ImageInfo, Layout,
+    LetterboxInfo, ReduceOp, UnaryOp, YoloLayout,
 };
 use crate::{DataType, Element, Error};
 
