@@ -427,3 +427,35 @@ int tern_stream_next(const tern_stream *s, tern_response *out, tern_error *err) 
 }
 
 void tern_stream_drop(tern_stream *s) { tern_plugin_responses_response_stream_drop_own(s->handle); }
+
+/* ---- native kernels ---- */
+
+int tern_ops_error(tern_plugin_ops_error_t *e, tern_error *err) { return from_wit_error(e, err); }
+
+int tern_array_input(size_t index, const char *name, tern_array *out, tern_error *err) {
+    plugin_string_t n;
+    tern_plugin_ops_error_t e;
+    plugin_string_set(&n, name);
+    return tern_plugin_ops_static_array_input((uint32_t)index, &n, out, &e) ? 0 : from_wit_error(&e, err);
+}
+
+int tern_array_from(tern_dtype dtype, const int64_t *shape, size_t ndim, const void *data, size_t len,
+                    tern_array *out, tern_error *err) {
+    plugin_list_s64_t s = {(int64_t *)shape, ndim};
+    plugin_list_u8_t d = {(uint8_t *)data, len};
+    tern_plugin_ops_error_t e;
+    return tern_plugin_ops_static_array_from_data((tern_plugin_types_data_type_t)dtype, &s, &d, out, &e)
+               ? 0
+               : from_wit_error(&e, err);
+}
+
+int tern_set_output(size_t index, const char *name, tern_array a, tern_error *err) {
+    plugin_string_t n;
+    tern_plugin_ops_error_t e;
+    plugin_string_set(&n, name);
+    return tern_plugin_ops_set_output((uint32_t)index, &n, TERN_BORROW(a), &e) ? 0 : from_wit_error(&e, err);
+}
+
+void tern_array_data(tern_array a, plugin_list_u8_t *out) { tern_plugin_ops_method_array_data(TERN_BORROW(a), out); }
+
+void tern_array_drop(tern_array a) { tern_plugin_ops_array_drop_own(a); }

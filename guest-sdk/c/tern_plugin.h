@@ -254,6 +254,40 @@ int tern_stream_next(const tern_stream *s, tern_response *out, tern_error *err);
 /* Releases the stream (cancelling the request if it has not ended). */
 void tern_stream_drop(tern_stream *s);
 
+/* ---- native kernels (tern:plugin/ops) ----
+ *
+ * Arrays the host holds, and the kernels of docs/plugins.md, called as the
+ * generated `tern_plugin_ops_*` functions of bindings/plugin.h with
+ * TERN_BORROW(a) for array arguments; a failed call's error converts with
+ * tern_ops_error. These helpers cover the calls every plugin makes:
+ *
+ *   tern_array img, blob;
+ *   tern_plugin_ops_error_t e;
+ *   plugin_list_f64_t none = {0};   // no mean / std
+ *   if (tern_array_input(i, "IMAGE_RGB", &img, &err) != 0) ...;
+ *   if (!tern_plugin_ops_normalize(TERN_BORROW(img), TERN_PLUGIN_OPS_LAYOUT_NCHW,
+ *           TERN_FP32, 1.0 / 255, &none, &none, &blob, &e))
+ *       return tern_ops_error(&e, &err);
+ *   tern_set_output(i, "images", blob, &err);   // no copy through the plugin
+ *   tern_array_drop(img); tern_array_drop(blob);
+ */
+typedef tern_plugin_ops_own_array_t tern_array;
+#define TERN_BORROW(a) tern_plugin_ops_borrow_array(a)
+
+/* Fills `err` from a kernel's error, frees it, returns -1. */
+int tern_ops_error(tern_plugin_ops_error_t *e, tern_error *err);
+/* Input `name` of request `index` of the running batch as a host array (no copy). */
+int tern_array_input(size_t index, const char *name, tern_array *out, tern_error *err);
+/* A host array of `len` bytes of elements. */
+int tern_array_from(tern_dtype dtype, const int64_t *shape, size_t ndim, const void *data, size_t len,
+                    tern_array *out, tern_error *err);
+/* Makes `a` output `name` of request `index`'s response (no copy; `a` stays the plugin's). */
+int tern_set_output(size_t index, const char *name, tern_array a, tern_error *err);
+/* The elements, copied into the plugin: free the list with plugin_list_u8_free. */
+void tern_array_data(tern_array a, plugin_list_u8_t *out);
+/* Releases an array. */
+void tern_array_drop(tern_array a);
+
 #ifdef __cplusplus
 }
 #endif
