@@ -160,3 +160,20 @@ def test_python_array_surface_matches_numpy(surface_server):
                 assert got[k] == want[k], k
             else:
                 np.testing.assert_allclose(np.array(got[k], dtype=np.float64), np.array(want[k], dtype=np.float64), rtol=1e-5, atol=1e-5, err_msg=k)
+
+
+def test_a_broadcast_past_the_memory_cap_is_refused_before_it_is_computed(surface_server):
+    """[n, 1] * [1, n] with n = 100000 would need 80 GB of working values."""
+    c = httpclient.InferenceServerClient(surface_server.url)
+    for n, ok in ((100_000, False), (100, True)):
+        inp = httpclient.InferInput("X", [1, n], "FP32")
+        inp.set_data_from_numpy(np.ones((1, n), np.float32))
+        if ok:
+            import json
+
+            assert json.loads(c.infer("ops_python", [inp]).as_numpy("RESULT")[0]) == {"outer": [n, n]}
+        else:
+            with pytest.raises(InferenceServerException) as e:
+                c.infer("ops_python", [inp])
+            assert "broadcast result of shape [100000, 100000] needs 80000000000 bytes" in str(e.value), str(e.value)
+            assert "memory cap" in str(e.value)

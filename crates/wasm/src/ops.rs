@@ -237,8 +237,17 @@ impl wit_ops::HostArray for HostState {
         op: wit_ops::BinaryOp,
         other: Resource<ArrayHandle>,
     ) -> Out<Resource<ArrayHandle>> {
-        let out =
-            math::binary(binary_op(op), self.array(&r)?, self.array(&other)?).map_err(wit_err)?;
+        let (a, b) = (self.array(&r)?, self.array(&other)?);
+        // Broadcasting can make a result far larger than its operands
+        // ([n, 1] x [1, n]): refuse it before the kernel allocates its
+        // working values (f64 per element).
+        let shape = math::broadcast(a.shape(), b.shape()).map_err(wit_err)?;
+        let need = shape
+            .iter()
+            .try_fold(8u64, |n, &d| n.checked_mul(d as u64))
+            .unwrap_or(u64::MAX);
+        self.check_budget(need, &format!("a broadcast result of shape {shape:?}"))?;
+        let out = math::binary(binary_op(op), a, b).map_err(wit_err)?;
         self.hold(out)
     }
 
@@ -523,10 +532,15 @@ impl HostState {
     fn check_pixels(&self, img: &Resource<ArrayHandle>, height: u32, width: u32) -> Out<()> {
         let (_, _, c) = image::hwc(self.array(img)?).map_err(wit_err)?;
         let need = height as u64 * width as u64 * c as u64;
+        self.check_budget(need, &format!("a {width}x{height} image"))
+    }
+
+    /// Refuses `what`, needing `need` bytes, when they would pass the cap.
+    fn check_budget(&self, need: u64, what: &str) -> Out<()> {
         let left = self.ops_budget() as u64;
         if need > left {
             return Err(wit_err(Error::unavailable(format!(
-                "model '{}': a {width}x{height} image needs {need} bytes, more than the {left} bytes left under the plugin's memory cap (max_memory_bytes)",
+                "model '{}': {what} needs {need} bytes, more than the {left} bytes left under the plugin's memory cap (max_memory_bytes)",
                 self.model
             ))));
         }
