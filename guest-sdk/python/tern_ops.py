@@ -24,7 +24,6 @@ import struct
 
 from componentize_py_types import Err
 from wit_world.imports import ops as _ops
-from wit_world.imports import types as _t
 
 import tern_plugin as _pb
 
@@ -74,21 +73,8 @@ __all__ = [
     "cv2",
 ]
 
-_DT = {
-    "BOOL": _t.DataType.BOOL,
-    "UINT8": _t.DataType.UINT8,
-    "UINT16": _t.DataType.UINT16,
-    "UINT32": _t.DataType.UINT32,
-    "UINT64": _t.DataType.UINT64,
-    "INT8": _t.DataType.INT8,
-    "INT16": _t.DataType.INT16,
-    "INT32": _t.DataType.INT32,
-    "INT64": _t.DataType.INT64,
-    "FP16": _t.DataType.FP16,
-    "FP32": _t.DataType.FP32,
-    "FP64": _t.DataType.FP64,
-    "BF16": _t.DataType.BF16,
-}
+# Triton's types (not BYTES) from tern_plugin's table: WIT enum and struct code.
+_DT = {k: v[0] for k, v in _pb._DTYPES.items() if k != "BYTES"}
 _NAMES = {v: k for k, v in _DT.items()}
 # numpy-style aliases.
 _ALIASES = {
@@ -97,8 +83,7 @@ _ALIASES = {
     "int64": "INT64", "float16": "FP16", "float32": "FP32", "float64": "FP64",
     "float": "FP64", "int": "INT64", "bfloat16": "BF16",
 }
-_STRUCT = {"BOOL": "?", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q", "INT8": "b",
-           "INT16": "h", "INT32": "i", "INT64": "q", "FP16": "e", "FP32": "f", "FP64": "d"}
+_STRUCT = {k: v[1] for k, v in _pb._DTYPES.items() if v[1]}
 
 bool_, uint8, int32, int64, float16, float32, float64 = (
     "BOOL", "UINT8", "INT32", "INT64", "FP16", "FP32", "FP64")

@@ -183,6 +183,9 @@ impl wit_ops::HostArray for HostState {
         self.hold(a)
     }
 
+    // `datatype`, `shape` and `data` cannot return an error in the WIT; the
+    // handle they get is one of this store's arrays (wasmtime checks resource
+    // types), so the lookup does not fail in practice.
     fn datatype(&mut self, r: Resource<ArrayHandle>) -> wit::DataType {
         self.array(&r)
             .map(|a| dtype_to_wit(a.dtype()))
