@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -165,13 +166,15 @@ def mode(client, m):
     "m,expect",
     [
         ("loop", "exceeded its execution deadline of 1500 ms"),
+        ("sleep", "exceeded its execution deadline of 1500 ms"),
         ("memory", "hit its memory cap of 134217728 bytes"),
     ],
 )
 def test_python_plugin_abuse_is_contained(lsrv, m, expect):
-    """A Python plugin that never returns or allocates without bound gets its
-    batch failed with a clear error and its instance restarted, while other
-    models keep answering; afterwards it serves again."""
+    """A Python plugin that never returns, sleeps (`time.sleep(20)`, blocked
+    in a WASI call) or allocates without bound gets its batch failed with a
+    clear error and its instance restarted, while other models keep
+    answering; afterwards it serves again."""
     h = httpclient.InferenceServerClient(lsrv.url)
     assert mode(h, "ok") == "ok"
     stop = threading.Event()
@@ -187,8 +190,10 @@ def test_python_plugin_abuse_is_contained(lsrv, m, expect):
     t = threading.Thread(target=bystander)
     t.start()
     try:
+        t0 = time.monotonic()
         with pytest.raises(InferenceServerException) as e:
             mode(h, m)
+        assert time.monotonic() - t0 < 10
         assert "misbehave_python" in str(e.value) and expect in str(e.value), str(e.value)
     finally:
         stop.set()

@@ -120,6 +120,7 @@ def test_plugin_reads_its_own_folder_only(hc):
     "m,expect",
     [
         ("loop", "exceeded its execution deadline of 300 ms"),
+        ("sleep", "exceeded its execution deadline of 300 ms"),
         ("memory", "hit its memory cap of 33554432 bytes"),
         ("panic", "trapped: the plugin panicked at misbehave/src/lib.rs"),
     ],
@@ -139,8 +140,11 @@ def test_misbehaving_plugin_is_contained(psrv, hc, m, expect):
     t = threading.Thread(target=bystander)
     t.start()
     try:
+        t0 = time.monotonic()
         with pytest.raises(InferenceServerException) as e:
             mode(hc, m)
+        # A sleep (blocked in a WASI call) ends at the deadline too, not 20 s later.
+        assert time.monotonic() - t0 < 10
         assert "misbehave" in str(e.value) and expect in str(e.value), str(e.value)
         assert "restarted" in str(e.value)
     finally:
@@ -277,3 +281,20 @@ def test_a_plugin_cannot_create_unbounded_metrics(psrv, hc):
         text = r.read().decode()
     assert text.count("misbehave_series{") == 1000
     assert len(text) < 2_000_000
+
+
+def test_a_named_pipe_in_a_plugin_folder_is_refused_at_load(tmp_path):
+    """The model folder is the plugin's file system; a named pipe there would
+    block a read past the deadline, so the load refuses it and says where."""
+    repo = tmp_path / "models"
+    gen_models.plugin_repo(str(repo), plugins_dir())
+    os.mkfifo(repo / "misbehave" / "1" / "pipe")
+    t = Tern([f"--model-repository={repo}", "--exit-on-error=false"])
+    try:
+        c = httpclient.InferenceServerClient(t.url)
+        index = {m["name"]: m for m in c.get_model_repository_index()}
+        assert index["misbehave"]["state"] == "UNAVAILABLE"
+        assert "1/pipe' is not a regular file or folder" in index["misbehave"]["reason"]
+        assert index["add_sub"]["state"] == "READY"
+    finally:
+        t.stop()

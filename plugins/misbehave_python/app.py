@@ -4,10 +4,11 @@ one. MODE (one string) selects: "ok" echoes, "loop" never returns, "memory"
 allocates without bound, "raise" raises a plain exception, "triton_error"
 raises TritonError(INVALID_ARG), "wrong_count" returns no responses,
 "bad_response" returns something that is not a response, "print" writes
-to stdout and stderr (which go to the server's log).
+to stdout and stderr (which go to the server's log), "sleep" sleeps 20 s.
 """
 
 import sys
+import time
 
 import tern_plugin as pb_utils
 
@@ -19,6 +20,8 @@ class TritonPythonModel:
             n = 0
             while True:
                 n += 1
+        if "sleep" in modes:
+            time.sleep(20)
         if "memory" in modes:
             hoard = []
             while True:

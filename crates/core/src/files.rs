@@ -55,6 +55,40 @@ pub fn check_regular(path: &Path, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a folder tree that holds anything but regular files, folders and
+/// links to them (a FIFO, a socket, a device): a plugin reads its model folder
+/// through WASI, and a read of a named pipe would block past its deadline.
+/// Links to folders are not followed (WASI does not follow links out of the
+/// folder, and a link inside it is checked where it points).
+pub fn check_tree(root: &Path, what: &str) -> Result<()> {
+    let read = |p: &Path, e: std::io::Error| {
+        Error::invalid_arg(format!("{what}: cannot read '{}': {e}", p.display()))
+    };
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(|e| read(&dir, e))? {
+            let path = entry.map_err(|e| read(&dir, e))?.path();
+            let own = std::fs::symlink_metadata(&path).map_err(|e| read(&path, e))?;
+            if own.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            // A dangling link cannot be opened, so it cannot block either.
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if !meta.is_file() && !meta.is_dir() {
+                return Err(Error::invalid_arg(format!(
+                    "{what}: '{}' is not a regular file or folder; a plugin reading it could \
+                     block past its deadline",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +112,29 @@ mod tests {
         assert!(e.message.contains("outside the model's folder"), "{e}");
         let e = read_inside(&model, &model, "sub", "l").unwrap_err();
         assert!(e.message.contains("not a regular file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_tree_with_a_named_pipe_is_refused() {
+        let dir = std::env::temp_dir().join(format!("tern-tree-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        std::fs::write(dir.join("a/b/w.bin"), "x").unwrap();
+        std::os::unix::fs::symlink(dir.join("a"), dir.join("loop")).unwrap();
+        std::os::unix::fs::symlink(dir.join("gone"), dir.join("dangling")).unwrap();
+        check_tree(&dir, "model 'm'").unwrap();
+        let fifo = dir.join("a/b/pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = check_tree(&dir, "model 'm'").unwrap_err();
+        assert!(
+            e.message
+                .contains("a/b/pipe' is not a regular file or folder"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -146,6 +146,8 @@ impl WasmModel {
         let sandbox = Sandbox::from_config(cfg)?;
         let runtime = crate::runtime()?;
         let path = model_file(cfg, ctx.version_dir, "model.wasm")?;
+        // The folder is the plugin's WASI file system: no named pipes in it.
+        tern_core::files::check_tree(ctx.version_dir, &format!("model '{}'", cfg.name))?;
         let started = Instant::now();
         let (component, source) =
             cache::load(&runtime, &path, ctx.settings.wasm_cache_dir.as_deref())
@@ -160,6 +162,7 @@ impl WasmModel {
             ))
         };
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(link)?;
+        crate::blocking::add_to_linker(&mut linker).map_err(link)?;
         Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
             .map_err(link)?;
         let pre = linker
@@ -234,6 +237,7 @@ impl WasmModel {
         let mut state = state;
         state.shape = Some(self.shape.clone());
         state.metric_caps = self.sandbox.metric_caps;
+        state.deadline = Some(Instant::now() + self.sandbox.timeout);
         let mut store = Store::new(&self.runtime.engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(ticks(self.sandbox.timeout));
@@ -281,7 +285,9 @@ fn describe(store: &Store<HostState>, e: &wasmtime::Error, sandbox: Sandbox) -> 
             "hit its memory cap of {} bytes (max_memory_bytes)",
             sandbox.max_memory
         )
-    } else if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+    } else if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt)
+        || e.is::<crate::blocking::DeadlineExceeded>()
+    {
         format!(
             "exceeded its execution deadline of {} ms (execution_timeout_ms)",
             sandbox.timeout.as_millis()
@@ -533,6 +539,7 @@ fn placeholder(m: &WasmModel, req: &InferRequest) -> InferResponse {
 impl Drop for WasmInstance {
     fn drop(&mut self) {
         if let Some((store, plugin)) = self.live.as_mut() {
+            store.data_mut().deadline = Some(Instant::now() + self.model.sandbox.timeout);
             store.set_epoch_deadline(ticks(self.model.sandbox.timeout));
             if let Err(e) = plugin.tern_plugin_model().call_finalize(&mut *store) {
                 tracing::warn!(model = %self.model.name, "plugin finalize failed: {}", e.root_cause());

@@ -6,6 +6,7 @@
 //! plugins' stdout/stderr ([`stdio`]).
 
 pub mod backend;
+mod blocking;
 pub mod cache;
 pub mod host;
 pub mod metrics;

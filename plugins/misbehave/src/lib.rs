@@ -1,6 +1,6 @@
 //! `misbehave`: a test plugin that does what its `MODE` input (STRING) says,
 //! so the tests can prove the sandbox contains every kind of misbehaviour:
-//! `ok` (echo), `loop` (never returns), `memory` (allocates until the cap),
+//! `ok` (echo), `loop` (never returns), `sleep` (sleeps 20 s in WASI), `memory` (allocates until the cap),
 //! `panic`, `wrong_count` (two responses for one request), `bad_shape`,
 //! `bad_tensor` (data size does not match the shape), `bad_dtype`, `read_model_file`
 //! (reads `data.txt` from its own folder: allowed), `read_outside` (tries
@@ -39,6 +39,10 @@ impl Misbehave {
                 loop {
                     x = std::hint::black_box(x.wrapping_add(1));
                 }
+            }
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(20));
+                "slept".to_string()
             }
             "memory" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
