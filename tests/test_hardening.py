@@ -6,14 +6,17 @@ into a server error."""
 import base64
 import json
 import os
+import shutil
+import threading
 import time
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from conftest import Tern
+from conftest import ROOT, Tern
 
 
 def io_config(name, extra=""):
@@ -199,3 +202,75 @@ def test_a_body_of_whitespace_is_answered_promptly(hostile):
     r = conn.getresponse()
     assert r.status == 400 and b"failed to parse the request JSON" in r.read()
     conn.close()
+
+
+def slow_plugin(repo, name, sleep_ms):
+    """A copy of the `misbehave` plugin whose initialize sleeps `sleep_ms`."""
+    wasm = os.path.join(os.environ.get("TERN_PLUGINS_DIR", os.path.join(ROOT, "target", "wasm32-wasip2", "release")), "misbehave.wasm")
+    if not os.path.exists(wasm):
+        pytest.fail(f"{wasm} not found; run `make plugins` (or set TERN_PLUGINS_DIR)")
+    (repo / name / "1").mkdir(parents=True)
+    shutil.copy(wasm, repo / name / "1" / "model.wasm")
+    (repo / name / "config.pbtxt").write_text(f"""name: "{name}"
+backend: "wasm"
+max_batch_size: 0
+input [ {{ name: "MODE" data_type: TYPE_STRING dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] }} ]
+parameters {{ key: "execution_timeout_ms" value: {{ string_value: "600000" }} }}
+parameters {{ key: "init_sleep_ms" value: {{ string_value: "{sleep_ms}" }} }}
+""")
+
+
+def test_a_slow_load_holds_neither_other_loads_nor_the_server(tmp_path):
+    """A load that takes minutes (here a plugin whose initialize sleeps 60 s)
+    does not hold loads and unloads of other models, inference or the index;
+    it is abandoned at --model-load-timeout-secs with a clear reason, and a
+    later load of the same model is not held by the abandoned one."""
+    repo = tmp_path / "models"
+    slow_plugin(repo, "slow", 60000)
+    for n in ("fine", "other"):
+        (repo / n / "1").mkdir(parents=True)
+        (repo / n / "config.pbtxt").write_text(io_config(n))
+    t = Tern([f"--model-repository={repo}", "--model-control-mode=explicit", "--load-model=fine",
+              "--model-load-timeout-secs=4"])
+    try:
+        c = httpclient.InferenceServerClient(t.url)
+        failure = []
+
+        def load_slow():
+            try:
+                httpclient.InferenceServerClient(t.url, network_timeout=60).load_model("slow")
+            except Exception as e:  # noqa: BLE001
+                failure.append((time.time(), str(e)))
+
+        started = time.time()
+        loader = threading.Thread(target=load_slow)
+        loader.start()
+        time.sleep(0.5)
+        c.load_model("other")
+        c.unload_model("other")
+        c.load_model("other")
+        assert time.time() - started < 3, "a load of another model waited for the slow one"
+        rows = {m["name"]: m for m in c.get_model_repository_index()}
+        assert rows["slow"]["state"] == "LOADING" and rows["other"]["state"] == "READY"
+        x = httpclient.InferInput("INPUT0", [4], "FP32")
+        x.set_data_from_numpy(np.ones(4, dtype=np.float32))
+        assert c.infer("fine", [x]).as_numpy("OUTPUT0").tolist() == [1.0] * 4
+        loader.join(30)
+        assert failure, "the slow load did not fail"
+        ended, message = failure[0]
+        assert 3.5 < ended - started < 15, ended - started
+        assert "the load did not finish within 4 s (--model-load-timeout-secs)" in message, message
+        rows = {m["name"]: m for m in c.get_model_repository_index()}
+        assert rows["slow"]["state"] == "UNAVAILABLE"
+        assert "did not finish within 4 s" in rows["slow"]["reason"]
+        # Again: the abandoned load still sleeps, and does not hold this one.
+        again = time.time()
+        with pytest.raises(Exception, match="did not finish within 4 s"):
+            httpclient.InferenceServerClient(t.url, network_timeout=60).load_model("slow")
+        assert time.time() - again < 10
+        assert c.is_model_ready("other")
+    finally:
+        stopped = time.time()
+        t.stop()
+        assert time.time() - stopped < 15, "the server did not stop promptly with loads abandoned"

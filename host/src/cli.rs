@@ -392,6 +392,16 @@ pub struct Args {
     )]
     pub model_load_thread_count: usize,
 
+    /// Seconds one model's load may take before it is abandoned and fails
+    /// (0 = no limit). Loads of other models never wait for it.
+    #[arg(
+        help_heading = "Model repository",
+        long,
+        env = "TERN_MODEL_LOAD_TIMEOUT_SECS",
+        default_value_t = 600
+    )]
+    pub model_load_timeout_secs: u64,
+
     /// Where compiled WebAssembly plugins are cached (default `$XDG_CACHE_HOME/tern/wasm` or `~/.cache/tern/wasm`; `none` = no cache).
     #[arg(
         help_heading = "Backends and plugins",

@@ -66,6 +66,8 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         backend: args.backend_settings()?,
         gpu_count: tern_memory::cuda::devices().len(),
         load_threads: args.model_load_thread_count,
+        load_timeout: (args.model_load_timeout_secs > 0)
+            .then(|| Duration::from_secs(args.model_load_timeout_secs)),
         config_name: args.model_config_name.clone(),
         summary_latencies: args.allow_metrics && metrics_settings.summary_latencies,
     };

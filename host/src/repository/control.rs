@@ -6,8 +6,15 @@
 //! are ready; a failed reload keeps the old versions serving. Replaced or
 //! unloaded versions finish their in-flight requests before their instances
 //! stop.
+//!
+//! Changes are planned under one lock, but the slow part of each (loading a
+//! model's versions, draining an unloaded one) runs with the lock released
+//! and the model's name claimed ([`Control`]): a load or unload of one model
+//! waits only for changes of the same models, never for a slow load of
+//! another, and a load that does not finish within `--model-load-timeout-secs`
+//! is abandoned (see `load.rs`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -115,7 +122,54 @@ pub fn unload_dependents(params: impl IntoIterator<Item = (String, ControlValue)
 /// How long an unload waits for in-flight requests before stopping the instances anyway.
 const UNLOAD_DRAIN: Duration = Duration::from_secs(30);
 
+/// What the model-control lock guards: the models some change is loading or
+/// unloading right now, with the lock released.
+#[derive(Debug, Default)]
+pub struct Control {
+    busy: BTreeSet<String>,
+}
+
+/// The model-control lock, held.
+pub type ControlGuard<'a> = std::sync::MutexGuard<'a, Control>;
+
+/// Names claimed by one change; released (and waiters woken) when dropped,
+/// also when the change panics.
+struct Claim<'a, 'n> {
+    repo: &'a Repository,
+    names: &'n [String],
+}
+
+impl Drop for Claim<'_, '_> {
+    fn drop(&mut self) {
+        let mut control = self.repo.control.lock().expect("control lock");
+        for n in self.names {
+            control.busy.remove(n);
+        }
+        self.repo.control_done.notify_all();
+    }
+}
+
 impl Repository {
+    /// Runs `work` on the models `names` with the control lock released:
+    /// waits until no other change holds any of them, claims them, releases
+    /// the lock for `work`, then takes the lock back.
+    pub(super) fn unlocked<'a, R>(
+        &'a self,
+        mut guard: ControlGuard<'a>,
+        names: &[String],
+        work: impl FnOnce() -> R,
+    ) -> (ControlGuard<'a>, R) {
+        while names.iter().any(|n| guard.busy.contains(n)) {
+            guard = self.control_done.wait(guard).expect("control lock");
+        }
+        guard.busy.extend(names.iter().cloned());
+        drop(guard);
+        let claim = Claim { repo: self, names };
+        let result = work();
+        drop(claim);
+        (self.control.lock().expect("control lock"), result)
+    }
+
     /// Scans every root and loads every model; returns the load errors (one per failed model or version).
     pub fn load_all(&self) -> Result<Vec<Error>> {
         self.load_startup(ControlMode::None, &[])
@@ -124,7 +178,7 @@ impl Repository {
     /// The startup load for a control mode: every model, or in explicit mode
     /// only `load_models` (`*` = every model) and the models their ensembles call.
     pub fn load_startup(&self, mode: ControlMode, load_models: &[String]) -> Result<Vec<Error>> {
-        let _control = self.control.lock().expect("control lock");
+        let control = self.control.lock().expect("control lock");
         let found = self.scan()?;
         let wanted: Vec<String> =
             if mode != ControlMode::Explicit || load_models.iter().any(|m| m == "*") {
@@ -146,7 +200,7 @@ impl Repository {
                 }
             }
         }
-        errors.extend(self.apply(jobs, &found).into_values());
+        errors.extend(self.apply(control, jobs, &found).1.into_values());
         Ok(errors)
     }
 
@@ -195,7 +249,7 @@ impl Repository {
     /// from the repository, or from a config and files given in the request.
     pub fn load_model(&self, name: &str, overrides: LoadOverride) -> Result<()> {
         check_model_name(name)?;
-        let _control = self.control_for_load()?;
+        let control = self.control_for_load()?;
         let found = self.scan()?;
         let (dir, temp) = if overrides.files.is_empty() {
             match found.get(name) {
@@ -225,7 +279,7 @@ impl Repository {
             config: overrides.config,
             temp,
         };
-        match self.apply(vec![job], &found).remove(name) {
+        match self.apply(control, vec![job], &found).1.remove(name) {
             Some(e) => Err(Error::new(
                 load_code(&e),
                 format!("load failed for model '{name}': {}", e.message),
@@ -238,7 +292,7 @@ impl Repository {
     /// with `unload_dependents`, the ensembles that call it). In-flight
     /// requests finish first; the instances are stopped when this returns.
     pub fn unload_model(&self, name: &str, unload_dependents: bool) -> Result<()> {
-        let _control = self.control.lock().expect("control lock");
+        let mut control = self.control.lock().expect("control lock");
         let mut names = vec![name.to_string()];
         if unload_dependents {
             let models = self.models.read().expect("models lock");
@@ -249,13 +303,20 @@ impl Repository {
             );
             names.extend(graph.dependents(name));
         }
-        for n in names {
-            self.unload_one(&n);
+        for n in &names {
+            control = self.unload_one(control, n);
         }
         Ok(())
     }
 
-    fn unload_one(&self, name: &str) {
+    /// Unloads one model; its requests drain with the control lock released.
+    fn unload_one<'a>(&'a self, control: ControlGuard<'a>, name: &str) -> ControlGuard<'a> {
+        let names = [name.to_string()];
+        self.unlocked(control, &names, || self.drain_and_unload(name))
+            .0
+    }
+
+    fn drain_and_unload(&self, name: &str) {
         let handles: Vec<Arc<ModelHandle>> = {
             let mut models = self.models.write().expect("models lock");
             let Some(entry) = models.get_mut(name) else {
@@ -282,7 +343,7 @@ impl Repository {
     /// (a failed load is retried only once its folder changes again) and
     /// unloads models whose folder is gone. Returns the load errors.
     pub fn poll(&self) -> Result<Vec<Error>> {
-        let _control = self.control_for_load()?;
+        let mut control = self.control_for_load()?;
         let found = self.scan()?;
         let (changed, gone) = {
             let models = self.models.read().expect("models lock");
@@ -309,12 +370,16 @@ impl Repository {
         };
         for name in gone {
             tracing::info!(model = %name, "model folder removed from the repository: unloading");
-            self.unload_one(&name);
+            control = self.unload_one(control, &name);
         }
         for job in &changed {
             tracing::info!(model = %job.name, "model folder changed: loading");
         }
-        Ok(self.apply(changed, &found).into_values().collect())
+        Ok(self
+            .apply(control, changed, &found)
+            .1
+            .into_values()
+            .collect())
     }
 
     /// Starts polling every `interval` on a background thread until `stop` is set.

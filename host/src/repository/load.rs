@@ -5,13 +5,19 @@
 //! each wave in parallel beside what serves, swap the new versions in, then
 //! re-check the serving ensembles that call a model that changed. Failures
 //! are recorded in the index in one place and never stop the other models.
+//!
+//! Each wave loads with the control lock released and its models claimed, so
+//! other models' changes go on meanwhile; a model whose load does not finish
+//! within the load timeout is abandoned: its load fails, and if it ever
+//! finishes, its result is dropped instead of being swapped in.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::control::{content_fingerprint, fingerprint};
+use super::control::{content_fingerprint, fingerprint, ControlGuard};
 use super::entry::Origin;
 use super::graph::DependencyGraph;
 use super::{ModelEntry, Prepared, Repository};
@@ -24,6 +30,7 @@ use tern_core::error::{Error, Result};
 pub(super) type Found = BTreeMap<String, Result<PathBuf>>;
 
 /// One model to load, and where from.
+#[derive(Clone)]
 pub(super) struct LoadJob {
     /// The model name.
     pub name: String,
@@ -47,6 +54,13 @@ impl LoadJob {
     }
 }
 
+/// [`Repository::install`]'s outcome: still loading,
+const RUNNING: u8 = 0;
+/// its versions swapped in (or its failure recorded),
+const COMMITTED: u8 = 1;
+/// or given up at the load timeout.
+const ABANDONED: u8 = 2;
+
 /// A job whose config is read and checked: ready to install.
 struct Staged {
     job: LoadJob,
@@ -56,8 +70,13 @@ struct Staged {
 
 impl Repository {
     /// Loads (or reloads) a set of models and returns the failures by model
-    /// name. The caller holds the control lock.
-    pub(super) fn apply(&self, jobs: Vec<LoadJob>, found: &Found) -> BTreeMap<String, Error> {
+    /// name, with the control lock, which is released while models load.
+    pub(super) fn apply<'a>(
+        &'a self,
+        mut control: ControlGuard<'a>,
+        jobs: Vec<LoadJob>,
+        found: &Found,
+    ) -> (ControlGuard<'a>, BTreeMap<String, Error>) {
         let mut failed = BTreeMap::new();
         let mut staged: BTreeMap<String, Staged> = BTreeMap::new();
         let mut jobs = jobs;
@@ -102,10 +121,15 @@ impl Repository {
         let mut changed = Vec::new();
         for wave in waves {
             let wave: Vec<Staged> = wave.iter().filter_map(|n| staged.remove(n)).collect();
-            for (job, result) in self.parallel(wave, |s| {
-                let result = self.install(&s.job, &s.dir, s.prepared);
-                (s.job, result)
-            }) {
+            let names: Vec<String> = wave.iter().map(|s| s.job.name.clone()).collect();
+            let (guard, results) = self.unlocked(control, &names, || {
+                self.parallel(wave, |s| {
+                    let result = self.install_bounded(&s.job, &s.dir, s.prepared);
+                    (s.job, result)
+                })
+            });
+            control = guard;
+            for (job, result) in results {
                 match result {
                     Ok(true) => changed.push(job.name),
                     Ok(false) => {}
@@ -119,11 +143,60 @@ impl Repository {
         let done: BTreeSet<&String> = graph.names().chain(failed.keys()).collect();
         let dependents = self.dependents_to_recheck(&changed, &done);
         if !dependents.is_empty() {
-            for (name, e) in self.apply(dependents, found) {
+            let (guard, errors) = self.apply(control, dependents, found);
+            control = guard;
+            for (name, e) in errors {
                 tracing::error!(model = %name, "reload after a model it calls changed failed: {e}");
             }
         }
-        failed
+        (control, failed)
+    }
+
+    /// [`Repository::install`] within the load timeout: past it, the load is
+    /// abandoned and fails (the thread doing it cannot be stopped, but its
+    /// result is dropped when it finishes).
+    fn install_bounded(&self, job: &LoadJob, dir: &Path, prepared: Prepared) -> Result<bool> {
+        let outcome = Arc::new(AtomicU8::new(RUNNING));
+        let (Some(timeout), Some(repo)) = (self.options.load_timeout, self.me.upgrade()) else {
+            return self.install(job, dir, prepared, &outcome);
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (job2, dir2, outcome2) = (job.clone(), dir.to_path_buf(), outcome.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("load-{}", job.name))
+            .spawn(move || {
+                let _ = tx.send(repo.install(&job2, &dir2, prepared, &outcome2));
+            });
+        if let Err(e) = spawned {
+            return Err(Error::internal(format!(
+                "model '{}': cannot start a thread to load it: {e}",
+                job.name
+            )));
+        }
+        match rx.recv_timeout(timeout) {
+            Ok(result) => result,
+            Err(_)
+                if outcome
+                    .compare_exchange(RUNNING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok() =>
+            {
+                let e = Error::unavailable(format!(
+                    "model '{}': the load did not finish within {} s (--model-load-timeout-secs) \
+                     and was abandoned",
+                    job.name,
+                    timeout.as_secs()
+                ));
+                self.record_failure(&job.name, &e);
+                Err(e)
+            }
+            // It committed its result just as the time ran out.
+            Err(_) => rx.recv().unwrap_or_else(|_| {
+                Err(Error::internal(format!(
+                    "model '{}': the load thread ended without a result",
+                    job.name
+                )))
+            }),
+        }
     }
 
     /// The models the staged ensembles call that neither serve nor are part
@@ -212,7 +285,17 @@ impl Repository {
     /// version of the new load fails; the failure shows in the index.
     /// Returns whether the model changed (false when only its instances were
     /// adjusted in place).
-    fn install(&self, job: &LoadJob, dir: &Path, prepared: Prepared) -> Result<bool> {
+    ///
+    /// `outcome` decides between this load and its timeout: the load swaps
+    /// its versions in only if it moves it from [`RUNNING`] to [`COMMITTED`]
+    /// first; once it is [`ABANDONED`], the new versions are dropped.
+    fn install(
+        &self,
+        job: &LoadJob,
+        dir: &Path,
+        prepared: Prepared,
+        outcome: &AtomicU8,
+    ) -> Result<bool> {
         let name = job.name.as_str();
         let origin = Origin {
             dir: dir.to_path_buf(),
@@ -257,8 +340,28 @@ impl Repository {
             errors.push(e);
         }
         let first_error = errors.into_iter().next();
+        let committed = outcome
+            .compare_exchange(RUNNING, COMMITTED, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        if !committed {
+            tracing::warn!(
+                model = name,
+                "a load abandoned at its timeout finished; its versions are dropped"
+            );
+            return Err(Error::unavailable(format!(
+                "model '{name}': the load was abandoned"
+            )));
+        }
         let replaced = {
             let mut models = self.models.write().expect("models lock");
+            if self.closed.load(Ordering::SeqCst) {
+                // The server stopped while this loaded: nothing more serves.
+                drop(models);
+                drop(entry);
+                return Err(Error::unavailable(
+                    "the server is shutting down: models are no longer loaded",
+                ));
+            }
             let current = models.entry(name.to_string()).or_default();
             match &first_error {
                 Some(e) if current.serving() => {

@@ -43,6 +43,8 @@ pub struct RepositoryOptions {
     pub gpu_count: usize,
     /// How many models load at once.
     pub load_threads: usize,
+    /// How long one model's load may take before it is abandoned (`None`: no limit).
+    pub load_timeout: Option<std::time::Duration>,
     /// `--model-config-name`: read `<model>/configs/<name>.pbtxt` when it exists.
     pub config_name: Option<String>,
     /// Keep recent latencies of every model for the Prometheus summaries.
@@ -101,8 +103,13 @@ pub struct Repository {
     models: RwLock<BTreeMap<String, ModelEntry>>,
     registry: Registry,
     options: RepositoryOptions,
-    /// Serialises every change of the model set (load, unload, poll).
-    control: Mutex<()>,
+    /// Serialises the planning of changes to the model set (load, unload,
+    /// poll) and names the models being changed; the slow part of a change
+    /// (loading, draining) runs with the lock released, so changes of other
+    /// models go on meanwhile (see `control.rs`).
+    control: Mutex<control::Control>,
+    /// Signalled when models stop being changed.
+    control_done: std::sync::Condvar,
     /// Failed loads per model since start (`tern_model_load_failures_total`).
     load_failures: Mutex<BTreeMap<String, u64>>,
     /// Set by [`Repository::shutdown`]: nothing loads after it.
@@ -117,7 +124,8 @@ impl Repository {
             models: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
             options,
-            control: Mutex::new(()),
+            control: Mutex::new(control::Control::default()),
+            control_done: std::sync::Condvar::new(),
             load_failures: Mutex::new(BTreeMap::new()),
             closed: std::sync::atomic::AtomicBool::new(false),
         })
@@ -387,7 +395,7 @@ impl Repository {
 impl Repository {
     /// Takes the model-control lock for a change that loads models; refused
     /// once shutdown has begun, so no model loads while the server stops.
-    fn control_for_load(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+    fn control_for_load(&self) -> Result<control::ControlGuard<'_>> {
         let guard = self.control.lock().expect("control lock");
         if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::unavailable(

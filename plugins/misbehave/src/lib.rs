@@ -8,7 +8,8 @@
 //! INVALID_ARG), `count` (how many times this instance executed),
 //! `log_flood` (20,000 log lines of 8 KiB each), `metric_flood` (a gauge
 //! set with 5,000 label values, and 100 more families; answers how many
-//! of each the server accepted).
+//! of each the server accepted). The config parameter `init_sleep_ms` makes
+//! `initialize` sleep that long (a slow load).
 
 use tern_plugin::{
     export_model, log, Error, LogLevel, Model, ModelContext, Request, Response, Tensor,
@@ -107,6 +108,11 @@ impl Misbehave {
 
 impl Model for Misbehave {
     fn initialize(ctx: ModelContext) -> Result<Self, Error> {
+        // A slow load, for the tests of model control: `parameters { key:
+        // "init_sleep_ms" value: { string_value: "..." } }`.
+        if let Some(ms) = ctx.parameter("init_sleep_ms").and_then(|v| v.parse().ok()) {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         Ok(Misbehave {
             dir: ctx.repository_path,
             calls: 0,
