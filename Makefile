@@ -20,7 +20,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection clean models plugins
+.PHONY: run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-peers clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -76,11 +76,11 @@ toolchains: $(VENV)/.stamp $(JCO) c-toolchain
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 
 $(WASM_OUT)/%.wasm: plugins/%/app.py guest-sdk/python/tern_plugin.py guest-sdk/python/tern_ops.py wit/plugin.wit | $(TERN_TOOL)
-	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/python -o $@
+	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/python --cache-dir none -o $@
 $(WASM_OUT)/%.wasm: plugins/%/model.js guest-sdk/js/tern.js wit/plugin.wit | $(TERN_TOOL)
-	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/js -o $@
+	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/js --cache-dir none -o $@
 $(WASM_OUT)/%.wasm: plugins/%/model.c guest-sdk/c/tern_plugin.c guest-sdk/c/tern_plugin.h wit/plugin.wit | $(TERN_TOOL)
-	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/c -o $@
+	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/c --cache-dir none -o $@
 
 lang-plugins: toolchains $(foreach p,$(LANG_PLUGINS),$(WASM_OUT)/$(p).wasm)
 	@for p in $(LANG_EXAMPLES); do mkdir -p model_repository/$$p/1 && cp $(WASM_OUT)/$$p.wasm model_repository/$$p/1/model.wasm; done
@@ -322,3 +322,11 @@ clean:
 bench-detection: release
 	$(MAKE) lang-plugins $(WASM_OUT)/nudenet_prep_pure.wasm TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	$(PY) tests/bench/detection.py --tern $(CARGO_TARGET_DIR)/release/tern --plugins $(WASM_OUT)
+
+# Tern vs MLServer 1.7.1 and KServe 0.21 (each in its own pinned venv under
+# .cache/peers-venv, made by the script) on `simple` and RapidOCR's PP-OCRv4
+# text recogniser, driven by perf_analyzer over gRPC and HTTP: a markdown
+# table, target/bench-peers/results.json and docs/img/peers-*.png (~15 min on
+# 2 cores). `make bench-peers QUICK=1`: one short round (~3 min).
+bench-peers: release
+	$(PY) tests/bench/peers.py --tern $(CARGO_TARGET_DIR)/release/tern --perf-analyzer $(PERF_ANALYZER) --python $(PYTHON) $(if $(QUICK),--quick) $(BENCH_ARGS)

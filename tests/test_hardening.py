@@ -6,6 +6,7 @@ into a server error."""
 import base64
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -253,6 +254,12 @@ def test_a_slow_load_holds_neither_other_loads_nor_the_server(tmp_path):
         assert time.time() - started < 3, "a load of another model waited for the slow one"
         rows = {m["name"]: m for m in c.get_model_repository_index()}
         assert rows["slow"]["state"] == "LOADING" and rows["other"]["state"] == "READY"
+        # The reason says what the load is doing and for how long.
+        assert re.fullmatch(r"loading: version 1: starting instances and warming up, \d+ s", rows["slow"]["reason"]), rows["slow"]
+        m = httpclient.InferInput("MODE", [1], "BYTES")
+        m.set_data_from_numpy(np.array([b"ok"], dtype=np.object_))
+        with pytest.raises(Exception, match=r"model 'slow' is not ready: loading: version 1: starting instances"):
+            c.infer("slow", [m])
         x = httpclient.InferInput("INPUT0", [4], "FP32")
         x.set_data_from_numpy(np.ones(4, dtype=np.float32))
         assert c.infer("fine", [x]).as_numpy("OUTPUT0").tolist() == [1.0] * 4

@@ -11,6 +11,7 @@
 """
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -68,6 +69,7 @@ def lang_repo(tmp_path_factory):
         shutil.copy(os.path.join(src, name + ".wasm"), root / name / "1" / "model.wasm")
     os.makedirs(root / "misbehave_python" / "1")
     shutil.copy(os.path.join(src, "misbehave_python.wasm"), root / "misbehave_python" / "1" / "model.wasm")
+    (root / "misbehave_python" / "1" / "data.txt").write_text("read through model_repository\n")
     (root / "misbehave_python" / "config.pbtxt").write_text(
         """name: "misbehave_python"
 backend: "wasm"
@@ -205,13 +207,15 @@ def test_python_plugin_abuse_is_contained(lsrv, m, expect):
 @pytest.mark.parametrize(
     "m,status,expect",
     [
-        ("raise", "500", "ValueError: asked to raise (at app.py:27 in execute)"),
+        ("raise", "500", "ValueError: asked to raise (at app.py:{raise_line} in execute)"),
         ("triton_error", "400", "asked for an INVALID_ARG error"),
         ("wrong_count", "500", "execute returned 0 response(s) for 1 request(s)"),
         ("bad_response", "500", "execute must return InferenceResponse objects, got str"),
     ],
 )
 def test_python_plugin_errors_reach_the_client(lsrv, m, status, expect):
+    app = open(os.path.join(ROOT, "plugins", "misbehave_python", "app.py")).read().splitlines()
+    expect = expect.format(raise_line=app.index('            raise ValueError("asked to raise")') + 1)
     h = httpclient.InferenceServerClient(lsrv.url)
     with pytest.raises(InferenceServerException) as e:
         mode(h, m)
@@ -241,10 +245,19 @@ def test_scaffold_builds_and_serves_in_every_language(tmp_path):
     for lang in LANGS:
         r = plugin_cmd("new", str(repo / f"hello_{lang}"), "--lang", lang)
         assert r.returncode == 0, r.stderr
-        r = plugin_cmd("build", str(repo / f"hello_{lang}"))
+        r = plugin_cmd("build", str(repo / f"hello_{lang}"), "--cache-dir", str(tmp_path / "cache"))
         assert r.returncode == 0, r.stderr
         assert "built" in r.stderr and (repo / f"hello_{lang}" / "1" / "model.wasm").is_file()
+        # Progress of the toolchain step (plain lines when not on a terminal), then the precompile.
+        tool = {"rust": "cargo build", "python": "componentize-py", "js": "jco componentize", "c": "clang"}[lang]
+        assert re.search(rf"^{tool}: finished in \d+\.\d s$", r.stderr, re.M), r.stderr
+        assert "precompiled in" in r.stderr, r.stderr
     t = Tern([f"--model-repository={repo}", f"--wasm-cache-dir={tmp_path / 'cache'}"])
+    # `tern plugin build` precompiled every component: the server compiles none of them.
+    ready = [line for line in t.lines if "component ready" in line]
+    for lang in LANGS:
+        assert any(f"hello_{lang}" in line and "(Cache)" in line for line in ready), ready
+    assert not [line for line in t.lines if "compiling '" in line], t.lines
     try:
         h = httpclient.InferenceServerClient(t.url)
         g = grpcclient.InferenceServerClient(t.grpc_url)
@@ -288,7 +301,7 @@ def test_reloaded_plugin_serves_its_new_version(tmp_path):
     def build(factor, version):
         app.write_text(app.read_text().replace("v * 2", f"v * {factor}").replace("v * 3", f"v * {factor}"))
         (calc / str(version)).mkdir(exist_ok=True)
-        r = plugin_cmd("build", str(calc), "-o", str(calc / str(version) / "model.wasm"))
+        r = plugin_cmd("build", str(calc), "-o", str(calc / str(version) / "model.wasm"), "--cache-dir", "none")
         assert r.returncode == 0, r.stderr
 
     assert plugin_cmd("new", str(calc), "--lang", "python").returncode == 0
@@ -312,5 +325,106 @@ def test_reloaded_plugin_serves_its_new_version(tmp_path):
         build(5, 2)  # the same version, rebuilt
         h.load_model("calc")
         np.testing.assert_array_equal(times(), 5)
+    finally:
+        t.stop()
+
+
+def test_python_porting_gaps_are_closed(lsrv):
+    """Files found as Triton models find them (`model_repository` is the
+    model's folder, the version folder is below it), codecs Python imports on first use (cp1252, shift_jis) are in the
+    component, and an `async def execute` that awaits a BLS call
+    (`async_exec`) runs as in Triton."""
+    h = httpclient.InferenceServerClient(lsrv.url)
+    assert mode(h, "repo_file") == "read through model_repository"
+    assert mode(h, "codecs") == "\u20ac caf\u00e9 \u30c6\u30b9\u30c8"
+    assert mode(h, "async") == "async 2.0,3.0,4.0,5.0"
+
+
+def wheel(path, name, files):
+    """A minimal wheel (what pip installs) holding `files`."""
+    import zipfile
+
+    dist = f"{name}-1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        for f, data in files.items():
+            z.writestr(f, data)
+        z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: tern-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}/RECORD", "")
+
+
+def test_python_requirements_are_vendored_and_native_code_is_refused(tmp_path):
+    """requirements.txt beside app.py: pure-Python packages are installed into
+    the component; a package with native code is refused at build naming it;
+    an import the build cannot find says what to do."""
+    p = tmp_path / "repo" / "shout"
+    assert plugin_cmd("new", str(p), "--lang", "python").returncode == 0
+    wheel(p / "mini_dep-1.0-py3-none-any.whl", "mini_dep", {"mini_dep/__init__.py": "def twice(v):\n    return v * 2\n"})
+    (p / "requirements.txt").write_text("./mini_dep-1.0-py3-none-any.whl\n")
+    app = p / "app.py"
+    app.write_text(app.read_text().replace("import tern_plugin as pb_utils", "import mini_dep\nimport tern_plugin as pb_utils")
+                   .replace("[v * 2 for v in x.as_array()]", "[mini_dep.twice(v) for v in x.as_array()]"))
+    r = plugin_cmd("build", str(p), "--cache-dir", "none")
+    assert r.returncode == 0, r.stderr
+    assert "pip install -r requirements.txt: finished" in r.stderr, r.stderr
+    t = Tern([f"--model-repository={tmp_path / 'repo'}", f"--wasm-cache-dir={tmp_path / 'cache'}"])
+    try:
+        h = httpclient.InferenceServerClient(t.url)
+        i = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+        i.set_data_from_numpy(np.array([[1.5, -2.0, 3.25]], dtype=np.float32))
+        assert h.infer("shout", [i]).as_numpy("OUTPUT0").tolist() == [[3.0, -4.0, 6.5]]
+    finally:
+        t.stop()
+    # A package with native code: refused before anything is built.
+    wheel(p / "fast_dep-1.0-py3-none-any.whl", "fast_dep",
+          {"fast_dep/__init__.py": "", "fast_dep/_core.cpython-312-wasm32-wasi.so": "\0"})
+    (p / "requirements.txt").write_text("./fast_dep-1.0-py3-none-any.whl\n")
+    before = (p / "1" / "model.wasm").stat().st_mtime
+    r = plugin_cmd("build", str(p), "--cache-dir", "none")
+    assert r.returncode == 1, r.stderr
+    assert "requirements.txt: 'fast_dep' holds native code ('fast_dep/_core.cpython-312-wasm32-wasi.so')" in r.stderr, r.stderr
+    assert "tern_ops" in r.stderr and (p / "1" / "model.wasm").stat().st_mtime == before
+    # An import nothing provides: the toolchain's error, and what to do.
+    (p / "requirements.txt").unlink()
+    app.write_text("import tern_no_such_module\n" + app.read_text())
+    r = plugin_cmd("build", str(p), "--cache-dir", "none")
+    assert r.returncode == 1 and "No module named 'tern_no_such_module'" in r.stderr, r.stderr
+    assert "list pure-Python packages in requirements.txt" in r.stderr and "tern_ops" in r.stderr, r.stderr
+
+
+def test_js_and_c_errors_say_where(tmp_path):
+    """A JavaScript exception and a C tern_fail() come back with the file,
+    line and function they came from; the JS stack goes to the server log."""
+    repo = tmp_path / "repo"
+    js, c = repo / "where_js", repo / "where_c"
+    assert plugin_cmd("new", str(js), "--lang", "js").returncode == 0
+    assert plugin_cmd("new", str(c), "--lang", "c").returncode == 0
+    src = (js / "model.js").read_text()
+    src = src.replace("class Plugin {", 'function explode(v) {\n  throw new RangeError(`negative input ${v}`);\n}\n\nclass Plugin {')
+    src = src.replace('      const x = input(r, "INPUT0");', '      const x = input(r, "INPUT0");\n      if (x.typed()[0] < 0) explode(x.typed()[0]);')
+    (js / "model.js").write_text(src)
+    js_line = src.splitlines().index("  throw new RangeError(`negative input ${v}`);") + 1
+    src = (c / "model.c").read_text()
+    src = src.replace("        float *out = malloc(", "        if (count && in[0] < 0) {\n"
+                      '            tern_fail(&results[r], TERN_INVALID_ARG, "negative input %g", in[0]);\n'
+                      "            continue;\n        }\n        float *out = malloc(")
+    (c / "model.c").write_text(src)
+    c_line = src.splitlines().index('            tern_fail(&results[r], TERN_INVALID_ARG, "negative input %g", in[0]);') + 1
+    for p in (js, c):
+        r = plugin_cmd("build", str(p), "--cache-dir", "none")
+        assert r.returncode == 0, r.stderr
+    t = Tern([f"--model-repository={repo}", f"--wasm-cache-dir={tmp_path / 'cache'}"])
+    try:
+        h = httpclient.InferenceServerClient(t.url)
+        i = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+        i.set_data_from_numpy(np.array([[-1.0, 2.0, 3.0]], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as e:
+            h.infer("where_js", [i])
+        assert f"RangeError: negative input -1 (at model.js:{js_line} in explode)" in str(e.value), str(e.value)
+        assert t.wait_log("RangeError: negative input -1") and t.wait_log("at execute")
+        with pytest.raises(InferenceServerException) as e:
+            h.infer("where_c", [i])
+        assert f"negative input -1 (at model.c:{c_line} in tern_model_execute)" in str(e.value), str(e.value)
+        assert e.value.status() == "400"
     finally:
         t.stop()

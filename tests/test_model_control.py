@@ -378,3 +378,27 @@ def test_model_config_name(tmp_path):
         assert c.get_model_config("doomed")["max_batch_size"] == 8, "no configs/small.pbtxt: config.pbtxt"
     finally:
         t.stop()
+
+
+def test_poll_mode_ignores_plugin_sources(tmp_path):
+    """Saving a plugin's sources in its model folder (and the editor's swap
+    files) is not a new model; rebuilding its component is."""
+    root = tmp_path / "models"
+    shutil.copytree(os.path.join(ROOT, "model_repository", "add_sub"), root / "add_sub")
+    plugin = root / "add_sub"
+    (plugin / "Cargo.toml").write_text('[package]\nname = "add_sub"\n')
+    (plugin / "src").mkdir()
+    (plugin / "src" / "lib.rs").write_text("// v1\n")
+    t = Tern([f"--model-repository={root}", "--model-control-mode=poll", "--repository-poll-secs=1"])
+    try:
+        time.sleep(1.5)
+        (plugin / "src" / "lib.rs").write_text("// v2, edited\n")
+        (plugin / ".lib.rs.swp").write_text("swap")
+        (plugin / "Cargo.toml").write_text('[package]\nname = "add_sub"\nversion = "0.2.0"\n')
+        time.sleep(3)
+        assert "model folder changed" not in t.log(), t.log()
+        wasm = plugin / "1" / "model.wasm"
+        wasm.write_bytes(wasm.read_bytes())
+        assert t.wait_log("model folder changed: loading"), t.log()
+    finally:
+        t.stop()

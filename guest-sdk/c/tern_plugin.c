@@ -97,17 +97,31 @@ static void fail_with(tern_result *r, tern_code code, const char *message) {
     dup_string(&r->val.err.message, message);
 }
 
-void tern_fail(tern_result *result, tern_code code, const char *fmt, ...) {
-    char message[512];
+/* " (at model.c:42 in fn)" for a call site, with the file's base name. */
+static void where(char *out, size_t size, const char *file, int line, const char *func) {
+    const char *base = strrchr(file, '/');
+    snprintf(out, size, " (at %s:%d in %s)", base ? base + 1 : file, line, func);
+}
+
+void tern_fail_at(const char *file, int line, const char *func, tern_result *result, tern_code code,
+                  const char *fmt, ...) {
+    char message[512], at[160];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    where(at, sizeof at, file, line, func);
+    size_t len = strlen(message);
+    snprintf(message + len, sizeof message - len, "%s", at);
     fail_with(result, code, message);
 }
 
-void tern_fail_all(tern_result *results, size_t n, const tern_error *err) {
-    for (size_t i = 0; i < n; i++) fail_with(&results[i], err->code, err->message);
+void tern_fail_all_at(const char *file, int line, const char *func, tern_result *results, size_t n,
+                      const tern_error *err) {
+    char message[sizeof err->message + 160], at[160];
+    where(at, sizeof at, file, line, func);
+    snprintf(message, sizeof message, "%s%s", err->message, at);
+    for (size_t i = 0; i < n; i++) fail_with(&results[i], err->code, message);
 }
 
 void tern_log(tern_log_level level, const char *fmt, ...) {

@@ -116,10 +116,15 @@ void tern_model_finalize(void);
 
 /* Fills `err` (printf-style) and returns -1. */
 int tern_set_error(tern_error *err, tern_code code, const char *fmt, ...);
-/* Turns `result` into an error (printf-style message); drops outputs added so far. */
-void tern_fail(tern_result *result, tern_code code, const char *fmt, ...);
+/* Turns `result` into an error (printf-style message); drops outputs added so
+ * far. The message ends with where it was called: "... (at model.c:42 in fn)". */
+#define tern_fail(result, code, ...) tern_fail_at(__FILE__, __LINE__, __func__, result, code, __VA_ARGS__)
 /* tern_fail() for every one of `n` results with the same error. */
-void tern_fail_all(tern_result *results, size_t n, const tern_error *err);
+#define tern_fail_all(results, n, err) tern_fail_all_at(__FILE__, __LINE__, __func__, results, n, err)
+void tern_fail_at(const char *file, int line, const char *func, tern_result *result, tern_code code,
+                  const char *fmt, ...);
+void tern_fail_all_at(const char *file, int line, const char *func, tern_result *results, size_t n,
+                      const tern_error *err);
 /* Writes a line to the server's log (printf-style). */
 void tern_log(tern_log_level level, const char *fmt, ...);
 

@@ -287,7 +287,32 @@ export function log(level, message) {
 function asTernError(e) {
   if (e instanceof TernError) return e;
   if (e && typeof e === "object" && "payload" in e && e.payload && e.payload.code) return new TernError(e.payload.code, e.payload.message);
-  return TernError.internal(e && e.message ? `${e.name || "Error"}: ${e.message}` : String(e));
+  if (!(e && e.message)) return TernError.internal(String(e));
+  let message = `${e.name || "Error"}: ${e.message}`;
+  const where = whereThrown(e);
+  if (where) message += ` (at ${where})`;
+  // The whole stack goes to the server's log, tagged with the model.
+  if (typeof e.stack === "string" && e.stack.trim()) {
+    try {
+      host.log("error", `${e.name || "Error"}: ${e.message}\n${e.stack.trimEnd()}`);
+    } catch (_) {
+      // logging must not hide the error
+    }
+  }
+  return TernError.internal(message);
+}
+
+/** `file:line in function` of the innermost stack frame outside this SDK. */
+function whereThrown(e) {
+  if (typeof e.stack !== "string") return null;
+  for (const line of e.stack.split("\n")) {
+    // QuickJS: "    at fn (model.js:12)" or "    at fn (model.js:12:5)"; "    at model.js:3" at top level.
+    const m = /^\s*at\s+(?:([^\s(]+)\s+)?\(?([^()\s]+?):(\d+)(?::\d+)?\)?\s*$/.exec(line);
+    if (!m || /(^|\/)tern\.js$/.test(m[2])) continue;
+    const file = m[2].split("/").pop();
+    return m[1] && m[1] !== "<anonymous>" ? `${file}:${m[3]} in ${m[1]}` : `${file}:${m[3]}`;
+  }
+  return null;
 }
 
 /**

@@ -44,6 +44,25 @@ from wit_world.imports import types as _t
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 """Response flag: the request's last message (decoupled models)."""
 
+
+def _bundle_codecs():
+    """Imports every codec of the standard library now, while the component
+    is built: componentize-py keeps only the modules imported by then, and
+    Python imports a codec on its first use (`b.decode("cp1252")`), which
+    at run time would fail with `unknown encoding`."""
+    import encodings
+    import importlib
+    import pkgutil
+
+    for m in pkgutil.iter_modules(encodings.__path__):
+        try:
+            importlib.import_module("encodings." + m.name)
+        except Exception:  # noqa: BLE001 (platform codecs such as mbcs do not exist here)
+            pass
+
+
+_bundle_codecs()
+
 __all__ = [
     "Batch",
     "InferenceRequest",
@@ -500,6 +519,12 @@ class InferenceRequest:
             return InferenceResponse(error=TritonError(e.value.message, e.value.code))
         return _from_wit_response(resp)
 
+    async def async_exec(self, decoupled=False):
+        """`exec` for an `async def execute`, as Triton's `async_exec`. The
+        call runs to completion when awaited: requests awaited one after
+        another run one after another (the sandbox has no threads)."""
+        return self.exec(decoupled)
+
     def _wit(self):
         return _t.InferRequest(
             model_name=self.model_name,
@@ -687,7 +712,10 @@ def _context_args(ctx):
         "model_instance_kind": kind,
         "model_instance_name": ctx.instance_name,
         "model_instance_device_id": str(ctx.device_id),
-        "model_repository": ctx.repository_path,
+        # As in Triton: the model's folder; its version folder is
+        # os.path.join(model_repository, model_version) (the host pre-opens
+        # it there, read-only; files beside config.pbtxt are not visible).
+        "model_repository": f"/models/{ctx.model_name}",
         "model_version": str(ctx.model_version),
         "model_name": ctx.model_name,
     }
@@ -722,6 +750,26 @@ def _as_error(exc):
     return _t.Error(code=_t.ErrorCode.INTERNAL, message=message)
 
 
+def _run(result):
+    """The value of `result`, running it first when it is a coroutine (an
+    `async def` initialize, execute or finalize). The sandbox has no event
+    loop: a coroutine may await other coroutines (`async_exec`) and
+    `asyncio.sleep(0)`, and anything that needs a running loop raises."""
+    if not (hasattr(result, "send") and hasattr(result, "throw") and hasattr(result, "close")):
+        return result
+    try:
+        while True:
+            yielded = result.send(None)
+            if yielded is not None:
+                result.close()
+                raise TritonError(
+                    "an async execute awaited something that needs an asyncio event loop "
+                    f"({type(yielded).__name__}); the sandbox has none: await only coroutines "
+                    "such as InferenceRequest.async_exec()", TritonError.UNSUPPORTED)
+    except StopIteration as done:
+        return done.value
+
+
 def export(model_class):
     """Wraps a `TritonPythonModel`-style class (`initialize(args)`,
     `execute(requests)`, `finalize()`, all optional but `execute`) as the
@@ -737,7 +785,7 @@ def export(model_class):
             try:
                 m = model_class()
                 if hasattr(m, "initialize"):
-                    m.initialize(_context_args(ctx))
+                    _run(m.initialize(_context_args(ctx)))
             except Exception as e:  # noqa: BLE001 (every failure fails the load)
                 raise Err(_as_error(e)) from None
             state["model"] = m
@@ -748,7 +796,7 @@ def export(model_class):
             if m is None:
                 return [Err(_t.Error(code=_t.ErrorCode.INTERNAL, message="execute called before initialize"))] * len(requests)
             try:
-                responses = m.execute([Request(r, i) for i, r in enumerate(requests)])
+                responses = _run(m.execute([Request(r, i) for i, r in enumerate(requests)]))
                 if responses is None and state.get("decoupled"):
                     return []  # answered through the response senders
                 if responses is None or len(responses) != len(requests):
@@ -762,7 +810,7 @@ def export(model_class):
         def finalize(self):
             m = state.pop("model", None)
             if m is not None and hasattr(m, "finalize"):
-                m.finalize()
+                _run(m.finalize())
 
     return Model
 

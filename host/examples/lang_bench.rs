@@ -68,6 +68,7 @@ fn load(
         version_dir: &dir.join("1"),
         settings,
         models: Arc::downgrade(repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
+        progress: &Default::default(),
     })
     .unwrap_or_else(|e| panic!("{model}: {e}"))
 }

@@ -87,6 +87,7 @@ fn main() {
                 version_dir: &dir,
                 settings: &settings,
                 models: Arc::downgrade(&repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
+                progress: &Default::default(),
             })
             .expect("load");
         let mut inst = loaded.create_instance(&spec).expect("instance");

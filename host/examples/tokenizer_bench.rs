@@ -78,6 +78,7 @@ fn main() {
             version_dir: &dir,
             settings: &settings,
             models: Arc::downgrade(&repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
+            progress: &Default::default(),
         })
         .expect("load bert_tokenizer");
     let mut inst = model

@@ -31,6 +31,37 @@ pub struct ModelFiles {
     pub version_dir: Option<PathBuf>,
 }
 
+/// What a load is doing now, shared by the loader and the model index, which
+/// gives it as the reason a loading model is not ready (`loading: compiling
+/// the plugin, 12 s`).
+#[derive(Debug, Clone)]
+pub struct Progress {
+    stage: Arc<std::sync::Mutex<String>>,
+    since: std::time::Instant,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            stage: Arc::new(std::sync::Mutex::new("starting".into())),
+            since: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Progress {
+    /// Names what the load does from now on ("compiling the plugin").
+    pub fn set(&self, stage: impl Into<String>) {
+        *self.stage.lock().unwrap_or_else(|p| p.into_inner()) = stage.into();
+    }
+
+    /// `loading: <stage>, <seconds since the load began> s`.
+    pub fn describe(&self) -> String {
+        let stage = self.stage.lock().unwrap_or_else(|p| p.into_inner());
+        format!("loading: {stage}, {} s", self.since.elapsed().as_secs())
+    }
+}
+
 /// What a backend needs to load one version of a model.
 pub struct LoadContext<'a> {
     /// Normalised, validated config.
@@ -43,6 +74,8 @@ pub struct LoadContext<'a> {
     pub settings: &'a BackendSettings,
     /// The server's models, for backends that call other models (BLS).
     pub models: std::sync::Weak<dyn ModelRouter>,
+    /// Where to say what the load is doing (the index shows it).
+    pub progress: &'a Progress,
 }
 
 /// Device an instance runs on.
@@ -210,6 +243,14 @@ pub fn model_file(cfg: &ModelConfig, version_dir: &Path, default: &str) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_names_the_stage_and_the_time_since_the_load_began() {
+        let p = Progress::default();
+        assert_eq!(p.describe(), "loading: starting, 0 s");
+        p.clone().set("compiling the plugin");
+        assert_eq!(p.describe(), "loading: compiling the plugin, 0 s");
+    }
 
     #[test]
     fn refused_requests_fail_alone_and_the_rest_run_in_order() {

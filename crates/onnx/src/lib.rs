@@ -318,6 +318,10 @@ impl Backend for OnnxBackend {
         // library or an unusable execution provider fails the load, and check the config against
         // what the model declares.
         let first_device = first_device(cfg);
+        ctx.progress.set(format!(
+            "version {}: creating an ONNX Runtime session",
+            ctx.version
+        ));
         let session = open_session(cfg, &path, ctx.settings, first_device)?;
         for input in &cfg.input {
             let found = session.inputs().iter().find(|o| o.name() == input.name);

@@ -4,10 +4,14 @@
 //! succeeded, so a server polling the repository never sees half a file.
 
 use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use super::Lang;
+use crate::progress::Status;
 use tern_core::error::{Error, Result};
 
 /// What `tern plugin build` was asked to do.
@@ -127,23 +131,69 @@ fn find_tool(env: &str, name: &str, extra: &[PathBuf], hint: &str) -> Result<Pat
 
 /// Runs `cmd`, turning a failure into an error with its output
 /// (and `fail_hint` when a failure may mean a missing piece of toolchain).
+/// Runs a toolchain step, showing its progress (see [`crate::progress`]);
+/// on failure the error holds the tool's output.
 fn run(mut cmd: Command, what: &str, hint: &str, fail_hint: Option<&str>) -> Result<()> {
     tracing::debug!("running {cmd:?}");
-    let out = cmd
-        .output()
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| Error::unavailable(format!("cannot run {what}: {e}; {hint}")))?;
-    if out.status.success() {
+    let (tx, rx) = mpsc::channel::<String>();
+    let pipes: [Option<Box<dyn Read + Send>>; 2] = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ];
+    for pipe in pipes.into_iter().flatten() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(|l| l.ok()) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(tx);
+    let mut status = Status::stderr(what);
+    let mut lines = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(line) => {
+                status.line(&line, started.elapsed());
+                lines.push(line);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => status.tick(started.elapsed()),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let exit = child
+        .wait()
+        .map_err(|e| Error::internal(format!("cannot wait for {what}: {e}")))?;
+    status.finish(started.elapsed(), exit.success());
+    if exit.success() {
         return Ok(());
     }
-    let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stdout));
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let lines: Vec<&str> = lines
+        .iter()
+        .map(String::as_str)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
     let shown = if lines.len() > 40 {
         [&lines[..30], &["..."], &lines[lines.len() - 8..]].concat()
     } else {
         lines
     };
-    let mut msg = format!("{what} failed ({}):\n{}", out.status, shown.join("\n"));
+    let mut msg = format!("{what} failed ({exit}):\n{}", shown.join("\n"));
     if let Some(h) = fail_hint {
         msg.push_str(&format!("\n({h})"));
     }
@@ -200,6 +250,11 @@ fn package_name(manifest: &str) -> Option<String> {
 fn python(dir: &Path, wit: &Path, sdk: &Path, out: &Path) -> Result<()> {
     let hint = "install it with: pip install componentize-py==0.25.1";
     let tool = find_tool("TERN_COMPONENTIZE_PY", "componentize-py", &[], hint)?;
+    // Pure-Python dependencies listed in requirements.txt are vendored.
+    let site = match dir.join("requirements.txt") {
+        r if r.is_file() => Some(vendor(&r, &tool)?),
+        _ => None,
+    };
     let mut cmd = Command::new(tool);
     // componentize-py is Rust inside: a backtrace would bury the Python error.
     cmd.current_dir(dir)
@@ -209,10 +264,89 @@ fn python(dir: &Path, wit: &Path, sdk: &Path, out: &Path) -> Result<()> {
         .args(["-w", "plugin", "componentize", "-p"])
         .arg(dir)
         .arg("-p")
-        .arg(sdk)
-        .args(["app", "-o"])
-        .arg(out);
-    run(cmd, "componentize-py", hint, None)
+        .arg(sdk);
+    if let Some(site) = &site {
+        cmd.arg("-p").arg(site.path());
+    }
+    cmd.args(["app", "-o"]).arg(out);
+    run(cmd, "componentize-py", hint, Some(PYTHON_MODULES))
+}
+
+/// What to do about a module the Python build cannot find.
+const PYTHON_MODULES: &str = "a module the build cannot find must be vendored: list pure-Python \
+    packages in requirements.txt beside app.py. numpy, cv2, PIL and other packages with native \
+    code cannot run in the sandbox: use the host kernels (tern_ops, docs/plugins.md#native-prepost-processing-kernels-ops)";
+
+/// Installs `requirements` into a private folder for componentize-py, with
+/// the Python next to `componentize` (`$TERN_PYTHON` overrides), refusing
+/// packages with native code, which cannot run in the sandbox.
+fn vendor(requirements: &Path, componentize: &Path) -> Result<tempfile::TempDir> {
+    let beside = componentize.with_file_name("python3");
+    let python = match std::env::var_os("TERN_PYTHON").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None if beside.is_file() => beside,
+        None => find_tool("TERN_PYTHON", "python3", &[], "install Python 3 with pip")?,
+    };
+    let site = tempfile::Builder::new()
+        .prefix("tern-plugin-site")
+        .tempdir()
+        .map_err(|e| {
+            Error::internal(format!("cannot create a folder for the requirements: {e}"))
+        })?;
+    let mut cmd = Command::new(python);
+    // Relative paths in requirements.txt are relative to its folder.
+    if let Some(folder) = requirements.parent() {
+        cmd.current_dir(folder);
+    }
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-compile",
+        "--target",
+    ])
+    .arg(site.path())
+    .arg("-r")
+    .arg(requirements);
+    run(cmd, "pip install -r requirements.txt", "install pip", None)?;
+    if let Some((package, file)) = native_code(site.path()) {
+        return Err(Error::invalid_arg(format!(
+            "requirements.txt: '{package}' holds native code ('{file}'), which cannot run inside \
+             the WebAssembly sandbox (a Python plugin bundles pure Python only); use the host \
+             kernels instead (tern_ops: an ndarray and a cv2 subset, docs/plugins.md\
+             #native-prepost-processing-kernels-ops), or do that step in an ONNX model"
+        )));
+    }
+    Ok(site)
+}
+
+/// The first package under `site` with a native library in it, and that file.
+fn native_code(site: &Path) -> Option<(String, String)> {
+    let mut pending = vec![site.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let native = [".so", ".pyd", ".dylib"]
+                .iter()
+                .any(|x| name.ends_with(x) || name.contains(&format!("{x}.")));
+            if native {
+                let rel = path.strip_prefix(site).unwrap_or(&path);
+                let package = rel
+                    .components()
+                    .next()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                return Some((package, rel.display().to_string()));
+            }
+        }
+    }
+    None
 }
 
 fn js(dir: &Path, wit: &Path, sdk: &Path, out: &Path) -> Result<()> {
@@ -325,6 +459,21 @@ fn rustlib_tool(name: &str) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn native_libraries_in_vendored_packages_are_found() {
+        let site = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(site.path().join("six_like")).unwrap();
+        std::fs::write(site.path().join("six_like/__init__.py"), "").unwrap();
+        assert_eq!(native_code(site.path()), None);
+        std::fs::create_dir_all(site.path().join("numpy/core")).unwrap();
+        let lib = "numpy/core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so";
+        std::fs::write(site.path().join(lib), "").unwrap();
+        assert_eq!(
+            native_code(site.path()),
+            Some(("numpy".to_string(), lib.to_string()))
+        );
+    }
 
     #[test]
     fn detects_languages_and_reads_package_names() {

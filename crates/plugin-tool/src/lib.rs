@@ -6,7 +6,8 @@
 //! precompiles a repository's plugins for a device (the host binary, which
 //! holds the WebAssembly engine, does the compiling).
 
-mod build;
+pub mod build;
+pub mod progress;
 mod scaffold;
 
 use std::path::PathBuf;
@@ -75,6 +76,11 @@ enum Command {
         /// Folder with the guest SDK (default <dir>/sdk; unused for Rust).
         #[arg(long)]
         sdk: Option<PathBuf>,
+        /// Also precompile the component for this machine into this cache
+        /// folder, so the server's first load does not compile it (default:
+        /// the server's default --wasm-cache-dir; `none` = do not precompile).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
     },
     /// Precompiles every plugin of a model repository into a .cwasm cache
     /// folder for a target machine, so it never compiles them at first boot
@@ -96,13 +102,16 @@ enum Command {
     },
 }
 
-/// What `tern plugin compile` asks the host binary to do.
+/// What `tern plugin compile` (and `build`, for the component it built) asks
+/// the host binary to do.
 #[derive(Debug, Clone)]
 pub struct CompileOptions {
     /// The model repository.
     pub repository: PathBuf,
-    /// The cache folder to write.
-    pub cache_dir: PathBuf,
+    /// One component to compile instead of a repository's (for this machine's server).
+    pub file: Option<PathBuf>,
+    /// The cache folder to write (`None` = the server's default).
+    pub cache_dir: Option<PathBuf>,
     /// Target triple (`None` = this machine).
     pub target: Option<String>,
     /// Compile for on-demand allocation instead of the pooling allocator.
@@ -143,19 +152,35 @@ pub fn main(args: Vec<std::ffi::OsString>, compiler: &Compiler) -> ExitCode {
             output,
             wit,
             sdk,
+            cache_dir,
         } => build(&BuildOptions {
             dir,
             output,
             wit,
             sdk,
         })
-        .map(|(lang, out, size)| {
+        .and_then(|(lang, out, size)| {
             eprintln!(
                 "built {} plugin: {} ({} bytes)",
                 lang.label(),
                 out.display(),
                 size
             );
+            if cache_dir.as_deref() == Some(std::path::Path::new("none")) {
+                return Ok(());
+            }
+            eprintln!("precompiling it for this machine (the server's first load then reads the cache)...");
+            let lines = compiler(&CompileOptions {
+                repository: PathBuf::new(),
+                file: Some(out),
+                cache_dir,
+                target: None,
+                on_demand: false,
+            })?;
+            for l in lines {
+                eprintln!("{l}");
+            }
+            Ok(())
         }),
         Command::Compile {
             repository,
@@ -164,7 +189,8 @@ pub fn main(args: Vec<std::ffi::OsString>, compiler: &Compiler) -> ExitCode {
             on_demand,
         } => compiler(&CompileOptions {
             repository,
-            cache_dir,
+            file: None,
+            cache_dir: Some(cache_dir),
             target,
             on_demand,
         })

@@ -172,6 +172,10 @@ impl Backend for TorchBackend {
         let params = TorchParams::parse(cfg)?;
         check_types(cfg)?;
         let path = model_file(cfg, ctx.version_dir, DEFAULT_FILE)?;
+        ctx.progress.set(format!(
+            "version {}: loading the TorchScript module",
+            ctx.version
+        ));
         let sig = shim::forward_signature(&path).map_err(|e| {
             Error::internal(format!(
                 "failed to load model '{}': {}",

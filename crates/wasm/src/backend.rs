@@ -149,9 +149,18 @@ impl WasmModel {
         // The folder is the plugin's WASI file system: no named pipes in it.
         tern_core::files::check_tree(ctx.version_dir, &format!("model '{}'", cfg.name))?;
         let started = Instant::now();
-        let (component, source) =
-            cache::load(&runtime, &path, ctx.settings.wasm_cache_dir.as_deref())
-                .map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+        let (component, source) = cache::load(
+            &runtime,
+            &path,
+            ctx.settings.wasm_cache_dir.as_deref(),
+            || {
+                ctx.progress.set(format!(
+                    "version {}: compiling the plugin (cached after the first load)",
+                    ctx.version
+                ))
+            },
+        )
+        .map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
         telemetry.count_component(source);
         tracing::info!(model = %cfg.name, version = ctx.version, "component ready in {:?} ({:?})", started.elapsed(), source);
         let mut linker = wasmtime::component::Linker::<HostState>::new(&runtime.engine);
@@ -226,6 +235,13 @@ impl WasmModel {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .preopened_dir(&self.version_dir, GUEST_MODEL_DIR, FsPerms::ReadOnly)
+            .map_err(|e| fail("cannot open the model folder", &e))?
+            // Also where Triton's `args["model_repository"]` and `model_version` lead.
+            .preopened_dir(
+                &self.version_dir,
+                format!("/models/{}/{}", self.name, self.version),
+                FsPerms::ReadOnly,
+            )
             .map_err(|e| fail("cannot open the model folder", &e))?;
         let state = HostState::new(
             wasi.build(),

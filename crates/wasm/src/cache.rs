@@ -62,11 +62,13 @@ fn compile(engine: &Engine, path: &Path, bytes: &[u8]) -> Result<Vec<u8>> {
     })
 }
 
-/// Loads the component at `path`, from the cache when possible.
+/// Loads the component at `path`, from the cache when possible;
+/// `compiling` is called before a compilation (a cache miss) begins.
 pub fn load(
     runtime: &Runtime,
     path: &Path,
     cache_dir: Option<&Path>,
+    compiling: impl FnOnce(),
 ) -> Result<(Component, Source)> {
     let engine = &runtime.engine;
     let bytes = std::fs::read(path)
@@ -88,6 +90,12 @@ pub fn load(
             }
         }
     }
+    compiling();
+    tracing::info!(
+        "compiling '{}' ({} KiB; the first load of this build, later loads read the compile cache)",
+        path.display(),
+        bytes.len() / 1024
+    );
     let started = Instant::now();
     let compiled = compile(engine, path, &bytes)?;
     tracing::info!("compiled '{}' in {:?}", path.display(), started.elapsed());
@@ -166,7 +174,10 @@ mod tests {
         let (entry, size) =
             precompile(&Runtime::for_target(&host, false).unwrap(), &file, &cache).unwrap();
         assert!(entry.is_file() && size > 0);
-        assert_eq!(load(&native, &file, Some(&cache)).unwrap().1, Source::Cache);
+        assert_eq!(
+            load(&native, &file, Some(&cache), || ()).unwrap().1,
+            Source::Cache
+        );
         // An entry written for another engine under this machine's name is recompiled, not trusted.
         let other = if std::env::consts::ARCH == "aarch64" {
             "x86_64"
@@ -181,10 +192,13 @@ mod tests {
         .unwrap();
         std::fs::rename(&foreign, &entry).unwrap();
         assert_eq!(
-            load(&native, &file, Some(&cache)).unwrap().1,
+            load(&native, &file, Some(&cache), || ()).unwrap().1,
             Source::Compiled
         );
-        assert_eq!(load(&native, &file, Some(&cache)).unwrap().1, Source::Cache);
+        assert_eq!(
+            load(&native, &file, Some(&cache), || ()).unwrap().1,
+            Source::Cache
+        );
     }
 
     #[test]
@@ -194,7 +208,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(&file, b"\0asm nonsense").unwrap();
         let cache = dir.join("cache");
-        let e = load(&Runtime::new(false).unwrap(), &file, Some(&cache))
+        let e = load(&Runtime::new(false).unwrap(), &file, Some(&cache), || ())
             .err()
             .unwrap();
         assert!(

@@ -29,6 +29,7 @@ fn instance(
             version_dir: path.parent().unwrap(),
             settings: &BackendSettings::default(),
             models: router,
+            progress: &Default::default(),
         })
         .unwrap();
     let spec = InstanceSpec {

@@ -164,7 +164,9 @@ typedef struct tern_plugin_types_model_context_t {
   // GPU index for `gpu` instances, otherwise 0.
   int32_t   device_id;
   // The model's version folder as the plugin sees it (pre-opened
-  // read-only): open files relative to this path.
+  // read-only): open files relative to this path. The same folder is
+  // also pre-opened at `/models/<model-name>/<model-version>`, the
+  // path Triton's `model_repository` and `model_version` make.
   plugin_string_t   repository_path;
 } tern_plugin_types_model_context_t;
 

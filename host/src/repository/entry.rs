@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::{IndexEntry, State};
 use crate::scheduler::ModelHandle;
+use tern_core::backend::Progress;
 use tern_core::config::ModelConfig;
 
 /// The index reason of an unloaded model.
@@ -31,8 +32,8 @@ pub(super) struct Origin {
 
 /// The lifecycle state of one version.
 pub(super) enum VersionState {
-    /// Being loaded.
-    Loading,
+    /// Being loaded; the progress names what the load is doing.
+    Loading(Progress),
     /// Serving; `load_secs` is how long the load took.
     Ready {
         handle: Arc<ModelHandle>,
@@ -131,7 +132,7 @@ impl ModelEntry {
             .iter()
             .map(|(version, s)| {
                 let (state, reason) = match s {
-                    VersionState::Loading => (State::Loading, String::new()),
+                    VersionState::Loading(p) => (State::Loading, p.describe()),
                     VersionState::Ready { .. } => (
                         State::Ready,
                         self.stale.as_ref().map_or_else(String::new, |r| {
@@ -163,12 +164,15 @@ impl ModelEntry {
             .map(|r| r.reason)
     }
 
-    /// A load begins: the model shows as loading, unless it serves already
-    /// (then it keeps its rows until the new versions replace them).
-    pub fn begin_load(&mut self) {
+    /// A load begins: the model shows as loading, with the returned
+    /// progress as its reason, unless it serves already (then it keeps its
+    /// rows until the new versions replace them).
+    pub fn begin_load(&mut self) -> Progress {
+        let progress = Progress::default();
         if !self.serving() {
-            self.versions = BTreeMap::from([(None, VersionState::Loading)]);
+            self.versions = BTreeMap::from([(None, VersionState::Loading(progress.clone()))]);
         }
+        progress
     }
 
     /// A version of a new load serves.
@@ -254,8 +258,15 @@ mod tests {
     #[test]
     fn index_rows_follow_the_version_states() {
         let mut e = ModelEntry::default();
-        e.begin_load();
-        assert_eq!(rows(&e), [(None, State::Loading, String::new())]);
+        e.begin_load().set("compiling the plugin");
+        assert_eq!(
+            rows(&e),
+            [(
+                None,
+                State::Loading,
+                "loading: compiling the plugin, 0 s".into()
+            )]
+        );
         assert!(!e.settled() && !e.serving());
         e.failed_load("bad config");
         assert_eq!(rows(&e), [(None, State::Unavailable, "bad config".into())]);

@@ -23,7 +23,7 @@ use super::graph::DependencyGraph;
 use super::{ModelEntry, Prepared, Repository};
 use crate::scheduler::ensemble::Ensemble;
 use crate::scheduler::ModelHandle;
-use tern_core::backend::LoadContext;
+use tern_core::backend::{LoadContext, Progress};
 use tern_core::error::{Error, Result};
 
 /// Model folders by name, as a scan of the repositories found them.
@@ -308,12 +308,12 @@ impl Repository {
             Ok(()) => return Ok(false),
             Err(origin) => origin,
         };
-        self.mark_loading(name);
+        let progress = self.mark_loading(name);
         let mut entry = ModelEntry::new(prepared.config.clone(), origin);
         let mut errors = Vec::new();
         for version in prepared.versions.clone() {
             let started = Instant::now();
-            match self.load_version(name, dir, &prepared, version) {
+            match self.load_version(name, dir, &prepared, version, &progress) {
                 Ok(handle) => {
                     tracing::info!(
                         model = name,
@@ -451,6 +451,7 @@ impl Repository {
         dir: &Path,
         prepared: &Prepared,
         version: i64,
+        progress: &Progress,
     ) -> Result<ModelHandle> {
         let version_dir = dir.join(version.to_string());
         if !version_dir.is_dir() {
@@ -462,12 +463,14 @@ impl Repository {
         let config = &prepared.config;
         match &prepared.backend {
             Some(backend) => {
+                progress.set(format!("version {version}: loading the model files"));
                 let ctx = LoadContext {
                     config,
                     version,
                     version_dir: &version_dir,
                     settings: &self.options.backend,
                     models: self.me.clone(),
+                    progress,
                 };
                 // A backend that panics while loading fails this load, not the server.
                 let model = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -479,6 +482,9 @@ impl Repository {
                         backend.name()
                     ))
                 })??;
+                progress.set(format!(
+                    "version {version}: starting instances and warming up"
+                ));
                 ModelHandle::start(
                     config.clone(),
                     version,
@@ -522,9 +528,9 @@ impl Repository {
     }
 
     /// Shows a model as LOADING unless it serves already (then it keeps its rows).
-    fn mark_loading(&self, name: &str) {
+    fn mark_loading(&self, name: &str) -> Progress {
         let mut models = self.models.write().expect("models lock");
-        models.entry(name.to_string()).or_default().begin_load();
+        models.entry(name.to_string()).or_default().begin_load()
     }
 
     /// Remembers the fingerprint of a folder whose load failed, so polling

@@ -758,6 +758,7 @@ mod tests {
                 version_dir: &dir,
                 settings: &BackendSettings::default(),
                 models: tern_core::router::unrouted(),
+                progress: &Default::default(),
             })
             .unwrap();
         let handle = Arc::new(Pool::start(cfg, 1, model, 0, &dir, false).unwrap());
