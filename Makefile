@@ -323,10 +323,16 @@ bench-detection: release
 	$(MAKE) lang-plugins $(WASM_OUT)/nudenet_prep_pure.wasm TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	$(PY) tests/bench/detection.py --tern $(CARGO_TARGET_DIR)/release/tern --plugins $(WASM_OUT)
 
+# Tern on RapidOCR's text recogniser against ONNX Runtime alone: ORT's thread
+# spinning on (the default) and off, server CPU per request and when idle,
+# gRPC vs binary HTTP with a 1 MB output at concurrency 1 and 16 (~6 min).
+bench-ort: release $(PERF_ANALYZER)
+	$(PY) tests/bench/ort_real_model.py --tern $(CARGO_TARGET_DIR)/release/tern --perf-analyzer $(PERF_ANALYZER)
+
 # Tern vs MLServer 1.7.1 and KServe 0.21 (each in its own pinned venv under
 # .cache/peers-venv, made by the script) on `simple` and RapidOCR's PP-OCRv4
 # text recogniser, driven by perf_analyzer over gRPC and HTTP: a markdown
-# table, target/bench-peers/results.json and docs/img/peers-*.png (~15 min on
+# table, target/bench-peers/results.json and docs/img/peers-*.png (~16 min on
 # 2 cores). `make bench-peers QUICK=1`: one short round (~3 min).
 bench-peers: release
 	$(PY) tests/bench/peers.py --tern $(CARGO_TARGET_DIR)/release/tern --perf-analyzer $(PERF_ANALYZER) --python $(PYTHON) $(if $(QUICK),--quick) $(BENCH_ARGS)

@@ -6,8 +6,9 @@ the same ONNX models with the same ONNX Runtime, driven by the same client.
     python tests/bench/peers.py --tern target/release/tern [--quick]
         [--rounds 3] [--duration 2] [--servers tern,mlserver,kserve] [--models simple,rec]
 
-Servers (each in its own process, started fresh for each round, alone on the
-machine while it is measured, stopped after):
+Servers (each in its own process, started fresh for each round and model,
+serving only that model, alone on the machine while it is measured, stopped
+after):
 * Tern: `model_repository/simple` as it is, and `rec` with max_batch_size 4
   and `dynamic_batching {}` (no queue delay);
 * MLServer (1.7.1) with a small runtime class running ONNX Runtime
@@ -20,12 +21,25 @@ machine while it is measured, stopped after):
 The peers live in their own venvs under .cache/peers-venv (created here from
 the pinned tests/bench/peers/requirements-*.txt: MLServer 1.7.1 and KServe
 0.21 need conflicting starlette versions, so one venv each). Every server
-runs ONNX Runtime 1.31.1 at its default thread settings (Tern's ORT pool
-threads do not spin between parallel sections; the peers' do, ORT's default).
+runs ONNX Runtime 1.31.1 at its default thread settings (pool threads
+spin briefly between parallel sections, as in Triton).
 perf_analyzer needs Triton's model-configuration read, which neither peer
 implements: their launchers add that one read-only endpoint
 (tests/bench/peers/model_config.py); inference goes through their own v2
 handlers.
+
+What each peer can and cannot do with perf_analyzer:
+* MLServer's REST API takes and returns JSON tensors only (no binary
+  extension), so it is measured over gRPC and HTTP JSON; its runtime drops
+  NumpyCodec's `content_type` output parameter, which perf_analyzer's JSON
+  reader would take for a binary output's parameters (it then looks for
+  binary_data_size and stops);
+* KServe's JSON responses carry `"parameters": null` on every output, which
+  perf_analyzer's JSON reader cannot take either, so KServe is measured over
+  gRPC and HTTP with binary tensors. Its REST decoder turns binary input
+  tensors into Python lists before the model sees them
+  (InferRequest.from_bytes), which is why its HTTP is slower than its gRPC
+  on `rec` (46k floats in).
 
 Models:
 * `simple` (INT32 [1,16] x2 -> sum and difference): per-request overhead;
@@ -43,10 +57,14 @@ The client shares the machine's cores with the server, for every server.
 The ceiling: ONNX Runtime alone in this process (a loop of session.run on
 the same input at batch 1, and at batch 4 for `rec`), no server, no client.
 
-Rounds are interleaved (round r: each server in turn, the order rotating
-from round to round) and each figure is the median over rounds. Output: a
-markdown table on stdout, the raw results in target/bench-peers/, and plots
-in docs/img/peers-<model>.png.
+Rounds are interleaved (round r, model m: each server and ORT alone in
+turn, the order rotating) and each figure is the median over rounds; "vs
+Tern" is the throughput over Tern's in the same round, median over rounds,
+so the machine's drift between rounds cancels. Output: a markdown table on
+stdout, the raw results (every round) in target/bench-peers/results.json
+(quick.json for --quick) with the servers' logs beside, and plots in
+docs/img/peers-<model>.png. A default run takes ~16 minutes on 2 cores,
+--quick ~3.
 """
 
 import argparse
@@ -275,9 +293,9 @@ class Server:
         self.log.close()
 
 
-def start_server(kind, a, models, work, round_no):
+def start_server(kind, a, models, work, tag):
     http, grpc = free_port(), free_port()
-    logfile = os.path.join(a.out, "logs", f"{kind}-round{round_no}.log")
+    logfile = os.path.join(a.out, "logs", f"{kind}-round{tag}.log")
     if kind == "tern":
         cmd = [a.tern, f"--model-repository={tern_repo(work, models)}", f"--http-port={http}", f"--grpc-port={grpc}", "--metrics-port=0",
                "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"]
@@ -409,17 +427,24 @@ def summarise(runs, ort_runs):
         if len(ok) < len(rs):
             row["error"] = next(r["error"] for r in rs if "error" in r)
         summary.append(row)
-    tern = {(s["model"], s["protocol"], s["concurrency"]): s for s in summary if s["server"] == "tern"}
+    # Throughput relative to Tern's in the same round (same model, protocol,
+    # concurrency), median over rounds: drift of the machine between rounds cancels.
+    tern = {(r["round"], r["model"], r["protocol"], r["concurrency"]): r for r in runs if r["server"] == "tern" and "error" not in r}
     for s in summary:
-        t = tern.get((s["model"], s["protocol"], s["concurrency"]))
-        s["vs_tern"] = s["throughput"] / t["throughput"] if t and t["throughput"] and s["throughput"] else None
+        ratios = []
+        for r in groups[(s["server"], s["model"], s["protocol"], s["concurrency"])]:
+            t = tern.get((r["round"], r["model"], r["protocol"], r["concurrency"]))
+            if t and "error" not in r:
+                ratios.append(r["throughput"] / t["throughput"])
+        s["vs_tern"] = median_of(ratios)
     order = {k: i for i, k in enumerate(SERVERS)}
     porder = {k: i for i, k in enumerate(("grpc", "http", "http-json"))}
     summary.sort(key=lambda s: (MODELS.index(s["model"]) if s["model"] in MODELS else 9, porder[s["protocol"]], s["concurrency"], order[s["server"]]))
     ort = {}
     for r in ort_runs:
         ort.setdefault((r["model"], r["batch"]), []).append(r)
-    ort_summary = [{"model": m, "batch": b, "throughput": median_of([r["throughput"] for r in rs]), "p99_ms": median_of([r["p99_ms"] for r in rs]), "rounds": len(rs)}
+    ort_summary = [{"model": m, "batch": b, "throughput": median_of([r["throughput"] for r in rs]), "p99_ms": median_of([r["p99_ms"] for r in rs]),
+                    "min": min(r["throughput"] for r in rs), "max": max(r["throughput"] for r in rs), "rounds": len(rs)}
                    for (m, b), rs in sorted(ort.items(), key=lambda kv: (MODELS.index(kv[0][0]), kv[0][1]))]
     return summary, ort_summary
 
@@ -439,10 +464,12 @@ def print_table(summary, ort_summary, meta):
               f"{fmt(s['p50_ms'], '.2f')} | {fmt(s['p99_ms'], '.2f')} | {fmt(s['vs_tern'], '.2f')} |")
     if ort_summary:
         print("\nONNX Runtime alone in one Python process (a session.run loop, no server, no client):\n")
-        print("| model | batch | inferences/s | p99 ms per run |")
-        print("|---|---:|---:|---:|")
+        print("| model | batch | inferences/s | lowest–highest round | p99 ms per run |")
+        print("|---|---:|---:|---:|---:|")
         for o in ort_summary:
-            print(f"| {o['model']} | {o['batch']} | {fmt(o['throughput'], '.1f')} | {fmt(o['p99_ms'], '.3f')} |")
+            print(f"| {o['model']} | {o['batch']} | {fmt(o['throughput'], '.1f')} | {fmt(o['min'], '.1f')}–{fmt(o['max'], '.1f')} | {fmt(o['p99_ms'], '.3f')} |")
+        print("\n(vs Tern: the server's throughput over Tern's in the same round, median over rounds; "
+              "the ORT-alone range across rounds shows how much the machine's speed drifted.)")
     failed = [s for s in summary if s["failed"]]
     for s in failed:
         print(f"\n{LABEL[s['server']]} {s['model']} {s['protocol']} c={s['concurrency']}: {s['failed']} failed run(s): {s.get('error', '')[:300]}")
@@ -457,7 +484,7 @@ def main():
     ap.add_argument("--perf-analyzer", default=PERF_ANALYZER)
     ap.add_argument("--python", default="python3", help="interpreter the peers' venvs are made with")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=2.0, help="perf_analyzer measurement window, seconds (three per figure)")
+    ap.add_argument("--duration", type=float, default=1.5, help="perf_analyzer measurement window, seconds (three per figure)")
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--quick", action="store_true", help="1 round, 1 s windows, concurrency 1 and 16")
     ap.add_argument("--servers", default=",".join(SERVERS))
@@ -503,28 +530,29 @@ def main():
     contenders = servers + ["ort"]
     try:
         for rnd in range(1, a.rounds + 1):
-            shift = (rnd - 1) % len(contenders)
-            for kind in contenders[shift:] + contenders[:shift]:
-                if kind == "ort":
-                    for m in models.values():
-                        for b in (1, REC_BATCH) if m.name == "rec" else (1,):
+            # One block per model: each server serves that model alone, the blocks
+            # are short, and the order of the contenders rotates.
+            for mi, (mname, m) in enumerate(models.items()):
+                shift = (rnd - 1 + mi) % len(contenders)
+                for kind in contenders[shift:] + contenders[:shift]:
+                    if kind == "ort":
+                        for b in (1, REC_BATCH) if mname == "rec" else (1,):
                             r = ort_alone(m, b, 3 * a.duration)
-                            ort_runs.append({"round": rnd, "model": m.name, "batch": b, **r})
-                            log(f"round {rnd} ORT alone {m.name} batch {b}: {r['throughput']:.1f}/s")
-                    continue
-                t = time.time()
-                server = start_server(kind, a, models, work, rnd)
-                log(f"round {rnd} {LABEL[kind]}: up and verified in {time.time() - t:.1f}s")
-                try:
-                    for m in models:
+                            ort_runs.append({"round": rnd, "model": mname, "batch": b, **r})
+                            log(f"round {rnd} ORT alone {mname} batch {b}: {r['throughput']:.1f}/s")
+                        continue
+                    t = time.time()
+                    server = start_server(kind, a, {mname: m}, work, f"{rnd}-{mname}")
+                    log(f"round {rnd} {LABEL[kind]} ({mname}): up and verified in {time.time() - t:.1f}s")
+                    try:
                         for proto in PROTOCOLS[kind]:
                             for c in concs:
-                                r = perf_analyzer(a, server, m, data[(m, server.batched)], proto, c)
-                                runs.append({"round": rnd, "server": kind, "model": m, "protocol": proto, "concurrency": c, **r})
+                                r = perf_analyzer(a, server, mname, data[(mname, server.batched)], proto, c)
+                                runs.append({"round": rnd, "server": kind, "model": mname, "protocol": proto, "concurrency": c, **r})
                                 msg = "FAILED " + r["error"][:200] if "error" in r else f"{r['throughput']:.1f}/s p99 {r['p99_ms']:.2f} ms"
-                                log(f"round {rnd} {LABEL[kind]} {m} {proto} c={c}: {msg}")
-                finally:
-                    server.stop()
+                                log(f"round {rnd} {LABEL[kind]} {mname} {proto} c={c}: {msg}")
+                    finally:
+                        server.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

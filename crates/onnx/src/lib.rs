@@ -4,8 +4,8 @@
 //! load error, on machines without `libonnxruntime`.
 //!
 //! One ORT session per instance. Model parameters: `intra_op_thread_count`,
-//! `inter_op_thread_count` (as in Triton), `allow_spinning` (Tern: default
-//! false); `optimization { graph { level } }` as in Triton.
+//! `inter_op_thread_count` (as in Triton), `allow_spinning` (default: ONNX
+//! Runtime's, on, as in Triton); `optimization { graph { level } }` as in Triton.
 
 pub mod device;
 pub mod io;
@@ -165,15 +165,17 @@ fn open_session(
             .with_inter_threads(n)
             .map_err(|e| fail("inter_op_thread_count", e.into()))?;
     }
-    // ORT's pool threads spin after each parallel section by default; on a
-    // small edge CPU shared with the frontends and plugins that spinning
-    // takes cores from them, so Tern turns it off unless asked.
-    let spin = bool_parameter(cfg, "allow_spinning")?.unwrap_or(false);
-    builder = builder
-        .with_intra_op_spinning(spin)
-        .map_err(|e| fail("allow_spinning", e.into()))?
-        .with_inter_op_spinning(spin)
-        .map_err(|e| fail("allow_spinning", e.into()))?;
+    // ORT's pool threads spin for a moment after each parallel section
+    // (then sleep), which is ~25% of a compute-bound model's time on a small
+    // CPU (docs/PERFORMANCE.md); Triton keeps ORT's default, and so does Tern.
+    // `allow_spinning: "false"` gives the cores back between requests.
+    if let Some(spin) = bool_parameter(cfg, "allow_spinning")? {
+        builder = builder
+            .with_intra_op_spinning(spin)
+            .map_err(|e| fail("allow_spinning", e.into()))?
+            .with_inter_op_spinning(spin)
+            .map_err(|e| fail("allow_spinning", e.into()))?;
+    }
     let level = cfg
         .optimization
         .as_ref()

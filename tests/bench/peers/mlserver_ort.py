@@ -4,6 +4,9 @@ model-settings.json names this class (`mlserver_ort.OrtRuntime`) and the
 model file in `parameters.uri`; inputs and outputs are decoded/encoded with
 MLServer's NumpyCodec, as a user's own runtime would do it. The session uses
 ONNX Runtime's default thread settings (the same as the other servers).
+MLServer runs it in its inference worker process (parallel_workers: 1, its
+default) and adds its adaptive batcher in front where model-settings.json
+sets max_batch_size and max_batch_time.
 """
 
 import onnxruntime as ort

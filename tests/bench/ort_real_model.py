@@ -1,0 +1,133 @@
+"""`make bench-ort`: Tern on a real compute-bound model against ONNX Runtime
+alone, for docs/PERFORMANCE.md: RapidOCR's PP-OCRv4 text recogniser (from
+the `rapidocr-onnxruntime` wheel, fetched at benchmark time; one 3x48x320
+FP32 line in, a 1 MB FP32 score matrix out), one instance.
+
+    python tests/bench/ort_real_model.py --tern target/release/tern \\
+        --perf-analyzer .cache/perf_analyzer/perf_analyzer [--rounds 3]
+
+Three questions, measured in interleaved rounds (medians):
+
+1. ONNX Runtime's thread spinning: Tern's default (ONNX Runtime's, spinning
+   on, as Triton) against `allow_spinning: "false"`, at concurrency 1 over
+   gRPC, with the server's CPU time per request, and its CPU use in the 5 s
+   after the load stops (do idle cores stay quiet?).
+2. The ceiling: ONNX Runtime alone in this process, same input, batch 1.
+3. Large responses under concurrency: gRPC against binary HTTP at
+   concurrency 1 and 16 (no dynamic batching: the 1 MB output per request is
+   what the frontends carry).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+import peers  # noqa: E402
+from conftest import Tern  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def served(url):
+    """Requests the server has answered for `rec` (statistics extension)."""
+    with urllib.request.urlopen(f"http://{url}/v2/models/rec/stats") as r:
+        return json.load(r)["model_stats"][0]["inference_count"]
+
+
+def repo(directory, model, spinning):
+    """A repository with the recogniser as `rec`; `spinning` None = Tern's default."""
+    root = os.path.join(directory, f"repo-{spinning}")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(os.path.join(root, "rec", "1"))
+    shutil.copy(model.path, os.path.join(root, "rec", "1", "model.onnx"))
+    (inp,), (out,) = model.io_meta()
+    extra = "" if spinning is None else f'parameters {{ key: "allow_spinning" value {{ string_value: "{spinning}" }} }}\n'
+    with open(os.path.join(root, "rec", "config.pbtxt"), "w") as f:
+        f.write(
+            f'name: "rec"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+            f'input [ {{ name: "{inp["name"]}" data_type: TYPE_FP32 dims: {inp["shape"][1:]} }} ]\n'
+            f'output [ {{ name: "{out["name"]}" data_type: TYPE_FP32 dims: {out["shape"][1:]} }} ]\n'
+            "instance_group [ { kind: KIND_CPU count: 1 } ]\n" + extra
+        )
+    return root
+
+
+def measure(a, root, data, runs):
+    """perf_analyzer runs against a server on `root`: [(protocol, concurrency)] -> result dicts."""
+    t = Tern([f"--model-repository={root}"], binary=a.tern)
+    try:
+        server = type("S", (), {"http": t.url.split(":")[1], "grpc": t.grpc_url.split(":")[1]})
+        out = {}
+        for protocol, conc in runs:
+            cpu0, n0 = cpu_seconds(t.proc.pid), served(t.url)
+            r = peers.perf_analyzer(a, server, "rec", data, protocol, conc)
+            cpu1, n1 = cpu_seconds(t.proc.pid), served(t.url)
+            if "error" in r:
+                raise RuntimeError(f"perf_analyzer {protocol} c{conc}: {r['error']}")
+            r["cpu_per_request"] = (cpu1 - cpu0) / max(1, n1 - n0)
+            out[(protocol, conc)] = r
+        idle_before = cpu_seconds(t.proc.pid)
+        time.sleep(5)
+        out["idle_cpu_pct"] = (cpu_seconds(t.proc.pid) - idle_before) / 5 * 100
+        return out
+    finally:
+        t.stop()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tern", default=os.path.join(peers.ROOT, "target", "release", "tern"))
+    p.add_argument("--perf-analyzer", default=os.path.join(peers.ROOT, ".cache", "perf_analyzer", "perf_analyzer"))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--duration", type=float, default=4.0, help="perf_analyzer measurement window, seconds")
+    a = p.parse_args()
+    a.tern = os.path.abspath(a.tern)
+    work = tempfile.mkdtemp(prefix="tern-bench-ort-")
+    try:
+        model = peers.Model("rec", peers.rec_model(), {"x": peers.rec_input()})
+        data = model.input_data(work, batched=True)
+        variants = {"default (spinning on)": None, 'allow_spinning: "false"': "false"}
+        roots = {name: repo(work, model, spin) for name, spin in variants.items()}
+        runs = [("grpc", 1), ("http", 1), ("grpc", 16), ("http", 16)]
+        results = {name: [] for name in variants}
+        ort = []
+        for r in range(a.rounds):
+            for name, root in roots.items():
+                peers.log(f"round {r + 1}: {name}")
+                results[name].append(measure(a, root, data, runs if name.startswith("default") else runs[:1]))
+            ort.append(peers.ort_alone(model, 1, a.duration)["throughput"])
+        med = lambda xs: statistics.median(xs)  # noqa: E731
+        ceiling = med(ort)
+        print(f"\n{peers.machine()['cpu']}, {os.cpu_count()} cores; medians of {a.rounds} rounds\n")
+        print(f"ONNX Runtime alone (this process, batch 1): {ceiling:.1f} inferences/s\n")
+        print("| variant | protocol | concurrency | inferences/s | ratio to ORT alone | p99 ms | server CPU per request | idle CPU after load |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        for name, rounds in results.items():
+            for key in [k for k in rounds[0] if k != "idle_cpu_pct"]:
+                thr = med([x[key]["throughput"] for x in rounds])
+                p99 = med([x[key]["p99_ms"] for x in rounds])
+                cpu = med([x[key]["cpu_per_request"] for x in rounds])
+                idle = med([x["idle_cpu_pct"] for x in rounds])
+                print(f"| {name} | {key[0]} | {key[1]} | {thr:.1f} | {thr / ceiling:.2f} | {p99:.1f} | {cpu * 1000:.1f} ms | {idle:.1f}% |")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
