@@ -175,6 +175,10 @@ impl Repository {
         }
         match rx.recv_timeout(timeout) {
             Ok(result) => result,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::internal(format!(
+                "model '{}': the load ended without a result (its thread panicked)",
+                job.name
+            ))),
             Err(_)
                 if outcome
                     .compare_exchange(RUNNING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst)
