@@ -20,7 +20,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check images dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-peers clean models plugins
+.PHONY: run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-peers clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -217,22 +217,49 @@ package-check: smoke-aarch64
 	$(ZIG_PATH) $(PY) scripts/dist.py --arch aarch64 --profile cross --out .cache/package-check
 	bash scripts/check-packages.sh .cache/package-check $(QEMU_DIR)/root
 
-# The CPU image (tern:<version>-cpu: a multi-architecture OCI index over amd64
-# and arm64, plus an oci-archive) from the gnu tarballs, built with umoci and
-# skopeo (no Docker daemon), then unpacked and run by tests/test_images.py.
+# The images, built with umoci and skopeo (no Docker daemon) from the gnu
+# tarballs, then unpacked and run by tests/test_images.py: tern:<version>-cpu (a
+# multi-architecture OCI index over amd64 and arm64) and tern:<version>-cuda
+# (amd64: ONNX Runtime's GPU build and the CUDA 13 libraries its providers load,
+# ~1.2 GB of wheels from PyPI into .cache/image-cuda), each as an OCI layout and
+# an oci-archive.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 IMAGE_TOOLS := command -v umoci >/dev/null && command -v skopeo >/dev/null || (apt-get update -qq && apt-get install -y -qq umoci skopeo)
 images: dist
 	@$(IMAGE_TOOLS)
 	$(PY) scripts/images.py --tarballs dist --out dist
 	TERN_IMAGE_LAYOUT=dist/oci TERN_IMAGE_TAG=$(VERSION)-cpu $(PY) -m pytest tests/test_images.py -q
+	$(PY) scripts/images.py --flavour cuda --tarballs dist --out dist
+	TERN_IMAGE_LAYOUT=dist/oci-cuda TERN_IMAGE_TAG=$(VERSION)-cuda $(PY) -m pytest tests/test_images.py -q
 
-# CI's image check: the same image from the cheaper `cross` builds of both architectures.
-image-check: package-check
+# CI's image check: the same images from the cheaper `cross` builds, and the
+# Jetson recipe's context.
+image-check: package-check jetson-context
 	@$(IMAGE_TOOLS)
 	$(ZIG_PATH) $(PY) scripts/dist.py --arch x86_64 --profile cross --out .cache/package-check --no-deb
 	$(PY) scripts/images.py --tarballs .cache/package-check --out .cache/image-check
 	TERN_IMAGE_LAYOUT=.cache/image-check/oci TERN_IMAGE_TAG=$(VERSION)-cpu $(PY) -m pytest tests/test_images.py -q
+	$(PY) scripts/images.py --flavour cuda --tarballs .cache/package-check --out .cache/image-check
+	TERN_IMAGE_LAYOUT=.cache/image-check/oci-cuda TERN_IMAGE_TAG=$(VERSION)-cuda $(PY) -m pytest tests/test_images.py -q
+
+# docs/img/dashboard.png: the Grafana dashboard's queries (deploy/grafana/tern.json)
+# evaluated over scrapes of a server under ~2.5 minutes of real traffic and drawn
+# with matplotlib (Grafana is not installable here).
+dashboard-png: setup plugins
+	$(CARGO) build -p tern
+	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
+	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q matplotlib==3.11.2
+	$(PY) scripts/dashboard_plot.py --binary $(CARGO_TARGET_DIR)/debug/tern
+
+# The Jetson recipe (images/jetson/, never built here: no Jetson, no nvcr.io): its
+# build context from the cheap `cross` aarch64 tarball with the plugins precompiled
+# on this machine, checked by tests/test_jetson_recipe.py (stages, bases and config
+# of the Containerfile, the ONNX Runtime steps, the binary under qemu on the cache).
+JETSON_TARBALL := .cache/package-check/tern-$(VERSION)-aarch64-linux-gnu.tar.gz
+jetson-context: package-check
+	$(PY) scripts/jetson_context.py --tarball $(JETSON_TARBALL) --tern-host $(CARGO_TARGET_DIR)/debug/tern --out .cache/jetson-context
+	TERN_JETSON_CONTEXT=.cache/jetson-context TERN_JETSON_TARBALL=$(JETSON_TARBALL) TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern \
+		$(PY) -m pytest tests/test_jetson_recipe.py -q
 
 # Release artifacts in dist/: tarballs (x86_64, aarch64: glibc 2.31 + ONNX
 # Runtime; static musl plugins-only) and .debs, with the `dist` profile (fat

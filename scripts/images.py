@@ -1,12 +1,21 @@
 #!/usr/bin/env python3
-"""The CPU container image, built without a Docker daemon: for each
-architecture a root filesystem made of the gnu release tarball (binary, ONNX
-Runtime, licences, example repository) and the few runtime libraries they need
-(glibc, libstdc++, libgcc from Debian's packages for that architecture), put
-into an OCI layout with umoci, then one multi-architecture index over both and
-an oci-archive that `podman load` and `skopeo copy` accept.
+"""Tern's container images, built without a Docker daemon.
 
-    images.py --tarballs dist --out dist     # after make dist
+`cpu`: for each architecture a root filesystem made of the gnu release tarball
+(binary, ONNX Runtime, licences, example repository) and the few runtime
+libraries they need (glibc, libstdc++, libgcc from Debian's packages for that
+architecture), put into an OCI layout with umoci, then one multi-architecture
+index over both and an oci-archive that `podman load` and `skopeo copy` accept.
+
+`cuda` (amd64): the same, with ONNX Runtime's GPU build (CUDA and TensorRT
+providers, from the `onnxruntime-gpu` wheel) in place of the CPU one and only
+the CUDA 13 libraries those providers load, taken from NVIDIA's runtime wheels
+on PyPI. The driver (`libcuda.so.1`) comes from the host through the NVIDIA
+container toolkit. TensorRT's own libraries are not on PyPI (its wheels there
+download from NVIDIA's index at install time), so they are not in the image.
+
+    images.py --tarballs dist --out dist                  # after make dist
+    images.py --flavour cuda --tarballs dist --out dist
 """
 
 import argparse
@@ -19,6 +28,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UID = 65532  # the image's unprivileged user, `tern`
@@ -34,13 +44,72 @@ LOADER = {"x86_64": ("lib64/ld-linux-x86-64.so.2", "ld-linux-x86-64.so.2"),
           "aarch64": ("lib/ld-linux-aarch64.so.1", "ld-linux-aarch64.so.1")}
 CROSS_PACKAGES = ["libc6-arm64-cross", "libstdc++6-arm64-cross", "libgcc-s1-arm64-cross"]
 
+# The CUDA image: ONNX Runtime's GPU build and the CUDA 13 runtime wheels whose
+# libraries its providers load (DT_NEEDED of the providers, plus what ONNX
+# Runtime and cuDNN open at run time). cuDNN and cuFFT are linked into ORT's
+# CUDA provider; cuDNN's own libraries are here for the TensorRT provider,
+# which needs libcudnn.so.9. The versions match the LibTorch CUDA set
+# (scripts/get_libtorch.py), so pip's cache serves both.
+ORT_GPU = "onnxruntime-gpu==1.31.1"
+CUDA_WHEELS = ["nvidia-cuda-runtime==13.0.96", "nvidia-cublas==13.1.1.3", "nvidia-curand==10.4.0.35",
+               "nvidia-cuda-nvrtc==13.0.88", "nvidia-cudnn-cu13==9.20.0.48"]
+CUDA_LIBS = ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcurand.so.10",
+             "libnvrtc.so.13", "libnvrtc-builtins.so.13.0", "libcudnn.so.9", "libcudnn_adv.so.9",
+             "libcudnn_cnn.so.9", "libcudnn_engines_precompiled.so.9", "libcudnn_engines_runtime_compiled.so.9",
+             "libcudnn_graph.so.9", "libcudnn_heuristic.so.9", "libcudnn_ops.so.9"]
+ORT_GPU_LIBS = {"libonnxruntime.so.1.31.1": "libonnxruntime.so",
+                "libonnxruntime_providers_shared.so": "libonnxruntime_providers_shared.so",
+                "libonnxruntime_providers_cuda.so": "libonnxruntime_providers_cuda.so",
+                "libonnxruntime_providers_tensorrt.so": "libonnxruntime_providers_tensorrt.so"}
+# cuDNN's libraries need zlib.
+CUDA_EXTRA_LIBS = ["libz.so.1"]
+
 
 def run(cmd):
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     subprocess.run(cmd, check=True)
 
 
-def rootfs(arch, tarball, dest):
+def cuda_wheels(cache):
+    """Downloads (once) ONNX Runtime's GPU wheel and the CUDA runtime wheels into `cache`."""
+    os.makedirs(cache, exist_ok=True)
+    run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+         "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_27_x86_64",
+         "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_12_x86_64",
+         "-d", cache, ORT_GPU, *CUDA_WHEELS])
+    return sorted(glob.glob(os.path.join(cache, "*.whl")))
+
+
+def add_cuda(wheels, dest):
+    """Puts ONNX Runtime's GPU build and the CUDA libraries into /usr/lib/tern."""
+    libdir = os.path.join(dest, "usr/lib/tern")
+    wanted = dict(ORT_GPU_LIBS, **{n: n for n in CUDA_LIBS})
+    found = set()
+    licences = os.path.join(dest, "usr/share/licenses/tern")
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            for info in z.infolist():
+                name = os.path.basename(info.filename)
+                if name.lower() in ("license.txt", "license", "thirdpartynotices.txt"):
+                    # The NVIDIA wheels' licence (dist-info) and ORT GPU's own notices.
+                    project = os.path.basename(wheel).split("-")[0]
+                    target = f"onnxruntime-{name}" if project == "onnxruntime_gpu" else f"{project}-{name}"
+                    with z.open(info) as src, open(os.path.join(licences, target), "wb") as out:
+                        shutil.copyfileobj(src, out)
+                    continue
+                if name in wanted and name not in found:
+                    with z.open(info) as src, open(os.path.join(libdir, wanted[name]), "wb") as out:
+                        shutil.copyfileobj(src, out)
+                    found.add(name)
+    missing = sorted(set(wanted) - found)
+    if missing:
+        sys.exit(f"the CUDA wheels lack {', '.join(missing)}: check the pinned versions in {__file__}")
+    for lib in CUDA_EXTRA_LIBS:
+        shutil.copy(os.path.realpath(os.path.join(LIB_SOURCE["x86_64"], lib)),
+                    os.path.join(dest, LIB_DIR["x86_64"], lib))
+
+
+def rootfs(arch, tarball, dest, cuda_wheel_files=None):
     """The image's files: /usr/bin/tern, /usr/lib/tern, libraries, a passwd, /models."""
     with tempfile.TemporaryDirectory() as t:
         with tarfile.open(tarball) as tar:
@@ -61,6 +130,8 @@ def rootfs(arch, tarball, dest):
     loader, name = LOADER[arch]
     os.makedirs(os.path.join(dest, os.path.dirname(loader)), exist_ok=True)
     shutil.copy(os.path.realpath(os.path.join(src, name)), os.path.join(dest, loader))
+    if cuda_wheel_files:
+        add_cuda(cuda_wheel_files, dest)
     os.makedirs(os.path.join(dest, "etc"))
     with open(os.path.join(dest, "etc/passwd"), "w") as f:
         f.write(f"root:x:0:0:root:/root:/sbin/nologin\ntern:x:{UID}:{UID}:tern:/models:/sbin/nologin\n")
@@ -119,23 +190,38 @@ def sizes(layout, tag):
     return compressed
 
 
+FLAVOURS = {
+    "cpu": "Triton-compatible inference server with WebAssembly plugins (CPU: ONNX Runtime, plugins)",
+    "cuda": "Triton-compatible inference server with WebAssembly plugins (NVIDIA GPUs: ONNX Runtime with "
+            "the CUDA and TensorRT providers, CUDA 13 runtime libraries; TensorRT itself not included)",
+}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tarballs", default=os.path.join(ROOT, "dist"), help="folder with the gnu tarballs")
     ap.add_argument("--out", default=os.path.join(ROOT, "dist"))
-    ap.add_argument("--arch", action="append", choices=list(PLATFORMS), help="default: both")
+    ap.add_argument("--flavour", choices=list(FLAVOURS), default="cpu")
+    ap.add_argument("--arch", action="append", choices=list(PLATFORMS),
+                    help="default: both for cpu, x86_64 for cuda")
+    ap.add_argument("--cuda-cache", default=os.path.join(ROOT, ".cache", "image-cuda", "wheels"),
+                    help="where the ONNX Runtime GPU and CUDA wheels are downloaded (once)")
     a = ap.parse_args()
     version = json.loads(subprocess.check_output(
         ["cargo", "metadata", "--no-deps", "--format-version", "1"], cwd=ROOT))["packages"]
     version = next(p["version"] for p in version if p["name"] == "tern")
-    layout = os.path.join(a.out, "oci")
+    archs = a.arch or (list(PLATFORMS) if a.flavour == "cpu" else ["x86_64"])
+    if a.flavour == "cuda" and archs != ["x86_64"]:
+        sys.exit("the cuda image is amd64 only: for Jetson use images/jetson/")
+    wheels = cuda_wheels(a.cuda_cache) if a.flavour == "cuda" else None
+    layout = os.path.join(a.out, "oci" if a.flavour == "cpu" else f"oci-{a.flavour}")
     shutil.rmtree(layout, ignore_errors=True)
     os.makedirs(a.out, exist_ok=True)
     run(["umoci", "init", "--layout", layout])
-    tag = f"{version}-cpu"
+    tag = f"{version}-{a.flavour}"
     per_arch = []
     report = []
-    for arch in a.arch or list(PLATFORMS):
+    for arch in archs:
         platform = PLATFORMS[arch]
         tarballs = glob.glob(os.path.join(a.tarballs, f"tern-{version}-{arch}-linux-gnu.tar.gz"))
         if not tarballs:
@@ -143,26 +229,32 @@ def main():
         arch_tag = f"{tag}-{platform}"
         with tempfile.TemporaryDirectory() as t:
             fs = os.path.join(t, "rootfs")
-            rootfs(arch, tarballs[0], fs)
+            rootfs(arch, tarballs[0], fs, wheels)
             unpacked = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs_ in os.walk(fs) for f in fs_)
             run(["umoci", "new", "--image", f"{layout}:{arch_tag}"])
+            what = "ONNX Runtime GPU, CUDA runtime libraries" if wheels else "ONNX Runtime"
             run(["umoci", "insert", "--image", f"{layout}:{arch_tag}", "--history.comment",
-                 f"tern {version} ({arch}): binary, ONNX Runtime, runtime libraries, example models", fs, "/"])
+                 f"tern {version} ({arch}): binary, {what}, runtime libraries, example models", fs, "/"])
         labels = {
             "org.opencontainers.image.title": "tern",
-            "org.opencontainers.image.description": "Triton-compatible inference server with WebAssembly plugins (CPU: ONNX Runtime, plugins)",
+            "org.opencontainers.image.description": FLAVOURS[a.flavour],
             "org.opencontainers.image.version": version,
-            "org.opencontainers.image.licenses": "Apache-2.0 AND MIT",
+            "org.opencontainers.image.licenses": "Apache-2.0 AND MIT" + (" AND LicenseRef-NVIDIA-CUDA" if wheels else ""),
             "org.opencontainers.image.source": "https://github.com/tern-inference/tern",
             "org.opencontainers.image.documentation": "https://github.com/tern-inference/tern/blob/main/docs/deployment.md",
             "io.tern.health": "GET :8000/v2/health/ready (readiness), GET :8000/v2/health/live (liveness)",
         }
+        env = ["TERN_WASM_CACHE_DIR=/var/cache/tern", "TERN_ONNXRUNTIME_LIBRARY=/usr/lib/tern/libonnxruntime.so"]
+        if wheels:
+            # ORT's providers have no RUNPATH; the NVIDIA container toolkit reads the
+            # NVIDIA_* variables to mount the driver and the GPUs.
+            env += ["LD_LIBRARY_PATH=/usr/lib/tern", "NVIDIA_VISIBLE_DEVICES=all",
+                    "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
         cmd = ["umoci", "config", "--image", f"{layout}:{arch_tag}", "--architecture", platform, "--os", "linux",
                "--config.entrypoint", "/usr/bin/tern", "--config.cmd", "--model-repository=/models",
-               "--config.user", f"{UID}:{UID}", "--config.workingdir", "/",
-               "--config.env", "TERN_WASM_CACHE_DIR=/var/cache/tern",
-               "--config.env", "TERN_ONNXRUNTIME_LIBRARY=/usr/lib/tern/libonnxruntime.so",
-               "--config.stopsignal", "SIGTERM"]
+               "--config.user", f"{UID}:{UID}", "--config.workingdir", "/", "--config.stopsignal", "SIGTERM"]
+        for e in env:
+            cmd += ["--config.env", e]
         for port in ("8000/tcp", "8001/tcp", "8002/tcp"):
             cmd += ["--config.exposedports", port]
         for k, v in labels.items():
@@ -172,11 +264,12 @@ def main():
         report.append((platform, sizes(layout, arch_tag), unpacked))
     index(layout, tag, per_arch)
     run(["umoci", "gc", "--layout", layout])
-    archive = os.path.join(a.out, f"tern-{version}-cpu.oci.tar")
+    archive = os.path.join(a.out, f"tern-{tag}.oci.tar")
     if os.path.exists(archive):
         os.remove(archive)
     run(["skopeo", "copy", "--all", f"oci:{layout}:{tag}", f"oci-archive:{archive}:tern:{tag}"])
-    print(f"image tern:{tag} in {layout} (multi-architecture index) and {archive} ({os.path.getsize(archive) / 1e6:.1f} MB)")
+    kind = "multi-architecture index" if len(per_arch) > 1 else "index"
+    print(f"image tern:{tag} in {layout} ({kind}) and {archive} ({os.path.getsize(archive) / 1e6:.1f} MB)")
     for platform, compressed, unpacked in report:
         print(f"  linux/{platform}: {compressed / 1e6:.1f} MB compressed, {unpacked / 1e6:.1f} MB unpacked")
 

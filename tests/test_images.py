@@ -1,10 +1,13 @@
-"""The CPU container image (`make images`, or `make image-check` in CI): each
-architecture of the multi-architecture index is unpacked with umoci and its
-entrypoint run from the unpacked root filesystem the way a container runtime
-would (its configured command, user and environment; amd64 in a chroot as the
-image's user, arm64 under qemu-aarch64 with the root filesystem as prefix),
-then served the example repository it ships to tritonclient over HTTP and
-gRPC. TERN_IMAGE_LAYOUT names the OCI layout, TERN_IMAGE_TAG the index."""
+"""The container images (`make images`, or `make image-check` in CI): each
+architecture of the image's index is unpacked with umoci and its entrypoint
+run from the unpacked root filesystem the way a container runtime would (its
+configured command, user and environment; amd64 in a chroot as the image's
+user, arm64 under qemu-aarch64 with the root filesystem as prefix), then
+served the example repository it ships to tritonclient over HTTP and gRPC.
+TERN_IMAGE_LAYOUT names the OCI layout, TERN_IMAGE_TAG the index: `-cpu`
+(amd64 and arm64) or `-cuda` (amd64, ONNX Runtime's GPU build; without a GPU
+here it serves on the CPU, and its libraries are checked to resolve inside
+the image)."""
 
 import json
 import os
@@ -38,19 +41,29 @@ def index_manifests():
         return json.load(f)["manifests"]
 
 
-def test_the_index_holds_amd64_and_arm64():
+def flavour():
+    return layout()[1].rsplit("-", 1)[1]
+
+
+def test_the_index_holds_the_flavours_architectures():
     platforms = sorted(m["platform"]["architecture"] for m in index_manifests())
-    assert platforms == ["amd64", "arm64"], platforms
+    assert platforms == (["amd64", "arm64"] if flavour() == "cpu" else ["amd64"]), platforms
+
+
+def unpack(tmp_path, platform):
+    path, tag = layout()
+    bundle = tmp_path / "bundle"
+    subprocess.run(["umoci", "unpack", "--image", f"{path}:{tag}-{platform}", str(bundle)],
+                   check=True, capture_output=True)
+    spec = json.load(open(bundle / "config.json"))
+    return str(bundle / "rootfs"), spec["process"]
 
 
 @pytest.fixture(params=["amd64", "arm64"])
 def unpacked(request, tmp_path):
-    path, tag = layout()
-    bundle = tmp_path / "bundle"
-    subprocess.run(["umoci", "unpack", "--image", f"{path}:{tag}-{request.param}", str(bundle)],
-                   check=True, capture_output=True)
-    spec = json.load(open(bundle / "config.json"))
-    return request.param, str(bundle / "rootfs"), spec["process"]
+    if request.param == "arm64" and flavour() != "cpu":
+        pytest.skip(f"the {flavour()} image is amd64 only")
+    return (request.param, *unpack(tmp_path, request.param))
 
 
 def test_the_entrypoint_serves_the_shipped_repository(unpacked):
@@ -102,14 +115,11 @@ def test_without_proc_onnx_models_fail_cleanly_and_the_rest_serves(tmp_path):
     """In a root filesystem without /proc the binary cannot find its own folder:
     with the image's ONNX Runtime setting removed, the ONNX model fails its load
     with the reason, and nothing panics."""
-    path, tag = layout()
-    bundle = tmp_path / "bundle"
-    subprocess.run(["umoci", "unpack", "--image", f"{path}:{tag}-amd64", str(bundle)], check=True, capture_output=True)
-    process = json.load(open(bundle / "config.json"))["process"]
+    rootfs, process = unpack(tmp_path, "amd64")
     env = dict(e.split("=", 1) for e in process["env"])
     env.update(ORT_DYLIB_PATH=None, TERN_ONNXRUNTIME_LIBRARY=None)
     t = Tern([*process["args"][1:], "--exit-on-error=false"], env=env, binary=process["args"][0],
-             wrapper=["chroot", "--userspec=65532:65532", str(bundle / "rootfs")])
+             wrapper=["chroot", "--userspec=65532:65532", rootfs])
     try:
         c = httpclient.InferenceServerClient(t.url)
         index = {m["name"]: m for m in c.get_model_repository_index()}
@@ -119,3 +129,70 @@ def test_without_proc_onnx_models_fail_cleanly_and_the_rest_serves(tmp_path):
         assert "panicked" not in t.log(), t.log()
     finally:
         assert t.stop() == 0, t.log()
+
+
+# Libraries a GPU host provides (the NVIDIA container toolkit mounts the driver)
+# or that the cuda image leaves out on purpose (TensorRT is not on PyPI).
+FROM_THE_HOST = {"libcuda.so.1"}
+NOT_SHIPPED = {"libnvinfer.so.10", "libnvonnxparser.so.10"}
+
+
+def needed(path):
+    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    return [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+
+
+def test_cuda_image_libraries_resolve_inside_the_image(tmp_path):
+    """Every shared library the binary, ONNX Runtime's GPU build and its providers
+    link against is in the image's search path (LD_LIBRARY_PATH, then the
+    loader's default folders), except the driver and TensorRT."""
+    if flavour() != "cuda":
+        pytest.skip("the cuda image's libraries")
+    rootfs, process = unpack(tmp_path, "amd64")
+    env = dict(e.split("=", 1) for e in process["env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and "compute" in env["NVIDIA_DRIVER_CAPABILITIES"], env
+    search = [d for d in env["LD_LIBRARY_PATH"].split(":")] + ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64"]
+    libdir = os.path.join(rootfs, "usr/lib/tern")
+    elves = [os.path.join(rootfs, "usr/bin/tern")] + [os.path.join(libdir, f) for f in os.listdir(libdir)]
+    providers = {os.path.basename(p) for p in elves}
+    assert {"libonnxruntime_providers_cuda.so", "libonnxruntime_providers_tensorrt.so",
+            "libonnxruntime_providers_shared.so", "libcudnn.so.9", "libcublasLt.so.13"} <= providers, providers
+    missing = {}
+    for elf in elves:
+        for lib in needed(elf):
+            if lib in FROM_THE_HOST or lib in NOT_SHIPPED:
+                continue
+            if not any(os.path.exists(os.path.join(rootfs, d.lstrip("/"), lib)) for d in search):
+                missing.setdefault(os.path.basename(elf), []).append(lib)
+    assert not missing, missing
+    assert "libcuda.so.1" in needed(os.path.join(libdir, "libonnxruntime_providers_cuda.so"))
+    assert set(needed(os.path.join(libdir, "libonnxruntime_providers_tensorrt.so"))) & NOT_SHIPPED
+
+
+def test_cuda_image_without_a_gpu_refuses_gpu_instances_and_serves_the_rest(tmp_path):
+    """On a machine without the NVIDIA driver the cuda image starts, serves CPU
+    instances with ONNX Runtime's GPU build, and fails a KIND_GPU model's load
+    with the reason."""
+    if flavour() != "cuda":
+        pytest.skip("the cuda image without a GPU")
+    rootfs, process = unpack(tmp_path, "amd64")
+    gpu = os.path.join(rootfs, "models", "simple_gpu")
+    shutil.copytree(os.path.join(rootfs, "models", "simple"), gpu)
+    cfg = open(os.path.join(gpu, "config.pbtxt")).read().replace('name: "simple"', 'name: "simple_gpu"')
+    open(os.path.join(gpu, "config.pbtxt"), "w").write(cfg + "\ninstance_group [{ kind: KIND_GPU count: 1 }]\n")
+    env = dict(e.split("=", 1) for e in process["env"])
+    env["ORT_DYLIB_PATH"] = None
+    t = Tern([*process["args"][1:], "--exit-on-error=false"], env=env, binary=process["args"][0],
+             wrapper=["chroot", "--userspec=65532:65532", rootfs])
+    try:
+        c = httpclient.InferenceServerClient(t.url)
+        index = {m["name"]: m for m in c.get_model_repository_index()}
+        assert index["simple_gpu"]["state"] == "UNAVAILABLE", index
+        assert "GPU" in index["simple_gpu"]["reason"] or "CUDA" in index["simple_gpu"]["reason"], index["simple_gpu"]
+        assert c.is_model_ready("simple") and c.is_model_ready("add_sub")
+        assert "panicked" not in t.log(), t.log()
+    finally:
+        assert t.stop() == 0, t.log()
+    version = subprocess.run(["chroot", "--userspec=65532:65532", rootfs, "/usr/bin/tern", "--version"],
+                             capture_output=True, text=True, env={k: v for k, v in env.items() if v}, check=True).stdout
+    assert "features: onnx, cuda" in version and "/usr/lib/tern/libonnxruntime.so" in version, version

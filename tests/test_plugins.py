@@ -116,18 +116,34 @@ def test_plugin_reads_its_own_folder_only(hc):
     assert mode(hc, "env") == "0 variables"
 
 
+def plugin_faults(psrv):
+    """misbehave's fault counters from /metrics, by family."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{psrv.metrics_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for family in ("traps", "timeouts", "memory_cap_hits", "restarts"):
+        prefix = f'tern_plugin_{family}_total{{model="misbehave"}}'
+        out[family] = sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+    return out
+
+
 @pytest.mark.parametrize(
-    "m,expect",
+    "m,expect,counted",
     [
-        ("loop", "exceeded its execution deadline of 300 ms"),
-        ("sleep", "exceeded its execution deadline of 300 ms"),
-        ("memory", "hit its memory cap of 33554432 bytes"),
-        ("panic", "trapped: the plugin panicked at misbehave/src/lib.rs"),
+        ("loop", "exceeded its execution deadline of 300 ms", "timeouts"),
+        ("sleep", "exceeded its execution deadline of 300 ms", "timeouts"),
+        ("memory", "hit its memory cap of 33554432 bytes", "memory_cap_hits"),
+        ("panic", "trapped: the plugin panicked at misbehave/src/lib.rs", "traps"),
     ],
 )
-def test_misbehaving_plugin_is_contained(psrv, hc, m, expect):
+def test_misbehaving_plugin_is_contained(psrv, hc, m, expect, counted):
     """The failing batch gets a clear error, the instance restarts, other models
-    keep answering during the abuse, and the plugin serves again afterwards."""
+    keep answering during the abuse, the plugin serves again afterwards, and
+    the fault is counted under its own metric (a deadline reached in a blocking
+    WASI call is a timeout, not a trap)."""
+    faults = plugin_faults(psrv)
     stop = threading.Event()
     served = []
 
@@ -153,6 +169,10 @@ def test_misbehaving_plugin_is_contained(psrv, hc, m, expect):
     assert served and all(v == 2.0 for v in served)
     assert mode(hc, "ok") == "ok"
     assert mode(hc, "count") == "2", "a fresh instance after the restart (this is its second call)"
+    after = plugin_faults(psrv)
+    grew = {k for k in ("traps", "timeouts", "memory_cap_hits") if after[k] > faults[k]}
+    assert grew == {counted}, (faults, after)
+    assert after["restarts"] == faults["restarts"] + 1, (faults, after)
 
 
 @pytest.mark.parametrize(

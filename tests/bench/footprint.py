@@ -5,6 +5,14 @@ model, and the packaged example repository (ONNX + two Rust plugins) with a
 cold and then a warm .cwasm cache; plus the sizes of the files in dist/.
 
     make dist && python tests/bench/footprint.py dist/tern-<v>-x86_64-linux-gnu.tar.gz
+    make images && python tests/bench/footprint.py --image dist/oci:<v>-cpu-amd64 --image dist/oci-cuda:<v>-cuda-amd64
+
+With --image (an OCI layout and a manifest tag; needs root and umoci), the
+containerised server instead: the image unpacked with umoci and its entrypoint
+run the way a container runtime would (chroot into the root filesystem as the
+image's user, the image's command and environment) on the repository the image
+ships, with a fresh (cold) and then a warm plugin cache, and on an empty
+repository as the baseline.
 
 Start time is from exec to the first 200 from /v2/health/ready (polled every
 2 ms); RSS is VmRSS one second after READY. Each figure is the median of
@@ -13,6 +21,7 @@ Start time is from exec to the first 200 from /v2/health/ready (polled every
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import socket
@@ -40,13 +49,13 @@ def ready_after(proc, port, started, timeout=60):
     raise RuntimeError("not ready in time")
 
 
-def start(binary, repo, cache):
+def start(binary, repo, cache, wrapper=(), env=None):
     port = free_port()
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [binary, f"--model-repository={repo}", f"--http-port={port}", "--grpc-port=0", "--metrics-port=0",
+        [*wrapper, binary, f"--model-repository={repo}", f"--http-port={port}", "--grpc-port=0", "--metrics-port=0",
          f"--wasm-cache-dir={cache}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     try:
         secs = ready_after(proc, port, t0)
@@ -58,11 +67,49 @@ def start(binary, repo, cache):
     return secs, rss
 
 
+def images(specs, runs):
+    """Start to READY and idle RSS of each image's entrypoint, run from its unpacked root."""
+    print("| image | repository | start to READY (ms) | idle RSS (MiB) |")
+    print("|---|---|---:|---:|")
+    for spec in specs:
+        work = tempfile.mkdtemp(prefix="tern-footprint-image-")
+        bundle = os.path.join(work, "bundle")
+        subprocess.run(["umoci", "unpack", "--image", spec, bundle], check=True, capture_output=True)
+        process = json.load(open(os.path.join(bundle, "config.json")))["process"]
+        rootfs = os.path.join(bundle, "rootfs")
+        env = dict(e.split("=", 1) for e in process["env"])
+        user = f"{process['user']['uid']}:{process['user']['gid']}"
+        wrapper = ["chroot", f"--userspec={user}", rootfs]
+        os.makedirs(os.path.join(rootfs, "empty"))
+        for cache in ("/tmp/cold", "/tmp/warm"):
+            os.makedirs(rootfs + cache)
+            os.chown(rootfs + cache, process["user"]["uid"], process["user"]["gid"])
+        cases = [("empty (baseline)", "/empty", "/tmp/warm", True),
+                 ("shipped, cold plugin cache", "/models", "/tmp/cold", False),
+                 ("shipped, warm plugin cache", "/models", "/tmp/warm", True)]
+        for label, repo, cache, warm in cases:
+            results = []
+            for _ in range(runs):
+                if not warm:
+                    for f in glob.glob(rootfs + cache + "/*"):
+                        os.remove(f)
+                results.append(start(process["args"][0], repo, cache, wrapper, env))
+            secs = statistics.median(r[0] for r in results)
+            rss = statistics.median(r[1] for r in results)
+            print(f"| {spec.split(':', 1)[1]} | {label} | {secs * 1000:.0f} | {rss / 1024:.1f} |")
+        shutil.rmtree(work)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tarball")
+    ap.add_argument("tarball", nargs="?")
+    ap.add_argument("--image", action="append", help="LAYOUT:TAG of one architecture's manifest")
     ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
+    if a.image:
+        return images(a.image, a.runs)
+    if not a.tarball:
+        ap.error("a tarball or --image")
     work = tempfile.mkdtemp(prefix="tern-footprint-")
     with tarfile.open(a.tarball) as t:
         t.extractall(work)

@@ -295,15 +295,20 @@ impl WasmModel {
 }
 
 /// Names what stopped a plugin: the memory cap, the deadline, or the trap itself.
+/// Whether the plugin was stopped by its execution deadline: in WebAssembly
+/// (the epoch interrupt) or in a blocking WASI call.
+fn timed_out(e: &wasmtime::Error) -> bool {
+    e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt)
+        || e.is::<crate::blocking::DeadlineExceeded>()
+}
+
 fn describe(store: &Store<HostState>, e: &wasmtime::Error, sandbox: Sandbox) -> String {
     if store.data().limits.hit {
         format!(
             "hit its memory cap of {} bytes (max_memory_bytes)",
             sandbox.max_memory
         )
-    } else if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt)
-        || e.is::<crate::blocking::DeadlineExceeded>()
-    {
+    } else if timed_out(e) {
         format!(
             "exceeded its execution deadline of {} ms (execution_timeout_ms)",
             sandbox.timeout.as_millis()
@@ -477,10 +482,7 @@ impl Instance for WasmInstance {
             ),
             Err(e) => {
                 let what = describe(store, &e, m.sandbox);
-                m.counters.record(
-                    store.data().limits.hit,
-                    e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt),
-                );
+                m.counters.record(store.data().limits.hit, timed_out(&e));
                 tracing::error!(model = %m.name, instance = %self.spec.name, "plugin {what}; restarting the instance");
                 tracing::debug!(model = %m.name, "plugin failure details: {e:?}");
                 self.restart();
