@@ -239,7 +239,7 @@ image-check: package-check jetson-context
 	$(ZIG_PATH) $(PY) scripts/dist.py --arch x86_64 --profile cross --out .cache/package-check --no-deb
 	$(PY) scripts/images.py --tarballs .cache/package-check --out .cache/image-check
 	TERN_IMAGE_LAYOUT=.cache/image-check/oci TERN_IMAGE_TAG=$(VERSION)-cpu $(PY) -m pytest tests/test_images.py -q
-	$(PY) scripts/images.py --flavour cuda --tarballs .cache/package-check --out .cache/image-check
+	$(PY) scripts/images.py --flavour cuda --tarballs .cache/package-check --out .cache/image-check --no-archive
 	TERN_IMAGE_LAYOUT=.cache/image-check/oci-cuda TERN_IMAGE_TAG=$(VERSION)-cuda $(PY) -m pytest tests/test_images.py -q
 
 # docs/img/dashboard.png: the Grafana dashboard's queries (deploy/grafana/tern.json)
@@ -249,7 +249,7 @@ dashboard-png: setup plugins
 	$(CARGO) build -p tern
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q matplotlib==3.11.2
-	$(PY) scripts/dashboard_plot.py --binary $(CARGO_TARGET_DIR)/debug/tern
+	$(PY) scripts/dashboard_plot.py --binary $(CARGO_TARGET_DIR)/debug/tern --plugins-dir $(WASM_OUT)
 
 # The Jetson recipe (images/jetson/, never built here: no Jetson, no nvcr.io): its
 # build context from the cheap `cross` aarch64 tarball with the plugins precompiled

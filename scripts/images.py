@@ -45,19 +45,19 @@ LOADER = {"x86_64": ("lib64/ld-linux-x86-64.so.2", "ld-linux-x86-64.so.2"),
 CROSS_PACKAGES = ["libc6-arm64-cross", "libstdc++6-arm64-cross", "libgcc-s1-arm64-cross"]
 
 # The CUDA image: ONNX Runtime's GPU build and the CUDA 13 runtime wheels whose
-# libraries its providers load (DT_NEEDED of the providers, plus what ONNX
-# Runtime and cuDNN open at run time). cuDNN and cuFFT are linked into ORT's
-# CUDA provider; cuDNN's own libraries are here for the TensorRT provider,
-# which needs libcudnn.so.9. The versions match the LibTorch CUDA set
-# (scripts/get_libtorch.py), so pip's cache serves both.
+# libraries its providers load: the CUDA provider links cudart, cuBLAS(Lt) and
+# cuRAND (DT_NEEDED) and opens cuDNN, cuFFT and NVRTC at run time (dlopen); the
+# TensorRT provider links cudart, cuBLAS and cuDNN besides TensorRT itself. The
+# versions match the LibTorch CUDA set (scripts/get_libtorch.py), so pip's cache
+# serves both.
 ORT_GPU = "onnxruntime-gpu==1.31.1"
 CUDA_WHEELS = ["nvidia-cuda-runtime==13.0.96", "nvidia-cublas==13.1.1.3", "nvidia-curand==10.4.0.35",
-               "nvidia-cuda-nvrtc==13.0.88", "nvidia-cudnn-cu13==9.20.0.48"]
-CUDA_LIBS = ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcurand.so.10",
+               "nvidia-cuda-nvrtc==13.0.88", "nvidia-cudnn-cu13==9.20.0.48", "nvidia-cufft==12.0.0.61"]
+CUDA_LIBS = ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcurand.so.10", "libcufft.so.12",
              "libnvrtc.so.13", "libnvrtc-builtins.so.13.0", "libcudnn.so.9", "libcudnn_adv.so.9",
              "libcudnn_cnn.so.9", "libcudnn_engines_precompiled.so.9", "libcudnn_engines_runtime_compiled.so.9",
              "libcudnn_graph.so.9", "libcudnn_heuristic.so.9", "libcudnn_ops.so.9"]
-ORT_GPU_LIBS = {"libonnxruntime.so.1.31.1": "libonnxruntime.so",
+ORT_GPU_LIBS = {f"libonnxruntime.so.{ORT_GPU.split('==')[1]}": "libonnxruntime.so",
                 "libonnxruntime_providers_shared.so": "libonnxruntime_providers_shared.so",
                 "libonnxruntime_providers_cuda.so": "libonnxruntime_providers_cuda.so",
                 "libonnxruntime_providers_tensorrt.so": "libonnxruntime_providers_tensorrt.so"}
@@ -71,13 +71,22 @@ def run(cmd):
 
 
 def cuda_wheels(cache):
-    """Downloads (once) ONNX Runtime's GPU wheel and the CUDA runtime wheels into `cache`."""
+    """The pinned ONNX Runtime GPU and CUDA runtime wheels, downloaded into
+    `cache` (pip keeps files already there); other wheels in `cache`, say of
+    earlier pins, are ignored."""
     os.makedirs(cache, exist_ok=True)
+    pins = [ORT_GPU, *CUDA_WHEELS]
     run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
          "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_27_x86_64",
-         "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_12_x86_64",
-         "-d", cache, ORT_GPU, *CUDA_WHEELS])
-    return sorted(glob.glob(os.path.join(cache, "*.whl")))
+         "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_12_x86_64", "-d", cache, *pins])
+    wheels = []
+    for pin in pins:
+        name, version = pin.split("==")
+        found = glob.glob(os.path.join(cache, f"{name.replace('-', '_')}-{version}-*.whl"))
+        if len(found) != 1:
+            sys.exit(f"expected one wheel for {pin} in {cache}, found {found or 'none'}")
+        wheels.append(found[0])
+    return wheels
 
 
 def add_cuda(wheels, dest):
@@ -204,6 +213,7 @@ def main():
     ap.add_argument("--flavour", choices=list(FLAVOURS), default="cpu")
     ap.add_argument("--arch", action="append", choices=list(PLATFORMS),
                     help="default: both for cpu, x86_64 for cuda")
+    ap.add_argument("--no-archive", action="store_true", help="only the OCI layout, no oci-archive")
     ap.add_argument("--cuda-cache", default=os.path.join(ROOT, ".cache", "image-cuda", "wheels"),
                     help="where the ONNX Runtime GPU and CUDA wheels are downloaded (once)")
     a = ap.parse_args()
@@ -264,12 +274,15 @@ def main():
         report.append((platform, sizes(layout, arch_tag), unpacked))
     index(layout, tag, per_arch)
     run(["umoci", "gc", "--layout", layout])
+    kind = "multi-architecture index" if len(per_arch) > 1 else "index"
     archive = os.path.join(a.out, f"tern-{tag}.oci.tar")
     if os.path.exists(archive):
         os.remove(archive)
-    run(["skopeo", "copy", "--all", f"oci:{layout}:{tag}", f"oci-archive:{archive}:tern:{tag}"])
-    kind = "multi-architecture index" if len(per_arch) > 1 else "index"
-    print(f"image tern:{tag} in {layout} ({kind}) and {archive} ({os.path.getsize(archive) / 1e6:.1f} MB)")
+    if a.no_archive:
+        print(f"image tern:{tag} in {layout} ({kind})")
+    else:
+        run(["skopeo", "copy", "--all", f"oci:{layout}:{tag}", f"oci-archive:{archive}:tern:{tag}"])
+        print(f"image tern:{tag} in {layout} ({kind}) and {archive} ({os.path.getsize(archive) / 1e6:.1f} MB)")
     for platform, compressed, unpacked in report:
         print(f"  linux/{platform}: {compressed / 1e6:.1f} MB compressed, {unpacked / 1e6:.1f} MB unpacked")
 

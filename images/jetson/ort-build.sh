@@ -56,7 +56,7 @@ trt_header=$(ls /usr/include/aarch64-linux-gnu/NvInferVersion.h /usr/include/NvI
 trt=0
 if [ -n "$trt_header" ]; then
     # TensorRT 10.11+ names it TRT_MAJOR_ENTERPRISE; older headers NV_TENSORRT_MAJOR.
-    trt=$(sed -n 's/^#define \(NV_TENSORRT_MAJOR\|TRT_MAJOR_ENTERPRISE\) \([0-9]*\).*/\2/p' "$trt_header" | head -n1)
+    trt=$(sed -n 's/^#define \(NV_TENSORRT_MAJOR\|TRT_MAJOR_ENTERPRISE\) \([0-9][0-9]*\).*/\2/p' "$trt_header" | head -n1)
 fi
 echo "ort-build: JetPack $JETPACK, Python $py, nvcc ${nvcc:-none}, GCC $gcc, TensorRT major ${trt:-0}," \
     "ONNX Runtime $ORT_VERSION for CUDA architectures $CUDA_ARCHITECTURES"

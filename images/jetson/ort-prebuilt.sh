@@ -19,20 +19,31 @@ if [ -n "${ORT_WHEEL_URL:-}" ]; then
     echo "ort-prebuilt: downloading $ORT_WHEEL_URL"
     if command -v curl >/dev/null; then
         curl -fsSL -o "$wheel" "$ORT_WHEEL_URL"
-    else
+    elif command -v wget >/dev/null; then
         wget -q -O "$wheel" "$ORT_WHEEL_URL"
+    else
+        echo "ort-prebuilt: neither curl nor wget in this image to download ORT_WHEEL_URL;" \
+            "put the wheel in the context's ort-prebuilt/ instead" >&2
+        exit 1
     fi
     if [ -n "${ORT_WHEEL_SHA256:-}" ]; then
         echo "$ORT_WHEEL_SHA256  $wheel" | sha256sum -c -
     fi
+else
+    wheel=$(ls "$IN"/*.whl 2>/dev/null | head -n1 || true)
 fi
 
-wheel=$(ls "$IN"/*.whl 2>/dev/null | head -n1 || true)
 if [ -n "$wheel" ]; then
     echo "ort-prebuilt: taking ONNX Runtime from $(basename "$wheel")"
     tmp=$(mktemp -d)
     python3 -m zipfile -e "$wheel" "$tmp"
-    capi=$(dirname "$(ls "$tmp"/onnxruntime/capi/libonnxruntime.so.* | head -n1)")
+    lib=$(ls "$tmp"/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n1 || true)
+    if [ -z "$lib" ]; then
+        echo "ort-prebuilt: $(basename "$wheel") has no onnxruntime/capi/libonnxruntime.so.<version>:" \
+            "not an ONNX Runtime wheel" >&2
+        exit 1
+    fi
+    capi=$(dirname "$lib")
     cp -a "$capi"/libonnxruntime.so.* "$ORT_OUT/lib/"
     cp -a "$capi"/libonnxruntime_providers_*.so "$ORT_OUT/lib/" 2>/dev/null || true
     for f in LICENSE ThirdPartyNotices.txt; do

@@ -294,7 +294,6 @@ impl WasmModel {
     }
 }
 
-/// Names what stopped a plugin: the memory cap, the deadline, or the trap itself.
 /// Whether the plugin was stopped by its execution deadline: in WebAssembly
 /// (the epoch interrupt) or in a blocking WASI call.
 fn timed_out(e: &wasmtime::Error) -> bool {
@@ -302,6 +301,7 @@ fn timed_out(e: &wasmtime::Error) -> bool {
         || e.is::<crate::blocking::DeadlineExceeded>()
 }
 
+/// Names what stopped a plugin: the memory cap, the deadline, or the trap itself.
 fn describe(store: &Store<HostState>, e: &wasmtime::Error, sandbox: Sandbox) -> String {
     if store.data().limits.hit {
         format!(
