@@ -276,13 +276,16 @@ class Store:
         for k in self.series:
             self.by_name.setdefault(dict(k)["__name__"], []).append(k)
 
-    def instant(self, name, matchers, t, lookback=300.0):
-        out = []
+    def matching(self, name, matchers):
+        """(labels, timestamps, values) of every scraped series of `name` the matchers select."""
         for k in self.by_name.get(name, []):
             labels = dict(k)
-            if not matches(labels, matchers):
-                continue
-            ts, vs = self.series[k]
+            if matches(labels, matchers):
+                yield labels, *self.series[k]
+
+    def instant(self, name, matchers, t, lookback=300.0):
+        out = []
+        for labels, ts, vs in self.matching(name, matchers):
             j = np.searchsorted(ts, t, side="right") - 1
             if j >= 0 and t - ts[j] <= lookback:
                 out.append((labels, vs[j]))
@@ -290,11 +293,7 @@ class Store:
 
     def ranged(self, name, matchers, t, window, is_rate):
         out = []
-        for k in self.by_name.get(name, []):
-            labels = dict(k)
-            if not matches(labels, matchers):
-                continue
-            ts, vs = self.series[k]
+        for labels, ts, vs in self.matching(name, matchers):
             lo = np.searchsorted(ts, t - window, side="right")
             hi = np.searchsorted(ts, t, side="right")
             v = extrapolated(ts[lo:hi], vs[lo:hi], t, window, is_rate)

@@ -23,6 +23,7 @@ import yaml
 from tritonclient.utils import InferenceServerException
 
 from conftest import ROOT, Tern, gen_models
+from dashboard_plot import dashboard, panels
 from test_grpc import simple_inputs
 from test_metrics import scrape, value
 from test_plugins import add_sub_inputs, mode, plugins_dir
@@ -31,7 +32,6 @@ from test_triton_dropin import get
 DEPLOY = os.path.join(ROOT, "deploy")
 K8S = os.path.join(DEPLOY, "k8s")
 KSERVE = os.path.join(DEPLOY, "kserve")
-DASHBOARD = os.path.join(DEPLOY, "grafana", "tern.json")
 
 # The oldest Kubernetes the manifests claim (the preStop `sleep` action is
 # on by default from 1.30) and the newest kubernetes-validate knows.
@@ -402,17 +402,6 @@ def check_exported(names, families, where):
             continue
         missing.append(name)
     assert not missing, f"{where} reads metrics Tern does not export: {missing}"
-
-
-def dashboard():
-    with open(DASHBOARD) as f:
-        return json.load(f)
-
-
-def panels(d):
-    for p in d["panels"]:
-        yield p
-        yield from p.get("panels", [])
 
 
 def dashboard_exprs(d):
