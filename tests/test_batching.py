@@ -200,6 +200,23 @@ def test_queue_policy_reject_delay_and_override(start_tern, tmp_path):
     assert time.time() - began < 5
 
 
+def test_a_model_without_batching_keeps_dynamic_batching_queue_policies(start_tern, tmp_path):
+    """As in Triton, `dynamic_batching` on a max_batch_size 0 model gives it the
+    batcher's queue: max_queue_size refuses the overflow, each request still
+    executes alone, and the queue delay does not hold a lone request."""
+    dyna = "dynamic_batching { max_queue_delay_microseconds: 10000000 default_queue_policy { max_queue_size: 1 } }"
+    repo = make_repo(tmp_path, {"nobatch": identity_model("nobatch", max_batch=0, dims="[ -1, -1 ]", dyna=dyna, delay_ms=400)})
+    t = start(start_tern, repo)
+    began = time.time()
+    r = send_all(t.url, "nobatch", [ones(value=1), ones(value=2), ones(value=3)], gap=0.05)
+    np.testing.assert_array_equal(r[0], ones(value=1))
+    np.testing.assert_array_equal(r[1], ones(value=2))
+    assert isinstance(r[2], InferenceServerException) and r[2].status() == "503", r[2]
+    assert "Exceeds maximum queue size" in r[2].message()
+    assert executions(t, "nobatch") == [["0"], ["1"]]
+    assert time.time() - began < 5
+
+
 def test_two_instances_execute_in_parallel(start_tern, tmp_path):
     repo = make_repo(tmp_path, {"m": identity_model("m", max_batch=1, count=2, delay_ms=500, dyna="")})
     t = start(start_tern, repo)

@@ -84,8 +84,11 @@ impl BatchPolicy {
     /// accepts ragged batches.
     pub fn from_config(cfg: &ModelConfig, ragged_ok: bool) -> Result<BatchPolicy> {
         let max_batch_size = cfg.max_batch_size.max(1) as usize;
+        // As in Triton, `dynamic_batching` on a model that does not batch
+        // (max_batch_size 0) still gives it the dynamic batcher's queue: its
+        // priority levels and queue policies apply, and batches hold one request.
         let db = match &cfg.scheduling_choice {
-            Some(SchedulingChoice::DynamicBatching(db)) if cfg.max_batch_size > 0 => Some(db),
+            Some(SchedulingChoice::DynamicBatching(db)) => Some(db),
             _ => None,
         };
         let Some(db) = db else {
@@ -136,6 +139,7 @@ impl BatchPolicy {
         let mut preferred: Vec<usize> = db
             .preferred_batch_size
             .iter()
+            .filter(|_| cfg.max_batch_size > 0)
             .map(|&p| p as usize)
             .collect();
         preferred.sort_unstable();
@@ -243,6 +247,25 @@ mod tests {
         let p = policy("");
         assert!(!p.dynamic);
         assert!(p.ragged.is_empty());
+    }
+
+    #[test]
+    fn a_model_without_batching_keeps_the_dynamic_batchers_queue_policies() {
+        let cfg = parse_pbtxt(
+            "name: \"m\" max_batch_size: 0 input [{name: \"X\" data_type: TYPE_FP32 dims: [4]}]
+             dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 100000 priority_levels: 2 default_priority_level: 2
+               default_queue_policy { max_queue_size: 3 default_timeout_microseconds: 500 } }",
+        )
+        .unwrap();
+        let p = BatchPolicy::from_config(&cfg, true).unwrap();
+        assert!(p.dynamic);
+        assert_eq!((p.max_batch_size, p.max_preferred()), (1, 1));
+        assert_eq!(p.levels, 2);
+        assert_eq!(p.level_policy(1).max_queue_size, Some(3));
+        assert_eq!(
+            p.placement(&req(&[])).unwrap(),
+            (2, Some(Duration::from_micros(500)))
+        );
     }
 
     #[test]

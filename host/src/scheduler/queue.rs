@@ -544,6 +544,25 @@ mod tests {
     }
 
     #[test]
+    fn a_model_without_batching_sends_one_request_at_once() {
+        let cfg = parse_pbtxt(
+            "name: \"m\" max_batch_size: 0 input [{name: \"X\" data_type: TYPE_FP32 dims: [-1, -1]}]
+             dynamic_batching { max_queue_delay_microseconds: 10000000 default_queue_policy { max_queue_size: 2 } }",
+        )
+        .unwrap();
+        let p = BatchPolicy::from_config(&cfg, true).unwrap();
+        let now = Instant::now();
+        let mut q = queue_of(&p, vec![pending(1, 4, 1, now)]);
+        assert_eq!(q.decide(&p, now), Decision::Send(1));
+        q.push(pending(1, 4, 1, now), &p).ok().unwrap();
+        assert_eq!(q.decide(&p, now), Decision::Send(1));
+        assert!(
+            q.push(pending(1, 4, 1, now), &p).is_err(),
+            "max_queue_size applies"
+        );
+    }
+
+    #[test]
     fn delay_hook_holds_until_n_queued() {
         let mut p = policy("dynamic_batching { }");
         p.delay_hook = Some(3);
