@@ -221,7 +221,7 @@ package-check: smoke-aarch64
 # tarballs, then unpacked and run by tests/test_images.py: tern:<version>-cpu (a
 # multi-architecture OCI index over amd64 and arm64) and tern:<version>-cuda
 # (amd64: ONNX Runtime's GPU build and the CUDA 13 libraries its providers load,
-# ~1.2 GB of wheels from PyPI into .cache/image-cuda), each as an OCI layout and
+# ~1.4 GB of wheels from PyPI into .cache/image-cuda), each as an OCI layout and
 # an oci-archive.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 IMAGE_TOOLS := command -v umoci >/dev/null && command -v skopeo >/dev/null || (apt-get update -qq && apt-get install -y -qq umoci skopeo)
