@@ -46,7 +46,7 @@ def repo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(repo):
-    t = Tern([f"--model-repository={repo}", "--log-verbose=0"], binary=TORCH_BIN)
+    t = Tern([f"--model-repository={repo}", "--log-verbose=0", "--allow-client-shm"], binary=TORCH_BIN)
     yield t
     t.stop()
 
@@ -178,6 +178,31 @@ def test_every_mapped_type(server, repo):
             np.testing.assert_array_equal(r.as_numpy(f"OUT__{i}"), want[i].numpy(), err_msg=f"{proto} {name}")
         got = r.as_numpy("OUT__9").astype(np.float32)
         np.testing.assert_array_equal(got, want[9].float().numpy(), err_msg=f"{proto} bf16")
+
+
+def test_a_model_writing_to_its_input_never_touches_the_clients_memory(server):
+    """`x.mul_(2)` writes to the input tensor: Tern's copy of it, never the request's buffer or
+    the client's shared-memory region, so the same region gives the same answer every time."""
+    import tritonclient.utils.shared_memory as shm
+
+    x = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
+    key = f"/tern_torch_inplace_{os.getpid()}"
+    h = shm.create_shared_memory_region("torch_inplace_in", key, x.nbytes)
+    try:
+        shm.set_shared_memory_region(h, [x])
+        for proto, mod, c in both(server):
+            c.register_system_shared_memory("torch_inplace_in", key, x.nbytes)
+            try:
+                for _ in range(3):
+                    i = mod.InferInput("INPUT__0", [1, 4], "FP32")
+                    i.set_shared_memory("torch_inplace_in", x.nbytes)
+                    got = c.infer("torch_inplace", [i]).as_numpy("OUTPUT__0")
+                    np.testing.assert_array_equal(got, x * 2, err_msg=proto)
+                    np.testing.assert_array_equal(shm.get_contents_as_numpy(h, np.float32, [1, 4]), x, err_msg=proto)
+            finally:
+                c.unregister_system_shared_memory("torch_inplace_in")
+    finally:
+        shm.destroy_shared_memory_region(h)
 
 
 def test_forward_exception_fails_only_its_batch(server):

@@ -377,17 +377,19 @@ impl TorchInstance {
             })
             .collect();
         self.apply_settings();
+        // Declared first so it is dropped last: the input tensors view its blocks.
+        let mut staging = Vec::new();
         let _no_grad = tch::no_grad_guard();
         let _mode = self.params.inference_mode.then(shim::InferenceMode::enter);
         let args: Vec<IValue> = match &*self.binding {
             InputBinding::Positional(order) => order
                 .iter()
-                .map(|name| gather(batch, name, batched, self.device))
+                .map(|name| gather(batch, name, batched, self.device, &mut staging))
                 .collect::<Result<_>>()?,
             InputBinding::Dict => {
                 let mut entries = Vec::with_capacity(batch[0].inputs.len());
                 for t in &batch[0].inputs {
-                    let value = gather(batch, &t.name, batched, self.device)?;
+                    let value = gather(batch, &t.name, batched, self.device, &mut staging)?;
                     entries.push((IValue::String(t.name.clone()), value));
                 }
                 vec![IValue::GenericDict(entries)]

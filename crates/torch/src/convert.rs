@@ -6,6 +6,7 @@
 use tch::{Device, IValue, Kind};
 use tern_core::error::{Error, Result};
 use tern_core::{bytes_tensor, DataType, InferRequest, Tensor};
+use tern_memory::pool::Block;
 
 /// The LibTorch element type of a Tern data type (BYTES and the unsigned
 /// 16/32/64-bit types have none: LibTorch cannot compute on them).
@@ -54,8 +55,15 @@ fn type_name_of(dt: DataType) -> String {
     tern_core::dtype::config_name(dt.to_config() as i32)
 }
 
-/// One of a batch's inputs as forward takes it.
-pub fn gather(batch: &[InferRequest], name: &str, batched: bool, device: Device) -> Result<IValue> {
+/// One of a batch's inputs as forward takes it. Numeric tensors view host memory pushed to
+/// `staging`, which must outlive every tensor of the forward call.
+pub fn gather(
+    batch: &[InferRequest],
+    name: &str,
+    batched: bool,
+    device: Device,
+    staging: &mut Vec<Block>,
+) -> Result<IValue> {
     let parts: Vec<&Tensor> = batch
         .iter()
         .map(|r| {
@@ -96,14 +104,35 @@ pub fn gather(batch: &[InferRequest], name: &str, batched: bool, device: Device)
             first.dtype
         ))
     })?;
-    let tensor = if parts.len() == 1 {
-        tch::Tensor::f_from_data_size(&first.data, &shape, kind)
+    // One copy of every request's bytes into a recycled host block that the tensor views (the
+    // block stays in `staging` until the outputs are copied out). A model may write to its
+    // inputs in place: it writes to Tern's copy, never to a request buffer or a client's
+    // shared memory. When the pool cannot serve, LibTorch gets its own copy instead.
+    let total: usize = parts.iter().map(|t| t.data.len()).sum();
+    let pools = tern_memory::pool::pools();
+    let host = match device {
+        Device::Cpu => &pools.host,
+        _ => pools.pinned.as_ref().unwrap_or(&pools.host),
+    };
+    let mut block = host.take(total)?;
+    let buf = block.as_mut_slice();
+    let mut at = 0;
+    for t in &parts {
+        buf[at..at + t.data.len()].copy_from_slice(&t.data);
+        at += t.data.len();
+    }
+    let pooled = block.pooled();
+    let tensor = if pooled {
+        // SAFETY: the block holds exactly `shape`'s elements (validated sizes), is aligned for
+        // every element type, and outlives the tensor: it is kept in `staging` until the batch's
+        // outputs are copied out, and pool memory is recycled, never freed.
+        let t = unsafe {
+            tch::Tensor::f_from_blob(block.ptr() as *const u8, &shape, &[], kind, Device::Cpu)
+        };
+        staging.push(block);
+        t
     } else {
-        let mut data = Vec::with_capacity(parts.iter().map(|t| t.data.len()).sum());
-        for t in &parts {
-            data.extend_from_slice(&t.data);
-        }
-        tch::Tensor::f_from_data_size(&data, &shape, kind)
+        tch::Tensor::f_from_data_size(&block.as_mut_slice()[..total], &shape, kind)
     }
     .map_err(|e| Error::internal(format!("input '{name}': {e}")))?;
     let tensor = if device == Device::Cpu {
@@ -321,7 +350,9 @@ mod tests {
             ..Default::default()
         };
         let batch = [req(&[1.0, 2.0]), req(&[3.0, 4.0])];
-        let IValue::Tensor(t) = gather(&batch, "x", true, Device::Cpu).unwrap() else {
+        let mut staging = Vec::new();
+        let IValue::Tensor(t) = gather(&batch, "x", true, Device::Cpu, &mut staging).unwrap()
+        else {
             panic!("not a tensor")
         };
         assert_eq!(t.size(), vec![2, 2]);
@@ -358,9 +389,16 @@ mod tests {
             )],
             ..Default::default()
         };
-        let v = gather(&[req(&[b"ab", b"c"])], "s", false, Device::Cpu).unwrap();
+        let v = gather(
+            &[req(&[b"ab", b"c"])],
+            "s",
+            false,
+            Device::Cpu,
+            &mut Vec::new(),
+        )
+        .unwrap();
         assert!(matches!(v, IValue::StringList(ref s) if s == &["ab", "c"]));
-        let e = gather(&[req(&[b"\xff"])], "s", false, Device::Cpu).unwrap_err();
+        let e = gather(&[req(&[b"\xff"])], "s", false, Device::Cpu, &mut Vec::new()).unwrap_err();
         assert!(e.message.contains("not valid UTF-8"), "{}", e.message);
     }
 
