@@ -170,12 +170,14 @@ test-torch: torch $(TORCH_PY)
 	$(TORCH_ENV) $(CARGO) clippy -p tern-torch -p tern --features tern/torch --all-targets -- -D warnings
 	TERN_TORCH_BIN=$(TORCH_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests/test_torch.py -q
 
-# TorchScript through Tern vs torch.jit.load in Python (docs/PERFORMANCE.md).
+# TorchScript through Tern vs torch.jit.load in Python (docs/PERFORMANCE.md):
+# ResNet-18 and a small CNN, 3 interleaved rounds, ~20 min after the build
+# (BENCH_ARGS="--models torch_bench --rounds 1" for a quick look).
 TORCH_RELEASE_BIN := $(CARGO_TARGET_DIR)/torch-release/tern
 bench-torch: setup $(LIBTORCH_STAMP) $(TORCH_PY)
 	$(TORCH_ENV) $(CARGO) build --release -p tern --features torch
 	mkdir -p $(dir $(TORCH_RELEASE_BIN)) && cp $(CARGO_TARGET_DIR)/release/tern $(TORCH_RELEASE_BIN)
-	$(PY) tests/bench/torch_models.py --tern $(TORCH_RELEASE_BIN)
+	$(PY) tests/bench/torch_models.py --tern $(TORCH_RELEASE_BIN) $(BENCH_ARGS)
 
 # espeak-ng (Debian) speaks the test audio of the Silero VAD stream tests.
 test-audio:

@@ -1,7 +1,10 @@
 //! Benchmark baseline for gRPC: a minimal tonic server with the same
 //! `inference.GRPCInferenceService` that decodes the request (prost) and
-//! answers a fixed `simple` response. Every other RPC is UNIMPLEMENTED.
-//! Tern's gRPC throughput is reported as a ratio of this one's.
+//! answers a fixed `simple` response. It also answers the server's and
+//! `simple`'s metadata, readiness and configuration (fixed, from
+//! `model_repository/simple/config.pbtxt`) so that perf_analyzer can drive it;
+//! every other RPC is UNIMPLEMENTED. Tern's gRPC
+//! throughput is reported as a ratio of this one's.
 //!
 //! Usage: `grpc_baseline <port>`
 
@@ -15,6 +18,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 struct Baseline {
     response: ModelInferResponse,
+    metadata: ModelMetadataResponse,
+    config: ModelConfigResponse,
 }
 
 type R<T> = Result<Response<T>, Status>;
@@ -32,16 +37,20 @@ impl GrpcInferenceService for Baseline {
         Ok(Response::new(ServerReadyResponse { ready: true }))
     }
     async fn model_ready(&self, _: Request<ModelReadyRequest>) -> R<ModelReadyResponse> {
-        no()
+        Ok(Response::new(ModelReadyResponse { ready: true }))
     }
     async fn server_metadata(
         &self,
         _: Request<ServerMetadataRequest>,
     ) -> R<ServerMetadataResponse> {
-        no()
+        Ok(Response::new(ServerMetadataResponse {
+            name: "baseline".into(),
+            version: "0".into(),
+            extensions: Vec::new(),
+        }))
     }
     async fn model_metadata(&self, _: Request<ModelMetadataRequest>) -> R<ModelMetadataResponse> {
-        no()
+        Ok(Response::new(self.metadata.clone()))
     }
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> R<ModelInferResponse> {
         std::hint::black_box(req.into_inner());
@@ -56,7 +65,7 @@ impl GrpcInferenceService for Baseline {
         no()
     }
     async fn model_config(&self, _: Request<ModelConfigRequest>) -> R<ModelConfigResponse> {
-        no()
+        Ok(Response::new(self.config.clone()))
     }
     async fn model_statistics(
         &self,
@@ -146,8 +155,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         raw_output_contents: vec![data.clone().into(), data.into()],
         ..Default::default()
     };
+    let config =
+        tern_core::config::parse_pbtxt(include_str!("../../model_repository/simple/config.pbtxt"))?;
+    let tensor = |name: &str| model_metadata_response::TensorMetadata {
+        name: name.into(),
+        datatype: "INT32".into(),
+        shape: vec![-1, 16],
+    };
+    let metadata = ModelMetadataResponse {
+        name: "simple".into(),
+        versions: vec!["1".into()],
+        platform: "onnxruntime_onnx".into(),
+        inputs: vec![tensor("INPUT0"), tensor("INPUT1")],
+        outputs: vec![tensor("OUTPUT0"), tensor("OUTPUT1")],
+    };
+    let config = ModelConfigResponse {
+        config: Some(config),
+    };
     tonic::transport::Server::builder()
-        .add_service(GrpcInferenceServiceServer::new(Baseline { response }))
+        .add_service(GrpcInferenceServiceServer::new(Baseline {
+            response,
+            metadata,
+            config,
+        }))
         .serve(([127, 0, 0, 1], port).into())
         .await?;
     Ok(())

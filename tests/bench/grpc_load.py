@@ -13,6 +13,9 @@
    styles, not clients: perf_analyzer (C++, installed by `make setup`) at concurrency 16,
    async unary then `--streaming`, median of `--rounds`; and the Python client
    (tritonclient.grpc.aio), which is itself the bottleneck at these rates.
+3. Both servers through perf_analyzer (synchronous unary, concurrency 1 and 16, one round
+   each per `--rounds`, alternating): throughput, p50 and p99 from a heavier client than
+   h2load, the latency target's measure (the baseline answers metadata and config for it).
 """
 
 import argparse
@@ -150,6 +153,21 @@ def pa_throughput(port, *mode):
     return float(m.group(1)) if m else None
 
 
+def pa_sync(port, conc):
+    """(infer/s, p50 ms, p99 ms) of perf_analyzer's synchronous unary `simple` at `conc` (None on no figure)."""
+    out = subprocess.run(
+        [PERF_ANALYZER, "-m", "simple", "-i", "grpc", "-u", f"127.0.0.1:{port}", f"--concurrency-range={conc}",
+         "-p", "3000", "--percentile=99", "-s", "50", "-r", "10"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    m = re.search(rf"Concurrency: {conc}, throughput: ([\d.]+) infer/sec, latency (\d+) usec", out)
+    p50 = re.search(r"p50 latency: (\d+) usec", out)
+    if not m or not p50:
+        return None
+    return float(m.group(1)), int(p50.group(1)) / 1000, int(m.group(2)) / 1000
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tern", required=True)
@@ -177,10 +195,15 @@ def main():
                 t = h2load(tport, conc, args.duration, body, tern.pid)
                 rows.append((conc, t, b))
         unary, stream = asyncio.run(unary_vs_stream(f"127.0.0.1:{tport}"))
-        pa = []
+        pa, sync = [], []
         if os.path.exists(PERF_ANALYZER):
             for _ in range(args.rounds):
                 pa.append((pa_throughput(tport, "-a"), pa_throughput(tport, "--streaming")))
+            for r in range(args.rounds):
+                for conc in (1, 16):
+                    order = [("tern", tport), ("baseline", bport)]
+                    for who, port in order if r % 2 == 0 else order[::-1]:
+                        sync.append((conc, who, pa_sync(port, conc)))
     finally:
         tern.terminate()
         base.terminate()
@@ -205,6 +228,16 @@ def main():
     ratios = sorted(st / u for u, st in pa if u and st)
     if ratios:
         print(f"perf_analyzer stream/unary, median of {len(ratios)}: {statistics.median(ratios):.2f}")
+    if sync:
+        print("\nperf_analyzer, synchronous unary, medians over rounds (each 3 s windows until stable)\n")
+        print("| concurrency | Tern infer/s | baseline infer/s | Tern/baseline | Tern p50 / p99 ms | baseline p50 / p99 ms |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for conc in (1, 16):
+            def med(who, i):
+                vals = [r[i] for c, w, r in sync if c == conc and w == who and r]
+                return statistics.median(vals) if vals else float("nan")
+            print(f"| {conc} | {med('tern', 0):.0f} | {med('baseline', 0):.0f} | {med('tern', 0) / med('baseline', 0):.2f} | "
+                  f"{med('tern', 1):.3f} / {med('tern', 2):.3f} | {med('baseline', 1):.3f} / {med('baseline', 2):.3f} |")
 
 
 if __name__ == "__main__":

@@ -5,19 +5,21 @@
     make bench-torch     # or:
     python tests/bench/torch_models.py --tern target/torch-release/tern
 
-The model is scripts/gen_torch_models.py's BenchCnn (3x128x128 images, a
-VGG-style CNN). Tern is driven by perf_analyzer over gRPC (batch 1, one
-fixed normal-random input from a JSON file); Python calls the loaded module
+The models are scripts/gen_torch_models.py's BENCH_MODELS: BenchCnn (3x128x128
+images, a small VGG-style CNN, ~2 ms per image) and ResNet-18 (3x224x224,
+~25 ms per image). Tern is driven by perf_analyzer over gRPC (batch 1, one
+fixed normal-random input from a JSON file; at concurrency 1 also with the
+tensors in system shared memory); Python calls the loaded module
 directly in-process (no server, no client: the baseline gets the whole
 machine, Tern shares it with perf_analyzer), under torch.inference_mode as
 Tern runs it, each thread warming up on its own (a module warmed up on one
 thread and run on another runs ~2x slower under the JIT's profiling
 executor).
 
-* concurrency 1: `torch_bench` (Triton's defaults) against one Python thread;
-* concurrency 16: `torch_bench_dyn` (dynamic batching) and `torch_bench`
-  against 16 Python threads each running batch 1 (what a Python server
-  without a batcher does).
+* concurrency 1: `<model>` (Triton's defaults) against one Python thread;
+* concurrency 16: `<model>_dyn` (dynamic batching) and `<model>` against 16
+  Python threads each running batch 1 (what a Python server without a
+  batcher does).
 
 Each Tern measurement runs a server holding only that model: several
 TorchScript instances in one process each get their own OpenMP team, and
@@ -75,11 +77,11 @@ def python_rate(module, x, threads, duration):
     return n / (time.perf_counter() - start), all_lat[n // 2] * 1000, all_lat[int(n * 0.99)] * 1000
 
 
-def tern_rate(port, model, concurrency, duration_ms, data):
+def tern_rate(port, model, concurrency, duration_ms, data, extra=()):
     """(infer/s, p50 ms, p99 ms) from perf_analyzer over gRPC."""
     out = subprocess.run(
         [PERF_ANALYZER, "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}", f"--concurrency-range={concurrency}",
-         "-p", str(duration_ms), "--percentile=99", f"--input-data={data}", "-s", "50", "-r", "20"],
+         "-p", str(duration_ms), "--percentile=99", f"--input-data={data}", "-s", "50", "-r", "20", *extra],
         capture_output=True, text=True,
     ).stdout
     m = re.search(rf"Concurrency: {concurrency}, throughput: ([\d.]+) infer/sec, latency (\d+) usec", out)
@@ -89,24 +91,26 @@ def tern_rate(port, model, concurrency, duration_ms, data):
     return float(m.group(1)), (int(p50.group(1)) / 1000 if p50 else float("nan")), int(m.group(2)) / 1000
 
 
+# Per model: (concurrency, repository, Tern model suffix, perf_analyzer transport).
+CASES = [(1, "plain", "", "grpc"), (1, "plain", "", "shm"), (16, "dyn", "_dyn", "grpc"), (16, "plain", "", "grpc")]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tern", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    ap.add_argument("--models", default=",".join(gen_torch_models.BENCH_MODELS),
+                    help="comma-separated names from scripts/gen_torch_models.py's BENCH_MODELS")
     args = ap.parse_args()
     repo = tempfile.mkdtemp(prefix="tern-bench-torch-")
     gen_torch_models.write_bench(repo)
-    module = torch.jit.load(os.path.join(repo, "plain", "torch_bench", "1", "model.pt")).eval()
-    x = torch.randn(1, 3, 128, 128, generator=torch.Generator().manual_seed(0))
-    data = os.path.join(repo, "input.json")
-    with open(data, "w") as f:
-        json.dump({"data": [{"INPUT__0": {"content": x.flatten().tolist(), "shape": [3, 128, 128]}}]}, f)
+
     def serve(repo_dir, model):
         port = free_port()
         proc = subprocess.Popen(
             [args.tern, f"--model-repository={repo_dir}", "--http-port=0", f"--grpc-port={port}",
-             "--metrics-port=0", "--grpc-address=127.0.0.1"],
+             "--metrics-port=0", "--grpc-address=127.0.0.1", "--allow-client-shm"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         wait_grpc(f"127.0.0.1:{port}")
@@ -120,41 +124,55 @@ def main():
             time.sleep(0.2)
         return proc, port
 
-    def tern(c, repo_dir, model):
+    def tern(c, repo_dir, model, data, transport):
+        # perf_analyzer puts inputs and outputs in system shared memory once; requests carry only
+        # region references (the server reads and writes the client's memory directly).
+        extra = ["--shared-memory=system", "--output-shared-memory-size=65536"] if transport == "shm" else []
         proc, port = serve(os.path.join(repo, repo_dir), model)
         try:
-            tern_rate(port, model, c, 1000, data)  # warm up
-            return tern_rate(port, model, c, int(args.duration * 1000), data)
+            tern_rate(port, model, c, 1000, data, extra)  # warm up
+            return tern_rate(port, model, c, int(args.duration * 1000), data, extra)
         finally:
             proc.terminate()
             proc.wait(30)
 
-    cases = [(1, "plain", "torch_bench"), (16, "dyn", "torch_bench_dyn"), (16, "plain", "torch_bench")]
-    results = {(c, m): ([], []) for c, _, m in cases}
-    for _ in range(args.rounds):
-        for c in (1, 16):
-            for cc, repo_dir, m in cases:
-                if cc == c:
-                    results[(c, m)][0].append(tern(c, repo_dir, m))
-            base = python_rate(module, x, c, args.duration)
-            for cc, _, m in cases:
-                if cc == c:
-                    results[(c, m)][1].append(base)
+    rows = []
+    for name in args.models.split(","):
+        _, dims, _, _, _ = gen_torch_models.BENCH_MODELS[name]
+        module = torch.jit.load(os.path.join(repo, "plain", name, "1", "model.pt")).eval()
+        x = torch.randn(1, *dims, generator=torch.Generator().manual_seed(0))
+        data = os.path.join(repo, f"{name}.json")
+        with open(data, "w") as f:
+            json.dump({"data": [{"INPUT__0": {"content": x.flatten().tolist(), "shape": dims}}]}, f)
+        results = {case: ([], []) for case in CASES}
+        for _ in range(args.rounds):
+            for c in (1, 16):
+                for case in CASES:
+                    cc, repo_dir, suffix, transport = case
+                    if cc == c:
+                        results[case][0].append(tern(c, repo_dir, name + suffix, data, transport))
+                base = python_rate(module, x, c, args.duration)
+                for case in CASES:
+                    if case[0] == c:
+                        results[case][1].append(base)
+        rows.append((name, dims, results))
 
     def med(runs, i):
         return statistics.median(r[i] for r in runs)
 
     print(f"\n{os.cpu_count()} cores; torch {torch.__version__}, {torch.get_num_threads()} intra-op threads; "
-          f"BenchCnn 3x128x128, batch 1 per request; median of {args.rounds} interleaved rounds of "
-          f"{args.duration:.0f} s\n")
-    print("| concurrency | Tern model (perf_analyzer, gRPC) | infer/s | p50 / p99 ms | Python torch.jit.load runs/s | "
+          f"batch 1 per request; median of {args.rounds} interleaved rounds of {args.duration:.0f} s\n")
+    print("| model | concurrency | Tern (perf_analyzer) | infer/s | p50 / p99 ms | Python torch.jit.load runs/s | "
           "p50 / p99 ms | Tern / Python | per round |")
-    print("|---:|---|---:|---:|---:|---:|---:|---|")
-    for (c, m), (t_runs, p_runs) in results.items():
-        ratios = ", ".join(f"{t[0] / p[0]:.2f}" for t, p in zip(t_runs, p_runs))
-        print(f"| {c} | `{m}` | {med(t_runs, 0):.0f} | {med(t_runs, 1):.2f} / {med(t_runs, 2):.2f} | "
-              f"{med(p_runs, 0):.0f} | {med(p_runs, 1):.2f} / {med(p_runs, 2):.2f} | "
-              f"{med(t_runs, 0) / med(p_runs, 0):.2f} | {ratios} |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---|")
+    for name, dims, results in rows:
+        for (c, _, suffix, transport), (t_runs, p_runs) in results.items():
+            ratios = ", ".join(f"{t[0] / p[0]:.2f}" for t, p in zip(t_runs, p_runs))
+            how = "gRPC" if transport == "grpc" else "gRPC, system shared memory"
+            how += ", dynamic batching" if suffix else ""
+            print(f"| {name} ({'x'.join(map(str, dims))}) | {c} | `{name + suffix}`, {how} | {med(t_runs, 0):.1f} | "
+                  f"{med(t_runs, 1):.2f} / {med(t_runs, 2):.2f} | {med(p_runs, 0):.1f} | "
+                  f"{med(p_runs, 1):.2f} / {med(p_runs, 2):.2f} | {med(t_runs, 0) / med(p_runs, 0):.2f} | {ratios} |")
 
 
 if __name__ == "__main__":
