@@ -10,6 +10,11 @@ ORT_LIB := $(ORT_DIR)/libonnxruntime.so
 PERF_ANALYZER := .cache/perf_analyzer/perf_analyzer
 CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
+# A CI run builds everything once: incremental caches would only take disk
+# (~2.6 GB of target/debug over the feature sets it builds).
+ifdef CI
+export CARGO_INCREMENTAL ?= 0
+endif
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 # LibTorch for the pytorch backend (see `torch`).
 LIBTORCH_DIR := .cache/libtorch
@@ -132,8 +137,9 @@ flavours: setup
 # (tch), which the binary links, so it is not in the default build. LibTorch
 # 2.13.0 is assembled from PyPI wheels without installing PyTorch (CPU set:
 # torch --no-deps plus the CUDA runtime and CUPTI libraries libtorch_cpu
-# links, ~440 MB); the binary finds it through its rpath. The flavour is
-# built in the same target dir and copied out, like `flavours`.
+# links, ~440 MB), or hard-linked from the venv's PyTorch once that is
+# installed; the binary finds it through its rpath. The flavour is built in
+# the same target dir and copied out, like `flavours`.
 $(LIBTORCH_STAMP): scripts/get_libtorch.py | $(VENV)/.stamp
 	$(PY) scripts/get_libtorch.py $(LIBTORCH_DIR)
 
@@ -150,11 +156,12 @@ $(TORCH_PY): $(VENV)/.stamp
 	touch $@
 
 # The CUDA flavour: libtorch_cuda and the CUDA 13 libraries it loads (cuBLAS,
-# cuDNN, NCCL, ...: ~4 GB from NVIDIA's PyPI wheels) linked for KIND_GPU
-# instances. Checked here by linking it and starting it without a GPU.
+# cuDNN, NCCL, ...: ~3.6 GB of NVIDIA's PyPI wheels, hard-linked from the
+# venv's PyTorch, so no second copy) linked for KIND_GPU instances. Checked
+# here by linking it and starting it without a GPU.
 LIBTORCH_CUDA_DIR := .cache/libtorch-cuda
 TORCH_CUDA_BIN := $(CARGO_TARGET_DIR)/torch-cuda/tern
-$(LIBTORCH_CUDA_DIR)/build-version: scripts/get_libtorch.py | $(VENV)/.stamp
+$(LIBTORCH_CUDA_DIR)/build-version: scripts/get_libtorch.py | $(VENV)/.stamp $(TORCH_PY)
 	$(PY) scripts/get_libtorch.py $(LIBTORCH_CUDA_DIR) --cuda
 
 torch-cuda: setup $(LIBTORCH_CUDA_DIR)/build-version $(TORCH_PY)
@@ -165,7 +172,7 @@ torch-cuda: setup $(LIBTORCH_CUDA_DIR)/build-version $(TORCH_PY)
 	$(TORCH_CUDA_BIN) --version | grep 'libtorch: .*CUDA linked'
 	TERN_TORCH_BIN=$(TORCH_CUDA_BIN) $(PY) -m pytest tests/test_torch.py -q -rs -k gpu
 
-test-torch: torch $(TORCH_PY)
+test-torch: $(TORCH_PY) torch
 	$(TORCH_ENV) $(CARGO) test -p tern-torch --features libtorch
 	$(TORCH_ENV) $(CARGO) clippy -p tern-torch -p tern --features tern/torch --all-targets -- -D warnings
 	TERN_TORCH_BIN=$(TORCH_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests/test_torch.py -q

@@ -11,10 +11,16 @@ OUT_DIR gets `include/` (the C++ headers), `lib/` (the shared libraries) and
 the directory also gets `libtorch_cuda.so` and every CUDA library it loads
 (cuBLAS, cuDNN, ...: several GB), for a build whose binary uses the GPU.
 
+When the running Python already has these exact wheels installed (the test
+venv's PyTorch), their files are hard-linked from there instead: nothing is
+downloaded and the CUDA set takes no extra disk.
+
 `tch` 0.26 needs PyTorch 2.13.0 exactly (../shared/TOOLCHAINS.md).
 """
 
 import argparse
+import importlib.metadata
+import os
 import pathlib
 import shutil
 import subprocess
@@ -51,6 +57,48 @@ def download(specs, dest):
     )
 
 
+def installed(specs):
+    """{file name as in the wheel: path} of every `name==version` in `specs`,
+    or None unless all of them are installed with exactly that version."""
+    files = {}
+    for spec in specs:
+        name, version = spec.split("==")
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        if dist.version != version:
+            return None
+        for f in dist.files or []:
+            files[str(f)] = pathlib.Path(dist.locate_file(f))
+    return files
+
+
+def wheel_members(specs, tmp):
+    """{file name: zip member} of the downloaded wheels of `specs`."""
+    download(specs, tmp)
+    members = {}
+    for wheel in sorted(tmp.glob("*.whl")):
+        z = zipfile.ZipFile(wheel)
+        for info in z.infolist():
+            if not info.is_dir():
+                members[info.filename] = (z, info)
+    return members
+
+
+def place(source, target):
+    """Hard-links an installed file (copies across file systems) or extracts a zip member."""
+    if isinstance(source, pathlib.Path):
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
+        return
+    z, info = source
+    with z.open(info) as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=pathlib.Path)
@@ -61,28 +109,26 @@ def main():
     shutil.rmtree(tmp_out, ignore_errors=True)
     (tmp_out / "lib").mkdir(parents=True)
     wanted = CPU_LIBS | (CUDA_LIBS if args.cuda else set())
+    specs = [TORCH, *CPU_RUNTIME, *(CUDA_RUNTIME if args.cuda else [])]
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = pathlib.Path(tmp)
-        download([TORCH, *CPU_RUNTIME, *(CUDA_RUNTIME if args.cuda else [])], tmp)
-        for wheel in sorted(tmp.glob("*.whl")):
-            with zipfile.ZipFile(wheel) as z:
-                for info in z.infolist():
-                    name = info.filename
-                    if info.is_dir():
-                        continue
-                    if name.startswith("torch/include/"):
-                        target = tmp_out / "include" / name[len("torch/include/"):]
-                    elif name.startswith("torch/lib/") and name.split("/")[-1] in wanted:
-                        target = tmp_out / "lib" / name.split("/")[-1]
-                    elif name.startswith("nvidia/") and "/lib/" in name and ".so" in name and (
-                        args.cuda or name.split("/")[-1] in wanted
-                    ):
-                        target = tmp_out / "lib" / name.split("/")[-1]
-                    else:
-                        continue
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    with z.open(info) as src, open(target, "wb") as dst:
-                        shutil.copyfileobj(src, dst)
+        files = installed(specs)
+        if files is None:
+            files = wheel_members(specs, pathlib.Path(tmp))
+        else:
+            print("LibTorch: linking the installed PyTorch wheels", file=sys.stderr)
+        for name, source in files.items():
+            if name.startswith("torch/include/"):
+                target = tmp_out / "include" / name[len("torch/include/"):]
+            elif name.startswith("torch/lib/") and name.split("/")[-1] in wanted:
+                target = tmp_out / "lib" / name.split("/")[-1]
+            elif name.startswith("nvidia/") and "/lib/" in name and ".so" in name and (
+                args.cuda or name.split("/")[-1] in wanted
+            ):
+                target = tmp_out / "lib" / name.split("/")[-1]
+            else:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            place(source, target)
     (tmp_out / "build-version").write_text("2.13.0\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp_out.rename(out)

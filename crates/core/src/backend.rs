@@ -121,7 +121,7 @@ pub struct ExecTiming {
     pub infer_done: Option<std::time::Instant>,
 }
 
-/// One execution instance; owned by its own OS thread.
+/// One execution instance, served by its own OS thread.
 pub trait Instance: Send {
     /// Executes a batch of requests, returning exactly one result per request, in order.
     fn execute(
@@ -129,6 +129,14 @@ pub trait Instance: Send {
         batch: &[InferRequest],
         timing: &mut ExecTiming,
     ) -> Vec<Result<InferResponse>>;
+
+    /// Whether `execute` may run on any thread, not only the instance's own:
+    /// no thread-bound runtime state (a CUDA context, LibTorch's per-thread
+    /// settings, a plugin's blocking calls). The scheduler may then run a
+    /// short request inline on the async worker that received it.
+    fn runs_on_any_thread(&self) -> bool {
+        false
+    }
 }
 
 /// A backend: turns model files and a config into a [`Model`].

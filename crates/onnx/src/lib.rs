@@ -680,6 +680,12 @@ impl Instance for OnnxInstance {
         }
         batch.iter().map(|_| Err(e.clone())).collect()
     }
+
+    /// ONNX Runtime's CPU sessions may run from any thread; GPU instances
+    /// stage inputs under the CUDA context bound to their own thread.
+    fn runs_on_any_thread(&self) -> bool {
+        self.device == DeviceKind::Cpu
+    }
 }
 
 #[cfg(test)]

@@ -138,4 +138,9 @@ impl Instance for IdentityInstance {
             })
             .collect()
     }
+
+    /// Without an execution delay it is a few pointer copies, fine on any thread.
+    fn runs_on_any_thread(&self) -> bool {
+        self.delay.is_zero()
+    }
 }

@@ -6,14 +6,20 @@
 //! Responses go back in arrival order when `preserve_ordering` is set.
 //! Every request gets exactly one response, including on timeouts, full
 //! queues, backend panics and shutdown.
+//!
+//! A request that finds the model idle (nothing queued or executing), on a
+//! model without dynamic batching whose instances may run on any thread and
+//! whose last execution was short, runs inline on the async worker that
+//! received it: two thread wake-ups (to the instance thread and back) cost
+//! more than such an execution.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -29,6 +35,27 @@ use tern_core::error::{Error, Result};
 use tern_core::{InferRequest, InferResponse};
 
 pub(super) type Reply = oneshot::Sender<Result<InferResponse>>;
+
+/// Inline execution only while the model's last execution took less than
+/// this: the async worker is held for about that long.
+const INLINE_MAX_EXEC: Duration = Duration::from_micros(200);
+/// ... and only for requests whose inputs are at most this many bytes.
+const INLINE_MAX_INPUT_BYTES: usize = 64 * 1024;
+
+/// An instance, locked by whoever executes on it: its own thread, or a
+/// request run inline.
+struct Slot {
+    name: String,
+    instance: Mutex<Box<dyn Instance>>,
+}
+
+impl Slot {
+    fn execute(&self, model: &str, requests: &[InferRequest]) -> Executed {
+        // A backend panic is caught inside `execute_batch`, so the lock is never poisoned.
+        let mut instance = self.instance.lock().unwrap_or_else(|p| p.into_inner());
+        execute_batch(model, &self.name, instance.as_mut(), requests)
+    }
+}
 
 /// Holds finished responses until all earlier arrivals are released (`preserve_ordering`).
 #[derive(Default)]
@@ -53,6 +80,10 @@ struct Shared {
     /// The earliest queue deadline the deadline watcher will wake this model
     /// for: one watch per model at a time, not one per request.
     armed: Mutex<Option<Instant>>,
+    /// The policy lets requests run inline (one at a time, in arrival order).
+    inline_policy: bool,
+    /// Duration of the last execution in microseconds (`u64::MAX` before the first).
+    last_exec_us: AtomicU64,
 }
 
 impl Shared {
@@ -63,6 +94,9 @@ impl Shared {
                 next_seq: 0,
                 waiting: 0,
                 woken: 0,
+                busy: 0,
+                borrowed: 0,
+                slots: Vec::new(),
             }),
             ready: Condvar::new(),
             reorder: Mutex::new(Reorder::default()),
@@ -70,6 +104,10 @@ impl Shared {
             workers: Mutex::new(Vec::new()),
             handles: AtomicUsize::new(1),
             armed: Mutex::new(None),
+            inline_policy: !policy.dynamic
+                && !policy.preserve_ordering
+                && policy.delay_hook.is_none(),
+            last_exec_us: AtomicU64::new(u64::MAX),
             config,
             version,
             policy,
@@ -88,6 +126,12 @@ struct QueueState {
     /// wake-up per idle thread is enough, however many requests arrive
     /// before it runs.
     woken: usize,
+    /// Batches executing, on instance threads or inline.
+    busy: usize,
+    /// Of those, requests running inline on an async worker.
+    borrowed: usize,
+    /// The instances that may run a request inline.
+    slots: Vec<Arc<Slot>>,
 }
 
 impl QueueState {
@@ -97,6 +141,21 @@ impl QueueState {
     fn woke(&mut self) {
         self.waiting -= 1;
         self.woken = self.woken.saturating_sub(1);
+    }
+
+    /// An instance to run `request` on inline, if the model is idle and may do so.
+    fn inline_slot(&self, s: &Shared, request: &InferRequest) -> Option<Arc<Slot>> {
+        if !s.inline_policy || self.busy > 0 || !self.queue.is_empty() {
+            return None;
+        }
+        if s.last_exec_us.load(Ordering::Relaxed) >= INLINE_MAX_EXEC.as_micros() as u64 {
+            return None;
+        }
+        let bytes: usize = request.inputs.iter().map(|t| t.data.len()).sum();
+        if bytes > INLINE_MAX_INPUT_BYTES {
+            return None;
+        }
+        self.slots.first().cloned()
     }
 }
 
@@ -140,9 +199,10 @@ pub(super) fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<V
     Ok(specs)
 }
 
-/// One instance thread and its retirement flag.
+/// One instance thread, its instance and its retirement flag.
 struct Worker {
     name: String,
+    slot: Arc<Slot>,
     retire: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
@@ -214,18 +274,28 @@ pub(super) fn create_all(
 /// Starts the thread of one instance.
 fn spawn_worker(shared: &Arc<Shared>, name: String, instance: Box<dyn Instance>) -> Result<Worker> {
     let retire = Arc::new(AtomicBool::new(false));
-    let (for_thread, flag, thread_name) = (shared.clone(), retire.clone(), name.clone());
+    let anywhere = instance.runs_on_any_thread();
+    let slot = Arc::new(Slot {
+        name: name.clone(),
+        instance: Mutex::new(instance),
+    });
+    let (for_thread, flag, thread_slot) = (shared.clone(), retire.clone(), slot.clone());
     let thread = std::thread::Builder::new()
         .name(format!("{}:{}", shared.config.name, name))
-        .spawn(move || worker(for_thread, thread_name, instance, flag))
+        .spawn(move || worker(for_thread, thread_slot, flag))
         .map_err(|e| {
             Error::internal(format!(
                 "model '{}': cannot start an instance thread: {e}",
                 shared.config.name
             ))
         })?;
+    if anywhere {
+        let mut q = shared.queue.lock().expect("queue lock");
+        q.slots.push(slot.clone());
+    }
     Ok(Worker {
         name,
+        slot,
         retire,
         thread,
     })
@@ -304,7 +374,12 @@ impl Pool {
         for w in &retired {
             w.retire.store(true, Ordering::Relaxed);
         }
-        drop(self.shared.queue.lock().expect("queue lock"));
+        self.shared
+            .queue
+            .lock()
+            .expect("queue lock")
+            .slots
+            .retain(|slot| !retired.iter().any(|w| Arc::ptr_eq(slot, &w.slot)));
         self.shared.ready.notify_all();
         for w in retired {
             let _ = w.thread.join();
@@ -342,6 +417,12 @@ impl Pool {
                     .record_failure(arrived.elapsed(), FailReason::Rejected);
                 return Err(gone(s));
             }
+            if let Some(slot) = q.inline_slot(s, &request) {
+                q.busy += 1;
+                q.borrowed += 1;
+                drop(q);
+                return run_inline(s, &slot, request, batch_size, arrived);
+            }
             let deadline = timeout.map(|t| arrived + t);
             let reject_at = deadline
                 .filter(|_| s.policy.level_policy(level).on_timeout == policy::OnTimeout::Reject);
@@ -368,7 +449,8 @@ impl Pool {
                 // Instances may all be busy when it passes: the watcher answers it on time.
                 arm(s, at);
             }
-            let wake = q.waiting > q.woken;
+            // While a request runs inline, its end wakes an instance thread if one is needed.
+            let wake = q.waiting > q.woken && q.borrowed == 0;
             if wake {
                 q.woken += 1;
             }
@@ -527,9 +609,13 @@ impl deadlines::Expire for Shared {
     }
 }
 
-/// Waits for the next batch; `None` when the model is closed and drained, or this instance retires.
-fn next_batch(s: &Shared, retire: &AtomicBool) -> Option<Vec<Pending>> {
+/// Waits for the next batch; `None` when the model is closed and drained, or
+/// this instance retires. `finished`: the caller's previous batch is done.
+fn next_batch(s: &Shared, retire: &AtomicBool, finished: bool) -> Option<Vec<Pending>> {
     let mut q = s.queue.lock().expect("queue lock");
+    if finished {
+        q.busy -= 1;
+    }
     loop {
         if retire.load(Ordering::Relaxed) {
             return None;
@@ -567,7 +653,10 @@ fn next_batch(s: &Shared, retire: &AtomicBool) -> Option<Vec<Pending>> {
             return None;
         }
         match q.queue.decide(&s.policy, now) {
-            Decision::Send(n) => return Some(q.queue.take(n)),
+            Decision::Send(n) => {
+                q.busy += 1;
+                return Some(q.queue.take(n));
+            }
             Decision::Wait(None) => {
                 q.waiting += 1;
                 q = s.ready.wait(q).expect("queue lock");
@@ -636,55 +725,110 @@ pub(super) fn execute_batch(
     }
 }
 
-fn worker(s: Arc<Shared>, name: String, mut instance: Box<dyn Instance>, retire: Arc<AtomicBool>) {
-    let model = &s.config.name;
-    while let Some(batch) = next_batch(&s, &retire) {
-        let size: usize = batch.iter().map(|p| p.batch_size).sum();
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            let ids: Vec<&str> = batch
-                .iter()
-                .map(|p| {
-                    if p.request.id.is_empty() {
-                        "-"
-                    } else {
-                        p.request.id.as_str()
-                    }
-                })
-                .collect();
-            tracing::debug!(
-                "executing model={model} version={} instance={name} batch_size={size} requests={} ids=[{}]",
-                s.version,
-                batch.len(),
-                ids.join(",")
-            );
+/// Records an execution's statistics and gives each response its compute
+/// times; `requests` holds (arrival, batch size) per request.
+fn finish(
+    s: &Shared,
+    requests: &[(Instant, usize)],
+    executed: Executed,
+) -> Vec<Result<InferResponse>> {
+    let Executed {
+        mut results,
+        times,
+        start,
+    } = executed;
+    let done = Instant::now();
+    let exec_us = u64::try_from((done - start).as_micros()).unwrap_or(u64::MAX);
+    s.last_exec_us.store(exec_us, Ordering::Relaxed);
+    let outcomes: Vec<RequestOutcome> = requests
+        .iter()
+        .zip(&results)
+        .map(|((enqueued, b), r)| RequestOutcome {
+            ok: r.is_ok(),
+            batch_size: *b,
+            queue: start.saturating_duration_since(*enqueued),
+            total: done - *enqueued,
+        })
+        .collect();
+    let size = requests.iter().map(|(_, b)| b).sum();
+    s.stats.record_execution(size, times, &outcomes);
+    for r in results.iter_mut().flatten() {
+        r.compute = times;
+    }
+    results
+}
+
+/// Logs a batch about to execute (debug level).
+fn log_batch<'a>(s: &Shared, instance: &str, size: usize, ids: impl Iterator<Item = &'a str>) {
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let ids: Vec<&str> = ids.map(|id| if id.is_empty() { "-" } else { id }).collect();
+        tracing::debug!(
+            "executing model={} version={} instance={instance} batch_size={size} requests={} ids=[{}]",
+            s.config.name,
+            s.version,
+            ids.len(),
+            ids.join(",")
+        );
+    }
+}
+
+/// Runs one request on `slot` on the calling (async) thread; the caller has
+/// counted it in `busy` and `borrowed`.
+fn run_inline(
+    s: &Shared,
+    slot: &Slot,
+    request: InferRequest,
+    batch_size: usize,
+    arrived: Instant,
+) -> Result<InferResponse> {
+    log_batch(
+        s,
+        &slot.name,
+        batch_size,
+        std::iter::once(request.id.as_str()),
+    );
+    let requests = [request];
+    let executed = slot.execute(&s.config.name, &requests);
+    let wake = {
+        let mut q = s.queue.lock().expect("queue lock");
+        q.busy -= 1;
+        q.borrowed -= 1;
+        // Requests that arrived meanwhile were queued without waking anyone.
+        let wake = !q.queue.is_empty() && q.waiting > q.woken;
+        if wake {
+            q.woken += 1;
         }
+        wake
+    };
+    if wake {
+        s.ready.notify_one();
+    }
+    finish(s, &[(arrived, batch_size)], executed)
+        .pop()
+        .unwrap_or_else(|| Err(Error::internal("an execution returned no result")))
+}
+
+fn worker(s: Arc<Shared>, slot: Arc<Slot>, retire: Arc<AtomicBool>) {
+    let mut finished = false;
+    while let Some(batch) = next_batch(&s, &retire, std::mem::replace(&mut finished, true)) {
+        let size: usize = batch.iter().map(|p| p.batch_size).sum();
+        log_batch(
+            &s,
+            &slot.name,
+            size,
+            batch.iter().map(|p| p.request.id.as_str()),
+        );
         let mut metas = Vec::with_capacity(batch.len());
+        let mut arrivals = Vec::with_capacity(batch.len());
         let mut requests = Vec::with_capacity(batch.len());
         for p in batch {
-            metas.push((p.seq, p.reply, p.enqueued, p.batch_size));
+            metas.push((p.seq, p.reply));
+            arrivals.push((p.enqueued, p.batch_size));
             requests.push(p.request);
         }
-        let Executed {
-            mut results,
-            times,
-            start,
-        } = execute_batch(model, &name, instance.as_mut(), &requests);
-        let done = Instant::now();
-        let outcomes: Vec<RequestOutcome> = metas
-            .iter()
-            .zip(&results)
-            .map(|((_, _, enqueued, b), r)| RequestOutcome {
-                ok: r.is_ok(),
-                batch_size: *b,
-                queue: start - *enqueued,
-                total: done - *enqueued,
-            })
-            .collect();
-        s.stats.record_execution(size, times, &outcomes);
-        for r in results.iter_mut().flatten() {
-            r.compute = times;
-        }
-        for ((seq, reply, _, _), result) in metas.into_iter().zip(results) {
+        let executed = slot.execute(&s.config.name, &requests);
+        let results = finish(&s, &arrivals, executed);
+        for ((seq, reply), result) in metas.into_iter().zip(results) {
             deliver(&s, seq, reply, result);
         }
     }
@@ -729,23 +873,16 @@ mod tests {
         assert_eq!(r2.try_recv().unwrap().unwrap().id, "c");
     }
 
-    /// Many concurrent callers against two instances: every request is
-    /// answered (a lost wake-up would leave one waiting until the timeout),
-    /// with its own data, and once idle both threads wait with no
-    /// notification outstanding.
-    #[test]
-    fn wake_ups_are_never_lost_under_concurrency() {
+    fn identity_pool(extra: &str) -> Arc<Pool> {
         use crate::backends::Registry;
         use tern_core::backend::{BackendSettings, LoadContext};
-        use tern_core::{DataType, Tensor};
         let cfg = Arc::new(
-            parse_pbtxt(
+            parse_pbtxt(&format!(
                 "name: \"id\" backend: \"identity\" max_batch_size: 8 \
-                 input [{name: \"X\" data_type: TYPE_INT32 dims: [1]}] \
-                 output [{name: \"Y\" data_type: TYPE_INT32 dims: [1]}] \
-                 dynamic_batching { max_queue_delay_microseconds: 100 } \
-                 instance_group [{kind: KIND_CPU count: 2}]",
-            )
+                 input [{{name: \"X\" data_type: TYPE_INT32 dims: [1]}}] \
+                 output [{{name: \"Y\" data_type: TYPE_INT32 dims: [1]}}] \
+                 instance_group [{{kind: KIND_CPU count: 2}}] {extra}"
+            ))
             .unwrap(),
         );
         let dir = std::env::temp_dir();
@@ -761,65 +898,148 @@ mod tests {
                 progress: &Default::default(),
             })
             .unwrap();
-        let handle = Arc::new(Pool::start(cfg, 1, model, 0, &dir, false).unwrap());
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(4)
-            .enable_time()
+        Arc::new(Pool::start(cfg, 1, model, 0, &dir, false).unwrap())
+    }
+
+    /// Many concurrent callers against two instances: every request is
+    /// answered (a lost wake-up would leave one waiting until the timeout),
+    /// with its own data, and once idle both threads wait with no
+    /// notification outstanding and nothing counted as executing. Run with
+    /// the dynamic batcher and without it (where idle moments run requests
+    /// inline, mixed with the instance threads).
+    #[test]
+    fn wake_ups_are_never_lost_under_concurrency() {
+        use tern_core::{DataType, Tensor};
+        for extra in ["dynamic_batching { max_queue_delay_microseconds: 100 }", ""] {
+            let handle = identity_pool(extra);
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(4)
+                .enable_time()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let tasks: Vec<_> = (0..16i32)
+                    .map(|t| {
+                        let h = handle.clone();
+                        tokio::spawn(async move {
+                            for i in 0..300i32 {
+                                let v = t * 1000 + i;
+                                let request = InferRequest {
+                                    model_name: "id".into(),
+                                    inputs: vec![Tensor::new(
+                                        "X",
+                                        DataType::Int32,
+                                        vec![1, 1],
+                                        v.to_le_bytes().to_vec(),
+                                    )],
+                                    ..Default::default()
+                                };
+                                let (level, timeout) = h.policy().placement(&request).unwrap();
+                                let r = h
+                                    .schedule(request, 1, level, timeout, Instant::now())
+                                    .await
+                                    .unwrap();
+                                assert_eq!(&r.outputs[0].data[..], &v.to_le_bytes()[..]);
+                                if i % 50 == 0 {
+                                    // Let the instance threads go idle now and then.
+                                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                let all = async {
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                };
+                tokio::time::timeout(std::time::Duration::from_secs(60), all)
+                    .await
+                    .expect("a request was never answered");
+            });
+            let idle = std::time::Instant::now();
+            loop {
+                let q = handle.shared.queue.lock().unwrap();
+                if q.waiting == 2 && q.woken == 0 {
+                    assert_eq!((q.busy, q.borrowed), (0, 0), "{extra}");
+                    break;
+                }
+                drop(q);
+                assert!(
+                    idle.elapsed().as_secs() < 10,
+                    "instance threads never went idle ({extra})"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+
+    /// A model that answers with the name of the thread that ran it.
+    struct ThreadEcho(bool);
+
+    impl Model for ThreadEcho {
+        fn create_instance(&self, _: &InstanceSpec) -> Result<Box<dyn Instance>> {
+            Ok(Box::new(ThreadEcho(self.0)))
+        }
+    }
+
+    impl Instance for ThreadEcho {
+        fn execute(
+            &mut self,
+            batch: &[InferRequest],
+            _: &mut ExecTiming,
+        ) -> Vec<Result<InferResponse>> {
+            let name = std::thread::current().name().unwrap_or("-").to_string();
+            batch.iter().map(|_| response(&name)).collect()
+        }
+
+        fn runs_on_any_thread(&self) -> bool {
+            self.0
+        }
+    }
+
+    /// The threads that ran five requests sent one after another.
+    fn threads_of(anywhere: bool, extra: &str) -> Vec<String> {
+        let cfg = Arc::new(
+            parse_pbtxt(&format!(
+                "name: \"echo\" max_batch_size: 4 input [{{name: \"X\" data_type: TYPE_FP32 dims: [1]}}] \
+                 instance_group [{{kind: KIND_CPU count: 1}}] {extra}"
+            ))
+            .unwrap(),
+        );
+        let dir = std::env::temp_dir();
+        let pool = Pool::start(cfg, 1, Arc::new(ThreadEcho(anywhere)), 0, &dir, false).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        rt.block_on(async {
-            let tasks: Vec<_> = (0..16i32)
-                .map(|t| {
-                    let h = handle.clone();
-                    tokio::spawn(async move {
-                        for i in 0..300i32 {
-                            let v = t * 1000 + i;
-                            let request = InferRequest {
-                                model_name: "id".into(),
-                                inputs: vec![Tensor::new(
-                                    "X",
-                                    DataType::Int32,
-                                    vec![1, 1],
-                                    v.to_le_bytes().to_vec(),
-                                )],
-                                ..Default::default()
-                            };
-                            let (level, timeout) = h.policy().placement(&request).unwrap();
-                            let r = h
-                                .schedule(request, 1, level, timeout, Instant::now())
-                                .await
-                                .unwrap();
-                            assert_eq!(&r.outputs[0].data[..], &v.to_le_bytes()[..]);
-                            if i % 50 == 0 {
-                                // Let the instance threads go idle now and then.
-                                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                            }
-                        }
-                    })
-                })
-                .collect();
-            let all = async {
-                for t in tasks {
-                    t.await.unwrap();
-                }
-            };
-            tokio::time::timeout(std::time::Duration::from_secs(60), all)
-                .await
-                .expect("a request was never answered");
-        });
-        let idle = std::time::Instant::now();
-        loop {
-            let q = handle.shared.queue.lock().unwrap();
-            if q.waiting == 2 && q.woken == 0 {
-                break;
+        let threads = rt.block_on(async {
+            let mut threads = Vec::new();
+            for _ in 0..5 {
+                let r = pool
+                    .schedule(InferRequest::default(), 1, 1, None, Instant::now())
+                    .await
+                    .unwrap();
+                threads.push(r.id);
             }
-            drop(q);
-            assert!(
-                idle.elapsed().as_secs() < 10,
-                "instance threads never went idle"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+            threads
+        });
+        assert_eq!(pool.stats().snapshot().inference_count, 5);
+        threads
+    }
+
+    #[test]
+    fn an_idle_fast_model_runs_requests_on_the_callers_thread() {
+        let me = std::thread::current().name().unwrap().to_string();
+        let threads = threads_of(true, "");
+        // The first execution's duration is unknown: it goes to the instance thread.
+        let on_instance_thread = |t: &String| t.starts_with("echo:");
+        assert!(on_instance_thread(&threads[0]), "{threads:?}");
+        assert!(threads[1..].iter().all(|t| *t == me), "{threads:?}");
+        // Not for instances tied to their thread, nor under the dynamic batcher.
+        let tied = threads_of(false, "");
+        assert!(tied.iter().all(on_instance_thread), "{tied:?}");
+        let batched = threads_of(true, "dynamic_batching {}");
+        assert!(batched.iter().all(on_instance_thread), "{batched:?}");
     }
 
     #[test]
