@@ -18,9 +18,7 @@ use std::time::Instant;
 use common::{per_call_us, strings};
 
 use tern::repository::{Repository, RepositoryOptions};
-use tern_core::backend::{
-    Backend, BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext, Model,
-};
+use tern_core::backend::{Backend, BackendSettings, DeviceKind, ExecTiming, InstanceSpec, Model};
 use tern_core::config::parse_pbtxt;
 use tern_core::{DataType, InferRequest, Tensor};
 
@@ -59,18 +57,11 @@ fn load(
     model: &str,
     settings: &BackendSettings,
 ) -> Arc<dyn Model> {
-    let dir = root.join(model);
-    let text = std::fs::read_to_string(dir.join("config.pbtxt")).expect("config.pbtxt");
-    let cfg = parse_pbtxt(&text).expect("config");
-    wasm.load(&LoadContext {
-        config: &cfg,
-        version: 1,
-        version_dir: &dir.join("1"),
-        settings,
-        models: Arc::downgrade(repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
-        progress: &Default::default(),
-    })
-    .unwrap_or_else(|e| panic!("{model}: {e}"))
+    let text =
+        std::fs::read_to_string(root.join(model).join("config.pbtxt")).expect("config.pbtxt");
+    let mut cfg = parse_pbtxt(&text).expect("config");
+    cfg.name = model.to_string();
+    common::load(wasm, repo, root, &cfg, settings)
 }
 
 fn main() {

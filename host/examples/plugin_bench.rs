@@ -10,13 +10,11 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{per_call_us, strings};
 
 use tern::backends::Registry;
 use tern::repository::{Repository, RepositoryOptions};
-use tern_core::backend::{BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext};
+use tern_core::backend::{BackendSettings, DeviceKind, ExecTiming, InstanceSpec};
 use tern_core::{DataType, InferRequest, Tensor};
 
 fn req(model: &str, inputs: Vec<Tensor>) -> InferRequest {
@@ -79,17 +77,7 @@ fn main() {
         ),
     ] {
         let cfg = repo.config(model, None).expect("config");
-        let dir = std::path::Path::new(&root).join(model).join("1");
-        let loaded = wasm
-            .load(&LoadContext {
-                config: &cfg,
-                version: 1,
-                version_dir: &dir,
-                settings: &settings,
-                models: Arc::downgrade(&repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
-                progress: &Default::default(),
-            })
-            .expect("load");
+        let loaded = common::load(&wasm, &repo, std::path::Path::new(&root), &cfg, &settings);
         let mut inst = loaded.create_instance(&spec).expect("instance");
         let us = per_call_us(n, || {
             let r = inst.execute(&batch, &mut ExecTiming::default());

@@ -11,13 +11,13 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::path::Path;
 
 use common::{per_call_us, strings};
 
 use tern::backends::Registry;
-use tern::repository::{Repository, RepositoryOptions};
-use tern_core::backend::{BackendSettings, DeviceKind, ExecTiming, InstanceSpec, LoadContext};
+
+use tern_core::backend::{BackendSettings, DeviceKind, ExecTiming, InstanceSpec};
 use tern_core::{DataType, InferRequest, Tensor};
 
 const TEXTS: &[&str] = &[
@@ -57,30 +57,14 @@ fn main() {
         .collect();
 
     let settings = BackendSettings::default();
-    let repo = Repository::new(RepositoryOptions {
-        roots: vec![],
-        auto_complete: false,
-        backend: settings.clone(),
-        gpu_count: 0,
-        load_threads: 1,
-        ..Default::default()
-    });
+    let repo = common::empty_repo(&settings);
     let text =
         std::fs::read_to_string(std::path::Path::new(&root).join("bert_tokenizer/config.pbtxt"))
             .expect("config");
     let mut cfg = tern_core::config::parse_pbtxt(&text).expect("config parses");
     tern_core::config::validate::normalize(&mut cfg, 0);
     let wasm = Registry::default().get("wasm").expect("wasm backend");
-    let model = wasm
-        .load(&LoadContext {
-            config: &cfg,
-            version: 1,
-            version_dir: &dir,
-            settings: &settings,
-            models: Arc::downgrade(&repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
-            progress: &Default::default(),
-        })
-        .expect("load bert_tokenizer");
+    let model = common::load(&wasm, &repo, Path::new(&root), &cfg, &settings);
     let mut inst = model
         .create_instance(&InstanceSpec {
             name: "bench_0".into(),

@@ -15,13 +15,17 @@
    (tritonclient.grpc.aio), which is itself the bottleneck at these rates.
 3. Both servers through perf_analyzer (synchronous unary, concurrency 1 and 16, one round
    each per `--rounds`, alternating): throughput, p50 and p99 from a heavier client than
-   h2load, the latency target's measure (the baseline answers metadata and config for it).
+   h2load, the latency target's measure (the baseline answers metadata and config for it),
+   and each server's CPU per request. A third server joins them: Tern with `simple` on
+   the identity backend, which splits Tern's cost into its own request path and ONNX
+   Runtime's per-call cost.
 """
 
 import argparse
 import asyncio
 import os
 import re
+import shutil
 import statistics
 import struct
 import subprocess
@@ -33,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from http_load import ROOT, free_port, rss_kib  # noqa: E402,F401
+import identity_repo  # noqa: E402
 
 
 def message():
@@ -153,8 +158,11 @@ def pa_throughput(port, *mode):
     return float(m.group(1)) if m else None
 
 
-def pa_sync(port, conc):
-    """(infer/s, p50 ms, p99 ms) of perf_analyzer's synchronous unary `simple` at `conc` (None on no figure)."""
+def pa_sync(port, conc, pid=None):
+    """(infer/s, p50 ms, p99 ms, server CPU µs per request) of perf_analyzer's
+    synchronous unary `simple` at `conc` (None on no figure); the CPU figure
+    (utime + stime of `pid` over the whole run, warm-up included) is NaN without `pid`."""
+    cpu0, start = (cpu_seconds(pid) if pid else 0.0), time.monotonic()
     out = subprocess.run(
         [PERF_ANALYZER, "-m", "simple", "-i", "grpc", "-u", f"127.0.0.1:{port}", f"--concurrency-range={conc}",
          "-p", "3000", "--percentile=99", "-s", "50", "-r", "10"],
@@ -165,7 +173,9 @@ def pa_sync(port, conc):
     p50 = re.search(r"p50 latency: (\d+) usec", out)
     if not m or not p50:
         return None
-    return float(m.group(1)), int(p50.group(1)) / 1000, int(m.group(2)) / 1000
+    rate = float(m.group(1))
+    cpu = (cpu_seconds(pid) - cpu0) / (rate * (time.monotonic() - start)) * 1e6 if pid else float("nan")
+    return rate, int(p50.group(1)) / 1000, int(m.group(2)) / 1000, cpu
 
 
 def main():
@@ -178,14 +188,16 @@ def main():
     with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
         f.write(message())
         body = f.name
-    tport, bport = free_port(), free_port()
-    tern = subprocess.Popen(
-        [args.tern, f"--model-repository={ROOT}/model_repository", "--allow-http=false", f"--grpc-port={tport}", "--grpc-address=127.0.0.1", "--log-info=false"]
-    )
+    tport, bport, iport = free_port(), free_port(), free_port()
+    work = tempfile.mkdtemp(prefix="tern-bench-grpc-")
+    serve = ["--allow-http=false", "--grpc-address=127.0.0.1", "--log-info=false", "--allow-metrics=false"]
+    tern = subprocess.Popen([args.tern, f"--model-repository={ROOT}/model_repository", f"--grpc-port={tport}", *serve])
+    # The same server with `simple` on the identity backend: Tern's own request path.
+    ident = subprocess.Popen([args.tern, f"--model-repository={identity_repo.make(work)}", f"--grpc-port={iport}", *serve])
     base = subprocess.Popen([args.baseline, str(bport)])
     try:
-        wait_grpc(f"127.0.0.1:{tport}")
-        wait_grpc(f"127.0.0.1:{bport}")
+        for port in (tport, bport, iport):
+            wait_grpc(f"127.0.0.1:{port}")
         rows = []
         for _ in range(args.rounds):
             for conc in (1, 16, 64):
@@ -201,15 +213,15 @@ def main():
                 pa.append((pa_throughput(tport, "-a"), pa_throughput(tport, "--streaming")))
             for r in range(args.rounds):
                 for conc in (1, 16):
-                    order = [("tern", tport), ("baseline", bport)]
-                    for who, port in order if r % 2 == 0 else order[::-1]:
-                        sync.append((conc, who, pa_sync(port, conc)))
+                    order = [("tern", tport, tern), ("identity", iport, ident), ("baseline", bport, base)]
+                    for who, port, proc in order if r % 2 == 0 else order[::-1]:
+                        sync.append((conc, who, pa_sync(port, conc, proc.pid)))
     finally:
-        tern.terminate()
-        base.terminate()
-        tern.wait()
-        base.wait()
+        for proc in (tern, ident, base):
+            proc.terminate()
+            proc.wait()
         os.unlink(body)
+        shutil.rmtree(work, ignore_errors=True)
     print(f"\nh2load, {args.duration}s per point, unary ModelInfer on `simple` (raw contents), {os.cpu_count()} cores shared by client and servers\n")
     print("| concurrency | Tern req/s | tonic baseline req/s | Tern/baseline | Tern mean ms | baseline mean ms | Tern CPU µs/req | baseline CPU µs/req |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -229,15 +241,17 @@ def main():
     if ratios:
         print(f"perf_analyzer stream/unary, median of {len(ratios)}: {statistics.median(ratios):.2f}")
     if sync:
-        print("\nperf_analyzer, synchronous unary, medians over rounds (each 3 s windows until stable)\n")
-        print("| concurrency | Tern infer/s | baseline infer/s | Tern/baseline | Tern p50 / p99 ms | baseline p50 / p99 ms |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("\nperf_analyzer, synchronous unary, medians over rounds (each 3 s windows until stable);")
+        print("'identity': the same Tern with `simple` on the identity backend instead of ONNX Runtime\n")
+        print("| concurrency | server | infer/s | / baseline | p50 / p99 ms | server CPU µs/req |")
+        print("|---:|---|---:|---:|---:|---:|")
         for conc in (1, 16):
             def med(who, i):
                 vals = [r[i] for c, w, r in sync if c == conc and w == who and r]
                 return statistics.median(vals) if vals else float("nan")
-            print(f"| {conc} | {med('tern', 0):.0f} | {med('baseline', 0):.0f} | {med('tern', 0) / med('baseline', 0):.2f} | "
-                  f"{med('tern', 1):.3f} / {med('tern', 2):.3f} | {med('baseline', 1):.3f} / {med('baseline', 2):.3f} |")
+            for who in ("tern", "identity", "baseline"):
+                print(f"| {conc} | {who} | {med(who, 0):.0f} | {med(who, 0) / med('baseline', 0):.2f} | "
+                      f"{med(who, 1):.3f} / {med(who, 2):.3f} | {med(who, 3):.1f} |")
 
 
 if __name__ == "__main__":

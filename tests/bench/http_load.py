@@ -6,18 +6,23 @@
 
 Drives `simple` (INT32 [1,16] x2, JSON body) with wrk at several concurrencies and
 prints a markdown table (throughput, p50/p99 latency, ratio to the baseline) plus
-Tern's idle RSS with the example repository loaded. Results go in docs/PERFORMANCE.md.
+Tern's idle RSS with the example repository loaded. A third server, Tern with `simple`
+on the identity backend (tests/bench/identity_repo.py), shows what Tern's own request
+path costs without ONNX Runtime's per-call cost. Results go in docs/PERFORMANCE.md.
 """
 
 import argparse
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+import identity_repo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -91,34 +96,39 @@ def main():
         f.write(f"wrk.body = {json.dumps(BODY)}\n")
         script = f.name
 
-    tern_port, base_port = free_port(), free_port()
-    tern = subprocess.Popen([args.tern, f"--model-repository={args.repo}", f"--http-port={tern_port}", "--http-address=127.0.0.1", "--metrics-port=0", "--allow-grpc=false", "--log-info=false"])
+    work = tempfile.mkdtemp(prefix="tern-bench-http-")
+    tern_port, base_port, ident_port = free_port(), free_port(), free_port()
+    serve = ["--http-address=127.0.0.1", "--allow-metrics=false", "--allow-grpc=false", "--log-info=false"]
+    tern = subprocess.Popen([args.tern, f"--model-repository={args.repo}", f"--http-port={tern_port}", *serve])
+    ident = subprocess.Popen([args.tern, f"--model-repository={identity_repo.make(work)}", f"--http-port={ident_port}", *serve])
     base = subprocess.Popen([args.baseline, str(base_port)])
     try:
         wait_http(tern_port, "/v2/health/ready")
+        wait_http(ident_port, "/v2/health/ready")
         wait_http(base_port, "/")
         time.sleep(1)
         idle_rss = rss_kib(tern.pid)
         rows = []
         for conc in [int(c) for c in args.concurrency.split(",")]:
-            run_wrk(base_port, conc, 2, script)  # warm-up
-            run_wrk(tern_port, conc, 2, script)
+            for port in (base_port, tern_port, ident_port):
+                run_wrk(port, conc, 2, script)  # warm-up
             b = run_wrk(base_port, conc, args.duration, script)
             t = run_wrk(tern_port, conc, args.duration, script)
-            rows.append((conc, t, b))
+            i = run_wrk(ident_port, conc, args.duration, script)
+            rows.append((conc, t, b, i))
         loaded_rss = rss_kib(tern.pid)
     finally:
-        tern.terminate()
-        base.terminate()
-        tern.wait()
-        base.wait()
+        for proc in (tern, ident, base):
+            proc.terminate()
+            proc.wait()
         os.unlink(script)
+        shutil.rmtree(work, ignore_errors=True)
 
     print(f"\nwrk, {args.duration}s per point, JSON body for `simple` (2 x INT32[1,16]), {os.cpu_count()} cores shared by client and server\n")
-    print("| concurrency | Tern req/s | baseline req/s | Tern/baseline | Tern p50 ms | Tern p99 ms | baseline p50 ms | baseline p99 ms |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for conc, t, b in rows:
-        print(f"| {conc} | {t[0]:.0f} | {b[0]:.0f} | {t[0] / b[0]:.2f} | {t[1]:.3f} | {t[2]:.3f} | {b[1]:.3f} | {b[2]:.3f} |")
+    print("| concurrency | Tern req/s | baseline req/s | Tern/baseline | Tern p50 ms | Tern p99 ms | baseline p50 ms | baseline p99 ms | identity backend req/s | identity/baseline |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for conc, t, b, i in rows:
+        print(f"| {conc} | {t[0]:.0f} | {b[0]:.0f} | {t[0] / b[0]:.2f} | {t[1]:.3f} | {t[2]:.3f} | {b[1]:.3f} | {b[2]:.3f} | {i[0]:.0f} | {i[0] / b[0]:.2f} |")
     print(f"\nTern RSS: idle with model_repository loaded {idle_rss / 1024:.1f} MiB; after the load {loaded_rss / 1024:.1f} MiB")
 
 

@@ -16,6 +16,17 @@ Three questions, measured in interleaved rounds (medians):
 3. Large responses under concurrency: gRPC against binary HTTP at
    concurrency 1 and 16 (no dynamic batching: the 1 MB output per request is
    what the frontends carry).
+4. Dynamic batching at concurrency 16 (`dynamic_batching {}`, max_batch_size
+   8) against ONNX Runtime alone at batch 8 (the script prints the batch size
+   Tern formed on average: inferences over executions in its statistics),
+   both as inferences/s.
+
+Each Tern figure is bracketed by ONNX Runtime alone, measured just before and
+just after it (the server idles meanwhile), and its ratio is to their mean:
+the speed of a small cloud VM can change by 2x for minutes at a time, so a
+ceiling measured once per round is not comparable. A figure whose two
+brackets differ by more than 15% is left out of the ratio's median (the
+number of figures kept is printed beside it).
 """
 
 import argparse
@@ -36,19 +47,22 @@ from grpc_load import cpu_seconds  # noqa: E402
 from conftest import Tern  # noqa: E402
 
 def served(url):
-    """Requests the server has answered for `rec` (statistics extension)."""
+    """(inferences, executions) the server has run for `rec` (statistics extension)."""
     with urllib.request.urlopen(f"http://{url}/v2/models/rec/stats") as r:
-        return json.load(r)["model_stats"][0]["inference_count"]
+        stats = json.load(r)["model_stats"][0]
+        return stats["inference_count"], stats["execution_count"]
 
 
-def repo(directory, model, spinning):
+def repo(directory, model, spinning, batching=False):
     """A repository with the recogniser as `rec`; `spinning` None = Tern's default."""
-    root = os.path.join(directory, f"repo-{spinning}")
+    root = os.path.join(directory, f"repo-{spinning}-{batching}")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(os.path.join(root, "rec", "1"))
     shutil.copy(model.path, os.path.join(root, "rec", "1", "model.onnx"))
     (inp,), (out,) = model.io_meta()
     extra = "" if spinning is None else f'parameters {{ key: "allow_spinning" value {{ string_value: "{spinning}" }} }}\n'
+    if batching:
+        extra += "dynamic_batching { }\n"
     with open(os.path.join(root, "rec", "config.pbtxt"), "w") as f:
         f.write(
             f'name: "rec"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
@@ -59,19 +73,28 @@ def repo(directory, model, spinning):
     return root
 
 
-def measure(a, root, data, runs):
-    """perf_analyzer runs against a server on `root`: [(protocol, concurrency)] -> result dicts."""
+MAX_DRIFT = 0.15
+
+
+def measure(a, model, root, data, runs, batch):
+    """perf_analyzer runs against a server on `root`: [(protocol, concurrency)] -> result dicts,
+    each with ONNX Runtime alone at `batch` measured just before and after it."""
     t = Tern([f"--model-repository={root}"], binary=a.tern)
     try:
         server = type("S", (), {"http": t.url.split(":")[1], "grpc": t.grpc_url.split(":")[1]})
         out = {}
         for protocol, conc in runs:
-            cpu0, n0 = cpu_seconds(t.proc.pid), served(t.url)
+            before = peers.ort_alone(model, batch, a.duration)["throughput"]
+            cpu0, (n0, e0) = cpu_seconds(t.proc.pid), served(t.url)
             r = peers.perf_analyzer(a, server, "rec", data, protocol, conc)
-            cpu1, n1 = cpu_seconds(t.proc.pid), served(t.url)
+            cpu1, (n1, e1) = cpu_seconds(t.proc.pid), served(t.url)
             if "error" in r:
                 raise RuntimeError(f"perf_analyzer {protocol} c{conc}: {r['error']}")
             r["cpu_per_request"] = (cpu1 - cpu0) / max(1, n1 - n0)
+            r["mean_batch"] = (n1 - n0) / max(1, e1 - e0)
+            after = peers.ort_alone(model, batch, a.duration)["throughput"]
+            r["ort_alone"] = (before + after) / 2
+            r["steady"] = abs(before - after) <= MAX_DRIFT * max(before, after)
             out[(protocol, conc)] = r
         idle_before = cpu_seconds(t.proc.pid)
         time.sleep(5)
@@ -95,27 +118,43 @@ def main():
         data = model.input_data(work, batched=True)
         variants = {"default (spinning on)": None, 'allow_spinning: "false"': "false"}
         roots = {name: repo(work, model, spin) for name, spin in variants.items()}
+        batched_root = repo(work, model, None, batching=True)
         runs = [("grpc", 1), ("http", 1), ("grpc", 16), ("http", 16)]
         results = {name: [] for name in variants}
-        ort = []
+        batched = []
         for r in range(a.rounds):
             for name, root in roots.items():
                 peers.log(f"round {r + 1}: {name}")
-                results[name].append(measure(a, root, data, runs if name.startswith("default") else runs[:1]))
-            ort.append(peers.ort_alone(model, 1, a.duration)["throughput"])
-        med = lambda xs: statistics.median(xs)  # noqa: E731
-        ceiling = med(ort)
-        print(f"\n{peers.machine()['cpu']}, {os.cpu_count()} cores; medians of {a.rounds} rounds\n")
-        print(f"ONNX Runtime alone (this process, batch 1): {ceiling:.1f} inferences/s\n")
-        print("| variant | protocol | concurrency | inferences/s | ratio to ORT alone | p99 ms | server CPU per request | idle CPU after load |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|")
+                results[name].append(measure(a, model, root, data, runs if name.startswith("default") else runs[:1], 1))
+            peers.log(f"round {r + 1}: dynamic batching")
+            batched.append(measure(a, model, batched_root, data, runs[2:], 8))
+        med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+
+        def ratio(rounds, key):
+            kept = [x[key]["throughput"] / x[key]["ort_alone"] for x in rounds if x[key]["steady"]]
+            return f"{med(kept):.2f} ({len(kept)}/{len(rounds)})"
+
+        print(f"\n{peers.machine()['cpu']}, {os.cpu_count()} cores; medians of {a.rounds} rounds")
+        print("ratio: median of Tern / ONNX Runtime alone measured just before and after it (figures kept)\n")
+        print("| variant | protocol | concurrency | inferences/s | ORT alone, batch 1 | ratio | p99 ms | server CPU per request | idle CPU after load |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for name, rounds in results.items():
             for key in [k for k in rounds[0] if k != "idle_cpu_pct"]:
                 thr = med([x[key]["throughput"] for x in rounds])
+                alone = med([x[key]["ort_alone"] for x in rounds])
                 p99 = med([x[key]["p99_ms"] for x in rounds])
                 cpu = med([x[key]["cpu_per_request"] for x in rounds])
                 idle = med([x["idle_cpu_pct"] for x in rounds])
-                print(f"| {name} | {key[0]} | {key[1]} | {thr:.1f} | {thr / ceiling:.2f} | {p99:.1f} | {cpu * 1000:.1f} ms | {idle:.1f}% |")
+                print(f"| {name} | {key[0]} | {key[1]} | {thr:.1f} | {alone:.1f} | {ratio(rounds, key)} | {p99:.1f} | {cpu * 1000:.1f} ms | {idle:.1f}% |")
+        print("\nDynamic batching (max_batch_size 8) against ONNX Runtime alone at batch 8\n")
+        print("| protocol | concurrency | Tern inferences/s | mean batch | ORT alone, batch 8 | ratio | p99 ms |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for key in runs[2:]:
+            thr = med([x[key]["throughput"] for x in batched])
+            size = med([x[key]["mean_batch"] for x in batched])
+            alone = med([x[key]["ort_alone"] for x in batched])
+            p99 = med([x[key]["p99_ms"] for x in batched])
+            print(f"| {key[0]} | {key[1]} | {thr:.1f} | {size:.1f} | {alone:.1f} | {ratio(batched, key)} | {p99:.1f} |")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

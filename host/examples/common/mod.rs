@@ -1,6 +1,45 @@
-//! Helpers shared by the in-process benchmark examples.
+//! Helpers shared by the in-process benchmark examples (each uses a subset).
+#![allow(dead_code)]
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
+
+use tern::repository::{Repository, RepositoryOptions};
+use tern_core::backend::{Backend, BackendSettings, LoadContext, Model};
+use tern_core::config::ModelConfig;
+
+/// A repository with no roots: what a backend looks other models up in.
+pub fn empty_repo(settings: &BackendSettings) -> Arc<Repository> {
+    Repository::new(RepositoryOptions {
+        roots: vec![],
+        auto_complete: false,
+        backend: settings.clone(),
+        gpu_count: 0,
+        load_threads: 1,
+        ..Default::default()
+    })
+}
+
+/// Loads version 1 of the model `cfg` describes, from `<root>/<cfg.name>/1`, with `backend`.
+pub fn load(
+    backend: &Arc<dyn Backend>,
+    repo: &Arc<Repository>,
+    root: &Path,
+    cfg: &ModelConfig,
+    settings: &BackendSettings,
+) -> Arc<dyn Model> {
+    backend
+        .load(&LoadContext {
+            config: cfg,
+            version: 1,
+            version_dir: &root.join(&cfg.name).join("1"),
+            settings,
+            models: Arc::downgrade(repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
+            progress: &Default::default(),
+        })
+        .unwrap_or_else(|e| panic!("{}: {e}", cfg.name))
+}
 
 /// `<repository> [iterations]` from the command line (`default_n` iterations when absent).
 pub fn repo_and_iterations(usage: &str, default_n: usize) -> (String, usize) {

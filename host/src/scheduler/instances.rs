@@ -1020,6 +1020,10 @@ mod tests {
                     .await
                     .unwrap();
                 threads.push(r.id);
+                // The instance thread counts itself idle just after it answers.
+                while pool.shared.queue.lock().unwrap().busy > 0 {
+                    std::thread::yield_now();
+                }
             }
             threads
         });

@@ -1,0 +1,129 @@
+//! What one ONNX Runtime execution of `simple` costs through Tern's ONNX
+//! backend, on one thread and when consecutive calls alternate between two
+//! threads (as when requests reach the model from different async workers
+//! or the instance thread); the identity backend on the same config is the
+//! baseline for the hand-off itself. Run with (see docs/PERFORMANCE.md):
+//!
+//! `cargo run --release -p tern --features bench --example ort_call_bench -- model_repository`
+//!
+//! and again under `taskset -c 0` to keep both threads on one core.
+
+mod common;
+
+use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use common::per_call_us;
+
+use tern::backends::Registry;
+
+use tern_core::backend::{BackendSettings, DeviceKind, ExecTiming, Instance, InstanceSpec};
+use tern_core::{DataType, InferRequest, Tensor};
+
+/// This process's user + system CPU time in microseconds.
+fn cpu_us() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields[i].parse::<f64>().expect("clock ticks");
+    // Fields 14 and 15 (utime, stime) in clock ticks of 10 ms.
+    (ticks(11) + ticks(12)) * 1e4
+}
+
+fn instance(root: &str, backend: &str) -> Box<dyn Instance> {
+    let settings = BackendSettings::default();
+    let repo = common::empty_repo(&settings);
+    let text = std::fs::read_to_string(std::path::Path::new(root).join("simple/config.pbtxt"))
+        .expect("simple/config.pbtxt");
+    let mut cfg = tern_core::config::parse_pbtxt(&text).expect("config parses");
+    cfg.backend = backend.into();
+    tern_core::config::validate::normalize(&mut cfg, 0);
+    let found = Registry::default().get(backend).expect("backend");
+    common::load(&found, &repo, std::path::Path::new(root), &cfg, &settings)
+        .create_instance(&InstanceSpec {
+            name: "bench_0".into(),
+            device: DeviceKind::Cpu,
+        })
+        .expect("instance")
+}
+
+fn run(instance: &Mutex<Box<dyn Instance>>, batch: &[InferRequest]) {
+    let r = instance
+        .lock()
+        .expect("instance lock")
+        .execute(batch, &mut ExecTiming::default());
+    assert!(r[0].is_ok(), "{:?}", r[0].as_ref().err());
+}
+
+/// (wall µs, CPU µs) per call with consecutive calls on two threads in turn.
+fn alternating(
+    instance: &Arc<Mutex<Box<dyn Instance>>>,
+    batch: &[InferRequest],
+    n: usize,
+) -> (f64, f64) {
+    let (cpu0, start) = (cpu_us(), Instant::now());
+    let (to_other, other_rx) = sync_channel::<()>(0);
+    let (to_main, main_rx) = sync_channel::<()>(0);
+    let (inst, b) = (instance.clone(), batch.to_vec());
+    let other = std::thread::spawn(move || {
+        for _ in 0..n / 2 {
+            other_rx.recv().expect("turn");
+            run(&inst, &b);
+            to_main.send(()).expect("turn");
+        }
+    });
+    for _ in 0..n / 2 {
+        run(instance, batch);
+        to_other.send(()).expect("turn");
+        main_rx.recv().expect("turn");
+    }
+    other.join().expect("other thread");
+    let calls = (n / 2 * 2) as f64;
+    (
+        start.elapsed().as_secs_f64() * 1e6 / calls,
+        (cpu_us() - cpu0) / calls,
+    )
+}
+
+fn main() {
+    let (root, n) = common::repo_and_iterations("ort_call_bench <repository> [iterations]", 20000);
+    let data: Vec<u8> = (0..16i32).flat_map(|v| v.to_le_bytes()).collect();
+    let batch = vec![InferRequest {
+        model_name: "simple".into(),
+        inputs: vec![
+            Tensor::new("INPUT0", DataType::Int32, vec![1, 16], data.clone()),
+            Tensor::new("INPUT1", DataType::Int32, vec![1, 16], data),
+        ],
+        ..Default::default()
+    }];
+    println!(
+        "`simple`, {n} calls per figure, best of 3 (wall µs per call; CPU µs per call in brackets)"
+    );
+    for backend in ["onnxruntime", "identity"] {
+        let inst = Arc::new(Mutex::new(instance(&root, backend)));
+        let mut one = Vec::new();
+        let mut two = Vec::new();
+        for _ in 0..3 {
+            let cpu0 = cpu_us();
+            let wall = per_call_us(n, || run(&inst, &batch));
+            // per_call_us makes n / 10 warm-up calls first.
+            one.push((wall, (cpu_us() - cpu0) / (n + n / 10) as f64));
+            two.push(alternating(&inst, &batch, n));
+        }
+        let best = |v: &[(f64, f64)]| {
+            v.iter()
+                .copied()
+                .fold((f64::MAX, f64::MAX), |a, b| if b.0 < a.0 { b } else { a })
+        };
+        let (one, two) = (best(&one), best(&two));
+        println!(
+            "{backend:>12}: one thread {:.1} ({:.1}); alternating between two threads {:.1} ({:.1})",
+            one.0, one.1, two.0, two.1
+        );
+    }
+}
