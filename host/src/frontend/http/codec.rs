@@ -2,7 +2,9 @@
 //! requests into core tensors and encoding responses, for the HTTP frontend.
 
 use bytes::Bytes;
+use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::nonfinite;
@@ -25,25 +27,27 @@ fn nesting_error() -> String {
 }
 
 #[derive(Deserialize)]
-struct JsonRequest {
+struct JsonRequest<'a> {
     #[serde(default)]
     id: Option<Value>,
     #[serde(default)]
     parameters: Option<Map<String, Value>>,
-    inputs: Vec<JsonInput>,
+    #[serde(borrow)]
+    inputs: Vec<JsonInput<'a>>,
     #[serde(default)]
     outputs: Option<Vec<JsonOutput>>,
 }
 
 #[derive(Deserialize)]
-struct JsonInput {
+struct JsonInput<'a> {
     name: String,
     shape: Vec<i64>,
     datatype: String,
     #[serde(default)]
     parameters: Option<Map<String, Value>>,
-    #[serde(default)]
-    data: Option<Value>,
+    /// The text of `data`, decoded once the datatype is known.
+    #[serde(default, borrow)]
+    data: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -195,17 +199,173 @@ pub(super) fn json_to_bytes(
     Ok((buf, leaves.len()))
 }
 
+/// Decodes the text of an input's `data` (flat or nested) into tensor bytes:
+/// straight into the buffer when every element fits `dtype`, without building
+/// a JSON tree; otherwise through [`json_to_bytes`], which says what is wrong.
+/// `expected` (the shape's element count) sizes the buffer. With `special`
+/// (the request was [rewritten](nonfinite::rewrite)) the tree path reads the
+/// NaN/infinity sentinels.
+fn data_to_bytes(
+    name: &str,
+    dtype: DataType,
+    raw: &RawValue,
+    expected: usize,
+    special: bool,
+) -> Result<(Vec<u8>, usize)> {
+    let text = raw.get();
+    if !special && !matches!(dtype, DataType::Fp16 | DataType::Bf16) {
+        let width = dtype.size().unwrap_or(8);
+        let mut buf = Vec::with_capacity(expected.min(text.len()) * width);
+        let mut count = 0;
+        let seed = Leaves {
+            dtype,
+            depth: 0,
+            buf: &mut buf,
+            count: &mut count,
+        };
+        if seed
+            .deserialize(&mut serde_json::Deserializer::from_str(text))
+            .is_ok()
+        {
+            return Ok((buf, count));
+        }
+    }
+    // `text` is valid JSON (the request parsed), so this fails only on
+    // serde_json's own nesting limit.
+    let value: Value = serde_json::from_str(text).map_err(|_| {
+        Error::invalid_arg(format!("{} in 'data' of input '{name}'", nesting_error()))
+    })?;
+    json_to_bytes(name, dtype, &value, special)
+}
+
+/// Walks `data` at nesting `depth`, appending each element to `buf` as
+/// `dtype` and counting it; fails on anything [`json_to_bytes`] would refuse,
+/// with an error the caller discards.
+struct Leaves<'b> {
+    dtype: DataType,
+    depth: usize,
+    buf: &'b mut Vec<u8>,
+    count: &'b mut usize,
+}
+
+impl Leaves<'_> {
+    fn push<E: de::Error>(self, bytes: Option<&[u8]>) -> std::result::Result<(), E> {
+        let bytes = bytes.ok_or_else(|| E::custom("element does not fit the datatype"))?;
+        self.buf.extend_from_slice(bytes);
+        *self.count += 1;
+        Ok(())
+    }
+
+    /// An integer element, range-checked for an integer datatype (its
+    /// low-order two's-complement bytes) or converted for a float one.
+    fn int<E: de::Error>(self, x: i128) -> std::result::Result<(), E> {
+        let fits = |lo: i128, hi: i128| (lo..=hi).contains(&x);
+        let width = match self.dtype {
+            DataType::Uint8 => fits(0, u8::MAX.into()).then_some(1),
+            DataType::Uint16 => fits(0, u16::MAX.into()).then_some(2),
+            DataType::Uint32 => fits(0, u32::MAX.into()).then_some(4),
+            DataType::Uint64 => fits(0, u64::MAX.into()).then_some(8),
+            DataType::Int8 => fits(i8::MIN.into(), i8::MAX.into()).then_some(1),
+            DataType::Int16 => fits(i16::MIN.into(), i16::MAX.into()).then_some(2),
+            DataType::Int32 => fits(i32::MIN.into(), i32::MAX.into()).then_some(4),
+            DataType::Int64 => fits(i64::MIN.into(), i64::MAX.into()).then_some(8),
+            DataType::Fp32 => return self.push(Some(&(x as f64 as f32).to_le_bytes())),
+            DataType::Fp64 => return self.push(Some(&(x as f64).to_le_bytes())),
+            _ => None,
+        };
+        let bytes = (x as u64).to_le_bytes();
+        self.push(width.map(|w| &bytes[..w]))
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Leaves<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Leaves<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{} tensor data", self.dtype)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        if self.depth >= MAX_JSON_NESTING_DEPTH {
+            return Err(de::Error::custom(nesting_error()));
+        }
+        let Leaves {
+            dtype,
+            depth,
+            buf,
+            count,
+        } = self;
+        while seq
+            .next_element_seed(Leaves {
+                dtype,
+                depth: depth + 1,
+                buf: &mut *buf,
+                count: &mut *count,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_bool<E: de::Error>(self, b: bool) -> std::result::Result<(), E> {
+        let ok = self.dtype == DataType::Bool;
+        self.push(ok.then_some(&[b as u8][..]))
+    }
+
+    fn visit_i64<E: de::Error>(self, x: i64) -> std::result::Result<(), E> {
+        self.int(x.into())
+    }
+
+    fn visit_u64<E: de::Error>(self, x: u64) -> std::result::Result<(), E> {
+        self.int(x.into())
+    }
+
+    fn visit_f64<E: de::Error>(self, x: f64) -> std::result::Result<(), E> {
+        match self.dtype {
+            DataType::Fp32 => self.push(Some(&(x as f32).to_le_bytes())),
+            DataType::Fp64 => self.push(Some(&x.to_le_bytes())),
+            _ => self.push(None),
+        }
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<(), E> {
+        if self.dtype != DataType::Bytes {
+            return self.push(None);
+        }
+        bytes_tensor::push(self.buf, s.as_bytes());
+        *self.count += 1;
+        Ok(())
+    }
+}
+
 /// Parses the JSON request header. serde_json first; only when that fails,
 /// again with bare NaN/infinity tokens [rewritten](nonfinite::rewrite) to
-/// sentinels (`true` in the answer), as Triton reads them. A failure reports
+/// sentinels (`true` in the answer, the text kept in `rewritten`), as Triton
+/// reads them. A failure reports
 /// the first parse's error; serde_json's own nesting limit (128) keeps a
 /// deeply nested body from overflowing the stack.
-fn parse_json(text: &[u8]) -> Result<(JsonRequest, bool)> {
+fn parse_json<'a>(
+    text: &'a [u8],
+    rewritten: &'a mut Option<Vec<u8>>,
+) -> Result<(JsonRequest<'a>, bool)> {
     let first = match serde_json::from_slice(text) {
         Ok(json) => return Ok((json, false)),
         Err(e) => e,
     };
-    if let Some(json) = nonfinite::rewrite(text).and_then(|t| serde_json::from_slice(&t).ok()) {
+    *rewritten = nonfinite::rewrite(text);
+    let rewritten: &'a Option<Vec<u8>> = rewritten;
+    if let Some(json) = rewritten
+        .as_deref()
+        .and_then(|t| serde_json::from_slice(t).ok())
+    {
         return Ok((json, true));
     }
     let detail = if first.to_string().starts_with("recursion limit exceeded") {
@@ -238,7 +398,8 @@ pub fn decode_request(
             body.len()
         )));
     }
-    let (json, special) = parse_json(&body[..split])?;
+    let mut rewritten = None;
+    let (json, special) = parse_json(&body[..split], &mut rewritten)?;
     let mut binary = body.slice(split..);
     let id = match json.id {
         None => String::new(),
@@ -264,7 +425,10 @@ pub fn decode_request(
     for input in json.inputs {
         let name = input.name;
         let dtype = input_header(&name, &input.datatype, &input.shape)?;
-        let params = parse_parameters(input.parameters, &format!("input '{name}'"), special)?;
+        let params = match input.parameters {
+            None => Parameters::new(),
+            some => parse_parameters(some, &format!("input '{name}'"), special)?,
+        };
         let binary_size = match params.get("binary_data_size") {
             None => None,
             Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
@@ -274,8 +438,11 @@ pub fn decode_request(
                 )))
             }
         };
-        if let Some((region, offset, size)) = shm::parameters(&params, &format!("input '{name}'"))?
-        {
+        let in_shm = match params.is_empty() {
+            true => None,
+            false => shm::parameters(&params, &format!("input '{name}'"))?,
+        };
+        if let Some((region, offset, size)) = in_shm {
             if binary_size.is_some() || input.data.is_some() {
                 return Err(Error::invalid_arg(format!(
                     "input '{name}': 'data' and 'binary_data_size' cannot be given for an input in shared memory"
@@ -301,7 +468,8 @@ pub fn decode_request(
                 binary.split_to(n)
             }
             (None, Some(data)) => {
-                let (buf, count) = json_to_bytes(&name, dtype, &data, special)?;
+                let expected = tern_core::tensor::element_count(&input.shape);
+                let (buf, count) = data_to_bytes(&name, dtype, data, expected, special)?;
                 element_count_matches(&name, &input.shape, count, "'data'").map_err(|e| {
                     Error::invalid_arg(format!(
                         "Unable to parse 'data': Shape does not match true shape of 'data' field ({})",
@@ -326,7 +494,10 @@ pub fn decode_request(
     }
     let mut outputs = Vec::new();
     for out in json.outputs.into_iter().flatten() {
-        let params = parse_parameters(out.parameters, &format!("output '{}'", out.name), special)?;
+        let params = match out.parameters {
+            None => Parameters::new(),
+            some => parse_parameters(some, &format!("output '{}'", out.name), special)?,
+        };
         let binary = match params.get("binary_data") {
             None => None,
             Some(Parameter::Bool(b)) => Some(*b),
@@ -870,6 +1041,72 @@ mod tests {
     }
 
     #[test]
+    fn typed_data_decoding_agrees_with_the_json_tree() {
+        let dtypes = [
+            DataType::Bool,
+            DataType::Uint8,
+            DataType::Uint16,
+            DataType::Uint32,
+            DataType::Uint64,
+            DataType::Int8,
+            DataType::Int16,
+            DataType::Int32,
+            DataType::Int64,
+            DataType::Fp32,
+            DataType::Fp64,
+            DataType::Bytes,
+            DataType::Fp16,
+        ];
+        let texts = [
+            "[]",
+            "[[]]",
+            "[true,false]",
+            "[0,1,255]",
+            "[256]",
+            "[-1]",
+            "[-128,127]",
+            "[-129]",
+            "[65535,65536]",
+            "[4294967295]",
+            "[4294967296]",
+            "[-2147483648,2147483647]",
+            "[-2147483649]",
+            "[9223372036854775807]",
+            "[9223372036854775808]",
+            "[18446744073709551615]",
+            "[18446744073709551616]",
+            "[-9223372036854775808]",
+            "[-0]",
+            "[-0.0]",
+            "[1.5,-2.25e10,1e-40,3.4e39]",
+            "[1.0]",
+            "[[1,2],[3,4]]",
+            "[[1,[2]],3]",
+            r#"["a","b\u00e9\n",""]"#,
+            "[null]",
+            "[{}]",
+            r#"[{"a":1}]"#,
+            "[1,true]",
+            r#"[1,"1"]"#,
+            "7",
+            r#""x""#,
+        ];
+        for dtype in dtypes {
+            for text in texts {
+                let raw = RawValue::from_string(text.to_string()).unwrap();
+                let tree: Value = serde_json::from_str(text).unwrap();
+                let fast = data_to_bytes("X", dtype, &raw, 4, false);
+                let slow = json_to_bytes("X", dtype, &tree, false);
+                match (fast, slow) {
+                    (Ok(a), Ok(b)) => assert_eq!(a, b, "{dtype} {text}"),
+                    (Err(a), Err(b)) => assert_eq!(a.message, b.message, "{dtype} {text}"),
+                    (a, b) => panic!("{dtype} {text}: {a:?} against {b:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
     fn data_nesting_limit() {
         let nested = |depth: usize| {
             format!(
@@ -888,14 +1125,20 @@ mod tests {
             ),
             "{e}"
         );
-        // Deeper than serde_json's own limit: a parse error with Triton's words, no overflow.
-        for body in [nested(1000), "[".repeat(200_000)] {
-            let e = decode(Bytes::from(body), None).unwrap_err();
-            assert!(
-                e.message.starts_with("failed to parse the request JSON: JSON nesting depth exceeds maximum allowed limit (100): recursion limit exceeded"),
-                "{e}"
-            );
-        }
+        // Deeper than serde_json's own limit: the same, no overflow.
+        let e = decode(Bytes::from(nested(1000)), None).unwrap_err();
+        assert!(
+            e.message.starts_with(
+                "JSON nesting depth exceeds maximum allowed limit (100) in 'data' of input 'X'"
+            ),
+            "{e}"
+        );
+        // A whole document that deep: a parse error with Triton's words.
+        let e = decode(Bytes::from("[".repeat(200_000)), None).unwrap_err();
+        assert!(
+            e.message.starts_with("failed to parse the request JSON: JSON nesting depth exceeds maximum allowed limit (100): recursion limit exceeded"),
+            "{e}"
+        );
     }
 
     #[test]
