@@ -74,9 +74,10 @@ fn respond(r: Result<Response>) -> Response {
     r.unwrap_or_else(|e| error_response(&e))
 }
 
-/// Builds the router.
+/// Builds the router; the `--http-restricted-api` check is layered on only
+/// when restrictions are set (the layer costs an allocation per request).
 pub fn router(state: Arc<HttpState>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/v2", get(server_metadata))
         .route("/v2/health/live", get(server_live))
         .route("/v2/health/ready", get(server_ready))
@@ -125,12 +126,16 @@ pub fn router(state: Arc<HttpState>) -> Router {
                 [(header::CONTENT_TYPE, "application/json")],
                 json!({"error": "method not allowed for this endpoint"}).to_string(),
             )
-        })
-        .layer(axum::middleware::from_fn_with_state(
+        });
+    let router = if state.restrictions.is_empty() {
+        router
+    } else {
+        router.layer(axum::middleware::from_fn_with_state(
             state.clone(),
             restrict,
         ))
-        .with_state(state)
+    };
+    router.with_state(state)
 }
 
 /// The `--http-restricted-api` check, before any handler runs.
@@ -139,22 +144,20 @@ async fn restrict(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if !s.restrictions.is_empty() {
-        if let Some(category) = http_category(req.uri().path()) {
-            let headers = req.headers();
-            if let Err(key) = s
-                .restrictions
-                .check(category, |k| headers.get(k).and_then(|v| v.to_str().ok()))
-            {
-                let body =
-                    json!({ "error": format!("This API is restricted, expecting header '{key}'") });
-                return (
-                    StatusCode::FORBIDDEN,
-                    [(header::CONTENT_TYPE, "application/json")],
-                    body.to_string(),
-                )
-                    .into_response();
-            }
+    if let Some(category) = http_category(req.uri().path()) {
+        let headers = req.headers();
+        if let Err(key) = s
+            .restrictions
+            .check(category, |k| headers.get(k).and_then(|v| v.to_str().ok()))
+        {
+            let body =
+                json!({ "error": format!("This API is restricted, expecting header '{key}'") });
+            return (
+                StatusCode::FORBIDDEN,
+                [(header::CONTENT_TYPE, "application/json")],
+                body.to_string(),
+            )
+                .into_response();
         }
     }
     next.run(req).await
