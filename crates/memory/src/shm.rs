@@ -430,6 +430,9 @@ impl SharedMemory {
         params: &Parameters,
         classification: bool,
     ) -> Result<Option<OutputTarget>> {
+        if !params.keys().any(|k| k.starts_with("shared_memory_")) {
+            return Ok(None);
+        }
         let what = format!("output '{output}'");
         let Some((region, offset, size)) = parameters(params, &what)? else {
             return Ok(None);

@@ -66,9 +66,10 @@ pub struct HttpOptions {
 
 /// Reads a `parameters` object; with `special` (the request was
 /// [rewritten](nonfinite::rewrite)) a NaN/infinity sentinel is a double.
+/// `what` names the owner in an error (built only then).
 fn parse_parameters(
     map: Option<Map<String, Value>>,
-    what: &str,
+    what: impl Fn() -> String,
     special: bool,
 ) -> Result<Parameters> {
     let mut out = Parameters::new();
@@ -85,7 +86,8 @@ fn parse_parameters(
             },
             other => {
                 return Err(Error::invalid_arg(format!(
-                    "{what} parameter '{k}' must be a bool, number or string, got {other}"
+                    "{} parameter '{k}' must be a bool, number or string, got {other}",
+                    what()
                 )))
             }
         };
@@ -411,7 +413,7 @@ pub fn decode_request(
             )))
         }
     };
-    let mut parameters = parse_parameters(json.parameters, "request", special)?;
+    let mut parameters = parse_parameters(json.parameters, || "request".into(), special)?;
     let binary_default = match parameters.remove("binary_data_output") {
         None => false,
         Some(Parameter::Bool(b)) => b,
@@ -425,10 +427,7 @@ pub fn decode_request(
     for input in json.inputs {
         let name = input.name;
         let dtype = input_header(&name, &input.datatype, &input.shape)?;
-        let params = match input.parameters {
-            None => Parameters::new(),
-            some => parse_parameters(some, &format!("input '{name}'"), special)?,
-        };
+        let params = parse_parameters(input.parameters, || format!("input '{name}'"), special)?;
         let binary_size = match params.get("binary_data_size") {
             None => None,
             Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
@@ -438,9 +437,9 @@ pub fn decode_request(
                 )))
             }
         };
-        let in_shm = match params.is_empty() {
-            true => None,
-            false => shm::parameters(&params, &format!("input '{name}'"))?,
+        let in_shm = match params.keys().any(|k| k.starts_with("shared_memory_")) {
+            true => shm::parameters(&params, &format!("input '{name}'"))?,
+            false => None,
         };
         if let Some((region, offset, size)) = in_shm {
             if binary_size.is_some() || input.data.is_some() {
@@ -494,10 +493,8 @@ pub fn decode_request(
     }
     let mut outputs = Vec::new();
     for out in json.outputs.into_iter().flatten() {
-        let params = match out.parameters {
-            None => Parameters::new(),
-            some => parse_parameters(some, &format!("output '{}'", out.name), special)?,
-        };
+        let params =
+            parse_parameters(out.parameters, || format!("output '{}'", out.name), special)?;
         let binary = match params.get("binary_data") {
             None => None,
             Some(Parameter::Bool(b)) => Some(*b),
