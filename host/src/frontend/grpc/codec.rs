@@ -17,7 +17,11 @@ use tern_core::{
 };
 use tern_memory::shm::{self, SharedMemory};
 
-fn parameters(map: HashMap<String, InferParameter>, what: &str) -> Result<Parameters> {
+/// Converts wire parameters; `what` names the owner in an error (built only then).
+fn parameters(
+    map: HashMap<String, InferParameter>,
+    what: impl Fn() -> String,
+) -> Result<Parameters> {
     let mut out = Parameters::new();
     for (k, v) in map {
         let p = match v.parameter_choice {
@@ -27,12 +31,13 @@ fn parameters(map: HashMap<String, InferParameter>, what: &str) -> Result<Parame
             Some(ParameterChoice::DoubleParam(d)) => Parameter::Double(d),
             Some(ParameterChoice::Uint64Param(u)) => {
                 Parameter::Int(i64::try_from(u).map_err(|_| {
-                    Error::invalid_arg(format!("{what} parameter '{k}': {u} is too large"))
+                    Error::invalid_arg(format!("{} parameter '{k}': {u} is too large", what()))
                 })?)
             }
             None => {
                 return Err(Error::invalid_arg(format!(
-                    "{what} parameter '{k}' has no value"
+                    "{} parameter '{k}' has no value",
+                    what()
                 )))
             }
         };
@@ -159,7 +164,7 @@ pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<Infe
         }
         let what = format!("input '{}'", input.name);
         inputs_params.push(shm::parameters(
-            &parameters(input.parameters.clone(), &what)?,
+            &parameters(input.parameters.clone(), || what.clone())?,
             &what,
         )?);
     }
@@ -213,8 +218,7 @@ pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<Infe
     }
     let mut outputs = Vec::with_capacity(req.outputs.len());
     for out in req.outputs {
-        let what = format!("output '{}'", out.name);
-        let params = parameters(out.parameters, &what)?;
+        let params = parameters(out.parameters, || format!("output '{}'", out.name))?;
         let classification = classification_param(&out.name, &params)?;
         let target = shm.output_target(&out.name, &params, classification.is_some())?;
         outputs.push(RequestedOutput {
@@ -230,7 +234,7 @@ pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<Infe
         id: req.id,
         inputs,
         outputs,
-        parameters: parameters(req.parameters, "request")?,
+        parameters: parameters(req.parameters, || "request".into())?,
         callers: Vec::new(),
         responder: None,
     })
