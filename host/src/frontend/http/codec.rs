@@ -42,7 +42,8 @@ struct JsonRequest<'a> {
 struct JsonInput<'a> {
     name: String,
     shape: Vec<i64>,
-    datatype: String,
+    #[serde(borrow)]
+    datatype: std::borrow::Cow<'a, str>,
     #[serde(default)]
     parameters: Option<Map<String, Value>>,
     /// The text of `data`, decoded once the datatype is known.
