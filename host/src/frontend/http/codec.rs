@@ -205,7 +205,8 @@ pub(super) fn json_to_bytes(
 /// Decodes the text of an input's `data` (flat or nested) into tensor bytes:
 /// straight into the buffer when every element fits `dtype`, without building
 /// a JSON tree; otherwise through [`json_to_bytes`], which says what is wrong.
-/// `expected` (the shape's element count) sizes the buffer. With `special`
+/// `expected` (the shape's element count, capped by what the text can hold:
+/// at least two bytes per element) sizes the buffer. With `special`
 /// (the request was [rewritten](nonfinite::rewrite)) the tree path reads the
 /// NaN/infinity sentinels.
 fn data_to_bytes(
@@ -218,7 +219,7 @@ fn data_to_bytes(
     let text = raw.get();
     if !special && !matches!(dtype, DataType::Fp16 | DataType::Bf16) {
         let width = dtype.size().unwrap_or(8);
-        let mut buf = Vec::with_capacity(expected.min(text.len()) * width);
+        let mut buf = Vec::with_capacity(expected.min(text.len() / 2 + 1) * width);
         let mut count = 0;
         let seed = Leaves {
             dtype,
@@ -352,9 +353,8 @@ impl<'de> Visitor<'de> for Leaves<'_> {
 /// Parses the JSON request header. serde_json first; only when that fails,
 /// again with bare NaN/infinity tokens [rewritten](nonfinite::rewrite) to
 /// sentinels (`true` in the answer, the text kept in `rewritten`), as Triton
-/// reads them. A failure reports
-/// the first parse's error; serde_json's own nesting limit (128) keeps a
-/// deeply nested body from overflowing the stack.
+/// reads them. A failure reports the first parse's error; serde_json's own
+/// nesting limit (128) keeps a deeply nested body from overflowing the stack.
 fn parse_json<'a>(
     text: &'a [u8],
     rewritten: &'a mut Option<Vec<u8>>,
