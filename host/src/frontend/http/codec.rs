@@ -631,13 +631,19 @@ fn decode_raw(
 /// (FP16/BF16, or BYTES that are not UTF-8) and must go binary.
 pub(super) fn data_to_json(t: &Tensor, out: &mut Vec<u8>) -> Option<()> {
     let d = &t.data[..];
+    // Written element by element, as serde_json writes a sequence (no copy).
     macro_rules! nums {
         ($ty:ty, $n:expr) => {{
-            let v: Vec<$ty> = d
-                .chunks_exact($n)
-                .map(|c| <$ty>::from_le_bytes(c.try_into().expect("chunk")))
-                .collect();
-            serde_json::to_writer(&mut *out, &v).ok()
+            out.push(b'[');
+            for (i, c) in d.chunks_exact($n).enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                let x = <$ty>::from_le_bytes(c.try_into().expect("chunk"));
+                serde_json::to_writer(&mut *out, &x).ok()?;
+            }
+            out.push(b']');
+            Some(())
         }};
     }
     // As Triton (rapidjson's kWriteNanAndInfFlag): NaN, Infinity, -Infinity.
@@ -655,9 +661,7 @@ pub(super) fn data_to_json(t: &Tensor, out: &mut Vec<u8>) -> Option<()> {
             serde_json::to_writer(&mut *out, &d.iter().map(|&b| b != 0).collect::<Vec<_>>()).ok()
         }
         DataType::Uint8 => serde_json::to_writer(&mut *out, d).ok(),
-        DataType::Int8 => {
-            serde_json::to_writer(&mut *out, &d.iter().map(|&b| b as i8).collect::<Vec<_>>()).ok()
-        }
+        DataType::Int8 => nums!(i8, 1),
         DataType::Uint16 => nums!(u16, 2),
         DataType::Int16 => nums!(i16, 2),
         DataType::Uint32 => nums!(u32, 4),
@@ -749,7 +753,7 @@ pub fn encode_response(
     json.extend_from_slice(b"{\"model_name\":");
     serde_json::to_writer(&mut json, &resp.model_name).expect("string");
     json.extend_from_slice(b",\"model_version\":\"");
-    json.extend_from_slice(resp.model_version.to_string().as_bytes());
+    serde_json::to_writer(&mut json, &resp.model_version).expect("number");
     json.push(b'"');
     if !resp.id.is_empty() {
         json.extend_from_slice(b",\"id\":");
@@ -798,7 +802,7 @@ pub fn encode_response(
         if !as_json {
             json.truncate(mark);
             json.extend_from_slice(b",\"parameters\":{\"binary_data_size\":");
-            json.extend_from_slice(t.data.len().to_string().as_bytes());
+            serde_json::to_writer(&mut json, &t.data.len()).expect("number");
             json.push(b'}');
             parts.push(t.data.clone());
         }
@@ -1263,5 +1267,34 @@ mod tests {
         assert_eq!(v["outputs"][1]["parameters"]["binary_data_size"], 2);
         assert_eq!(&body[n..], &[0u8, 60]);
         assert_eq!(enc.parts.len(), 2, "the binary output is its own part");
+    }
+
+    #[test]
+    fn writes_integer_data_as_a_json_array() {
+        let cases: [(DataType, Vec<u8>, &str); 6] = [
+            (DataType::Int8, vec![0x80, 0x7f, 0xff], "[-128,127,-1]"),
+            (DataType::Uint8, vec![0, 255], "[0,255]"),
+            (DataType::Uint16, 65535u16.to_le_bytes().to_vec(), "[65535]"),
+            (
+                DataType::Int64,
+                [i64::MIN, 0, i64::MAX]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+                "[-9223372036854775808,0,9223372036854775807]",
+            ),
+            (
+                DataType::Uint64,
+                u64::MAX.to_le_bytes().to_vec(),
+                "[18446744073709551615]",
+            ),
+            (DataType::Int32, vec![], "[]"),
+        ];
+        for (dtype, data, want) in cases {
+            let t = Tensor::new("A", dtype, vec![-1], data);
+            let mut out = Vec::new();
+            data_to_json(&t, &mut out).unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), want, "{dtype}");
+        }
     }
 }
