@@ -6,6 +6,7 @@ server keeps serving the rest."""
 import os
 import shutil
 
+import numpy as np
 import tritonclient.http as httpclient
 
 CONFIG = """name: "{name}"
@@ -27,6 +28,12 @@ def test_unavailable_accelerators_fail_the_load_clearly(test_repo, tmp_path, sta
         # ORT session options from model parameters.
         "spinning": 'parameters { key: "allow_spinning" value { string_value: "true" } }',
         "badspin": 'parameters { key: "allow_spinning" value { string_value: "maybe" } }',
+        # Triton's ONNX Runtime backend parameters for memory and execution mode.
+        "sessionopts": 'parameters [ { key: "enable_mem_arena" value { string_value: "false" } },'
+        ' { key: "enable_mem_pattern" value { string_value: "false" } },'
+        ' { key: "execution_mode" value { string_value: "1" } } ]',
+        "badmode": 'parameters { key: "execution_mode" value { string_value: "2" } }',
+        "badarena": 'parameters { key: "enable_mem_arena" value { string_value: "no arena" } }',
     }
     for name, extra in models.items():
         shutil.copytree(src, tmp_path / name / "1")
@@ -41,6 +48,15 @@ def test_unavailable_accelerators_fail_the_load_clearly(test_repo, tmp_path, sta
     assert index["spinning"]["state"] == "READY"
     assert index["badspin"]["state"] == "UNAVAILABLE"
     assert "parameter 'allow_spinning' must be true or false, got 'maybe'" in index["badspin"]["reason"]
+    assert index["sessionopts"]["state"] == "READY"
+    x = np.arange(6, dtype=np.float32).reshape(1, 6)
+    inp = httpclient.InferInput("INPUT0", [1, 6], "FP32")
+    inp.set_data_from_numpy(x)
+    np.testing.assert_array_equal(c.infer("sessionopts", [inp]).as_numpy("OUTPUT0"), x)
+    assert index["badmode"]["state"] == "UNAVAILABLE"
+    assert "expected values for execution_mode are 0 or 1 but got '2'" in index["badmode"]["reason"]
+    assert index["badarena"]["state"] == "UNAVAILABLE"
+    assert "parameter 'enable_mem_arena' must be true or false, got 'no arena'" in index["badarena"]["reason"]
     # The pinned pool needs CUDA: without it the gauges say 0, and GPU discovery is logged.
     import urllib.request
 

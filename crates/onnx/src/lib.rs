@@ -19,8 +19,9 @@ use ort::value::ValueType;
 
 use crate::io::from_ort_type;
 use tern_core::backend::{
-    bool_parameter, model_file, numeric_parameter, without_refused, Backend, BackendSettings,
-    DeviceKind, ExecTiming, Instance, InstanceSpec, LoadContext, Model, ModelFiles,
+    bool_parameter, model_file, model_parameter, numeric_parameter, without_refused, Backend,
+    BackendSettings, DeviceKind, ExecTiming, Instance, InstanceSpec, LoadContext, Model,
+    ModelFiles,
 };
 use tern_core::config::pb;
 use tern_core::config::ModelConfig;
@@ -145,6 +146,27 @@ fn describe(outlet: &ort::value::Outlet, model: &str) -> Result<(String, DataTyp
     }
 }
 
+/// Turns ONNX Runtime's CPU memory arena on or off (Triton's `enable_mem_arena`); the
+/// `ort` crate has no builder method for it.
+fn set_cpu_mem_arena(
+    mut builder: ort::session::builder::SessionBuilder,
+    enable: bool,
+) -> std::result::Result<ort::session::builder::SessionBuilder, ort::Error> {
+    use ort::AsPointer as _;
+    let api = ort::api();
+    let ptr = builder.ptr_mut();
+    // SAFETY: `ptr` is the builder's live `OrtSessionOptions`; the call only sets a flag on it.
+    let status = unsafe {
+        if enable {
+            (api.EnableCpuMemArena)(ptr)
+        } else {
+            (api.DisableCpuMemArena)(ptr)
+        }
+    };
+    // SAFETY: `status` was just returned by ONNX Runtime and is consumed once here.
+    unsafe { ort::Error::result_from_status(status) }.map(|()| builder)
+}
+
 fn open_session(
     cfg: &ModelConfig,
     path: &std::path::Path,
@@ -175,6 +197,32 @@ fn open_session(
             .map_err(|e| fail("allow_spinning", e.into()))?
             .with_inter_op_spinning(spin)
             .map_err(|e| fail("allow_spinning", e.into()))?;
+    }
+    // Triton's `execution_mode`: 0 runs the graph's nodes one after another, 1 runs
+    // independent branches in parallel on the inter-op pool.
+    if let Some(mode) = model_parameter(cfg, "execution_mode") {
+        let parallel = match mode.trim() {
+            "0" => false,
+            "1" => true,
+            other => {
+                return Err(Error::invalid_arg(format!(
+                    "model '{}': invalid configuration value provided; expected values for \
+                     execution_mode are 0 or 1 but got '{other}'",
+                    cfg.name
+                )))
+            }
+        };
+        builder = builder
+            .with_parallel_execution(parallel)
+            .map_err(|e| fail("execution_mode", e.into()))?;
+    }
+    if let Some(arena) = bool_parameter(cfg, "enable_mem_arena")? {
+        builder = set_cpu_mem_arena(builder, arena).map_err(|e| fail("enable_mem_arena", e))?;
+    }
+    if let Some(pattern) = bool_parameter(cfg, "enable_mem_pattern")? {
+        builder = builder
+            .with_memory_pattern(pattern)
+            .map_err(|e| fail("enable_mem_pattern", e.into()))?;
     }
     let level = cfg
         .optimization
