@@ -25,7 +25,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-peers clean models plugins
+.PHONY: run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 
@@ -364,6 +364,12 @@ bench-detection: release
 # gRPC vs binary HTTP with a 1 MB output at concurrency 1 and 16 (~6 min).
 bench-ort: release $(PERF_ANALYZER)
 	$(PY) tests/bench/ort_real_model.py --tern $(CARGO_TARGET_DIR)/release/tern --perf-analyzer $(PERF_ANALYZER)
+
+# The same model with the client off the model's core: Tern and ONNX Runtime
+# alone on core 0 with one intra-op thread, perf_analyzer on core 1; concurrency
+# 1, and 16 with dynamic batching (~6 min).
+bench-ort-isolated: release $(PERF_ANALYZER)
+	$(PY) tests/bench/ort_real_model.py --isolate --tern $(CARGO_TARGET_DIR)/release/tern --perf-analyzer $(PERF_ANALYZER)
 
 # Tern vs MLServer 1.7.1 and KServe 0.21 (each in its own pinned venv under
 # .cache/peers-venv, made by the script) on `simple` and RapidOCR's PP-OCRv4

@@ -21,6 +21,14 @@ Three questions, measured in interleaved rounds (medians):
    Tern formed on average: inferences over executions in its statistics),
    both as inferences/s.
 
+With `--isolate` the client is taken off the model's core: Tern (started under
+`taskset -c 0`) and ONNX Runtime alone both run on core 0 with one intra-op
+thread (`intra_op_thread_count: 1`, `intra_op_num_threads = 1`), perf_analyzer
+on core 1. The ratio is then what the server itself costs on the core the
+model runs on (frontends, hand-offs, copies), not what the client running on
+the same cores takes from ONNX Runtime. Concurrency 1 without batching and 16
+with dynamic batching, over gRPC and binary HTTP.
+
 Each Tern figure is bracketed by ONNX Runtime alone, measured just before and
 just after it (the server idles meanwhile), and its ratio is to their mean:
 the speed of a small cloud VM can change by 2x for minutes at a time, so a
@@ -30,6 +38,7 @@ number of figures kept is printed beside it).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -53,14 +62,42 @@ def served(url):
         return stats["inference_count"], stats["execution_count"]
 
 
-def repo(directory, model, spinning, batching=False):
+@contextlib.contextmanager
+def on_cores(cores):
+    """Runs the block (and the processes it starts) on `cores`; None = unchanged."""
+    if cores is None:
+        yield
+        return
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+class SingleThreaded:
+    """The model's input with an ONNX Runtime session on one intra-op thread (`--isolate`)."""
+
+    def __init__(self, model):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        self.inputs = model.inputs
+        self.session = ort.InferenceSession(model.path, options, providers=["CPUExecutionProvider"])
+
+
+def repo(directory, model, spinning, batching=False, single_thread=False):
     """A repository with the recogniser as `rec`; `spinning` None = Tern's default."""
-    root = os.path.join(directory, f"repo-{spinning}-{batching}")
+    root = os.path.join(directory, f"repo-{spinning}-{batching}-{single_thread}")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(os.path.join(root, "rec", "1"))
     shutil.copy(model.path, os.path.join(root, "rec", "1", "model.onnx"))
     (inp,), (out,) = model.io_meta()
     extra = "" if spinning is None else f'parameters {{ key: "allow_spinning" value {{ string_value: "{spinning}" }} }}\n'
+    if single_thread:
+        extra += 'parameters { key: "intra_op_thread_count" value { string_value: "1" } }\n'
     if batching:
         extra += "dynamic_batching { }\n"
     with open(os.path.join(root, "rec", "config.pbtxt"), "w") as f:
@@ -76,23 +113,29 @@ def repo(directory, model, spinning, batching=False):
 MAX_DRIFT = 0.15
 
 
-def measure(a, model, root, data, runs, batch):
+def measure(a, model, root, data, runs, batch, isolate=False):
     """perf_analyzer runs against a server on `root`: [(protocol, concurrency)] -> result dicts,
-    each with ONNX Runtime alone at `batch` measured just before and after it."""
-    t = Tern([f"--model-repository={root}"], binary=a.tern)
+    each with ONNX Runtime alone at `batch` measured just before and after it. `isolate`: the
+    server and ONNX Runtime alone on core 0 (`model` single-threaded), perf_analyzer on core 1."""
+    model_cores, client_cores = ({0}, {1}) if isolate else (None, None)
+    wrapper = ("taskset", "-c", "0") if isolate else ()
+    t = Tern([f"--model-repository={root}"], binary=a.tern, wrapper=wrapper)
     try:
         server = type("S", (), {"http": t.url.split(":")[1], "grpc": t.grpc_url.split(":")[1]})
         out = {}
         for protocol, conc in runs:
-            before = peers.ort_alone(model, batch, a.duration)["throughput"]
+            with on_cores(model_cores):
+                before = peers.ort_alone(model, batch, a.duration)["throughput"]
             cpu0, (n0, e0) = cpu_seconds(t.proc.pid), served(t.url)
-            r = peers.perf_analyzer(a, server, "rec", data, protocol, conc)
+            with on_cores(client_cores):
+                r = peers.perf_analyzer(a, server, "rec", data, protocol, conc)
             cpu1, (n1, e1) = cpu_seconds(t.proc.pid), served(t.url)
             if "error" in r:
                 raise RuntimeError(f"perf_analyzer {protocol} c{conc}: {r['error']}")
             r["cpu_per_request"] = (cpu1 - cpu0) / max(1, n1 - n0)
             r["mean_batch"] = (n1 - n0) / max(1, e1 - e0)
-            after = peers.ort_alone(model, batch, a.duration)["throughput"]
+            with on_cores(model_cores):
+                after = peers.ort_alone(model, batch, a.duration)["throughput"]
             r["ort_alone"] = (before + after) / 2
             r["steady"] = abs(before - after) <= MAX_DRIFT * max(before, after)
             out[(protocol, conc)] = r
@@ -110,8 +153,13 @@ def main():
     p.add_argument("--perf-analyzer", default=os.path.join(peers.ROOT, ".cache", "perf_analyzer", "perf_analyzer"))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=4.0, help="perf_analyzer measurement window, seconds")
+    p.add_argument("--isolate", action="store_true", help="server and ONNX Runtime alone on core 0, one intra-op thread; client on core 1")
     a = p.parse_args()
     a.tern = os.path.abspath(a.tern)
+    if a.isolate:
+        if not {0, 1} <= os.sched_getaffinity(0) or not shutil.which("taskset"):
+            sys.exit("--isolate needs cores 0 and 1 and taskset")
+        return isolated(a)
     work = tempfile.mkdtemp(prefix="tern-bench-ort-")
     try:
         model = peers.Model("rec", peers.rec_model(), {"x": peers.rec_input()})
@@ -155,6 +203,40 @@ def main():
             alone = med([x[key]["ort_alone"] for x in batched])
             p99 = med([x[key]["p99_ms"] for x in batched])
             print(f"| {key[0]} | {key[1]} | {thr:.1f} | {size:.1f} | {alone:.1f} | {ratio(batched, key)} | {p99:.1f} |")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def isolated(a):
+    """`--isolate`: the server's own cost on the model's core, the client on the other core."""
+    work = tempfile.mkdtemp(prefix="tern-bench-ort-")
+    try:
+        model = peers.Model("rec", peers.rec_model(), {"x": peers.rec_input()})
+        single = SingleThreaded(model)
+        data = model.input_data(work, batched=True)
+        plain = repo(work, model, None, single_thread=True)
+        batched_root = repo(work, model, None, batching=True, single_thread=True)
+        unbatched_runs, batched_runs = [("grpc", 1), ("http", 1)], [("grpc", 16), ("http", 16)]
+        rounds = []
+        for r in range(a.rounds):
+            peers.log(f"round {r + 1}: concurrency 1")
+            x = measure(a, single, plain, data, unbatched_runs, 1, isolate=True)
+            peers.log(f"round {r + 1}: dynamic batching")
+            x.update(measure(a, single, batched_root, data, batched_runs, 8, isolate=True))
+            rounds.append(x)
+        med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+        print(f"\n{peers.machine()['cpu']}; server and ONNX Runtime alone on core 0 (one intra-op thread), perf_analyzer on core 1")
+        print(f"medians of {a.rounds} rounds; ratio: Tern / ONNX Runtime alone just before and after it (figures kept)\n")
+        print("| protocol | concurrency | batching | Tern inferences/s | mean batch | ORT alone | ratio | p99 ms | server CPU per inference |")
+        print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+        for key in unbatched_runs + batched_runs:
+            kept = [x[key]["throughput"] / x[key]["ort_alone"] for x in rounds if x[key]["steady"]]
+            col = lambda k: med([x[key][k] for x in rounds])  # noqa: E731
+            batching = "dynamic, max 8" if key[1] > 1 else "none"
+            print(
+                f"| {key[0]} | {key[1]} | {batching} | {col('throughput'):.1f} | {col('mean_batch'):.1f} | {col('ort_alone'):.1f} "
+                f"| {med(kept):.2f} ({len(kept)}/{len(rounds)}) | {col('p99_ms'):.1f} | {col('cpu_per_request') * 1000:.1f} ms |"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
