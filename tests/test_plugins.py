@@ -175,6 +175,36 @@ def test_misbehaving_plugin_is_contained(psrv, hc, m, expect, counted):
     assert after["restarts"] == faults["restarts"] + 1, (faults, after)
 
 
+def context_switches(pid):
+    """Context switches so far of each thread of `pid`, by thread name."""
+    out = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                n = sum(int(line.split(":")[1]) for line in f if "ctxt_switches" in line)
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+        out[name] = out.get(name, 0) + n
+    return out
+
+
+def test_idle_server_does_not_wake_up(psrv, hc):
+    """An idle server sleeps: the epoch ticker runs only while a plugin call is
+    in flight (a deadline still fires: test_misbehaving_plugin_is_contained),
+    and the metrics sampler wakes once per --metrics-interval-ms."""
+    assert mode(hc, "ok") == "ok"
+    time.sleep(0.2)
+    before = context_switches(psrv.proc.pid)
+    time.sleep(2.0)
+    after = context_switches(psrv.proc.pid)
+    grew = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    assert "wasm-epoch" in after
+    assert grew.get("wasm-epoch", 0) <= 3, f"epoch thread woke {grew['wasm-epoch']} times in 2 s of idling"
+    assert sum(grew.values()) <= 20, f"wake-ups in 2 s of idling, by thread: {grew}"
+
+
 @pytest.mark.parametrize(
     "m,expect",
     [

@@ -19,7 +19,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use crate::host::{error_from_wit, request_to_wit, HostState, ResponseShape, Running};
 use crate::stdio::LogStream;
 use crate::tern::plugin::types as wit;
-use crate::{cache, ticks, Plugin, PluginCounters, PluginPre, PluginTelemetry, Runtime};
+use crate::{cache, ticks, Plugin, PluginCounters, PluginPre, PluginTelemetry, Runtime, Ticking};
 use tern_core::backend::{
     model_file, numeric_parameter, Backend, BackendSettings, DeviceKind, ExecTiming, Instance,
     InstanceSpec, LoadContext, Model, ModelFiles,
@@ -258,6 +258,7 @@ impl WasmModel {
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(ticks(self.sandbox.timeout));
         store.epoch_deadline_trap();
+        let _ticking = Ticking::start();
         let plugin = self
             .pre
             .instantiate(&mut store)
@@ -422,9 +423,11 @@ impl Instance for WasmInstance {
         }
         store.set_epoch_deadline(ticks(m.sandbox.timeout));
         timing.input_done = Some(Instant::now());
+        let ticking = Ticking::start();
         let result = plugin
             .tern_plugin_model()
             .call_execute(&mut *store, &requests);
+        drop(ticking);
         timing.infer_done = Some(Instant::now());
         // Outputs the plugin made with `ops.set-output`, per request.
         let mut extra: Vec<Vec<Tensor>> = std::mem::take(&mut store.data_mut().running)
@@ -559,6 +562,7 @@ impl Drop for WasmInstance {
         if let Some((store, plugin)) = self.live.as_mut() {
             store.data_mut().deadline = Some(Instant::now() + self.model.sandbox.timeout);
             store.set_epoch_deadline(ticks(self.model.sandbox.timeout));
+            let _ticking = Ticking::start();
             if let Err(e) = plugin.tern_plugin_model().call_finalize(&mut *store) {
                 tracing::warn!(model = %self.model.name, "plugin finalize failed: {}", e.root_cause());
             }

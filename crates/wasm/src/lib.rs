@@ -1,7 +1,7 @@
 //! The WebAssembly runtime behind the `wasm` backend: one shared wasmtime
 //! [`Engine`] (component model, epoch interruption, pooling allocator when
 //! the address space allows it), the epoch ticker that enforces execution
-//! deadlines, the `.cwasm` cache ([`cache`]), the host side of the
+//! deadlines while plugins run ([`Ticking`]), the `.cwasm` cache ([`cache`]), the host side of the
 //! `tern:plugin` world ([`host`], with the native kernels in [`ops`]) and
 //! plugins' stdout/stderr ([`stdio`]).
 
@@ -17,6 +17,7 @@ mod telemetry;
 
 pub use telemetry::{PluginCounters, PluginTelemetry};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -34,8 +35,53 @@ wasmtime::component::bindgen!({
     },
 });
 
-/// How often the epoch advances; execution deadlines are rounded up to it.
+/// How often the epoch advances while a plugin runs; execution deadlines are
+/// rounded up to it.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Calls into plugins in flight (see [`Ticking`]).
+static CALLS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// The epoch ticker thread, unparked when the first call starts.
+static TICKER: OnceLock<std::thread::Thread> = OnceLock::new();
+
+/// Held for the length of a call into a plugin (instantiation, `initialize`,
+/// `execute`, `finalize`): the epoch ticker runs only while one is held, so
+/// the call's deadline can fire, and sleeps otherwise (an idle server has no
+/// timer wake-ups from it). The epoch stands still meanwhile, which only
+/// matters to deadlines, and every deadline is set when its call starts.
+pub struct Ticking(());
+
+impl Ticking {
+    /// Starts ticking if no other call is in flight.
+    pub fn start() -> Ticking {
+        if CALLS_IN_FLIGHT.fetch_add(1, Ordering::SeqCst) == 0 {
+            if let Some(ticker) = TICKER.get() {
+                ticker.unpark();
+            }
+        }
+        Ticking(())
+    }
+}
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        CALLS_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The epoch ticker's loop: a tick every [`EPOCH_TICK`] while calls are in
+/// flight, parked when there are none. An unpark that comes between the
+/// check and `park` is kept by the thread's token, so no call is missed.
+fn tick(engine: Engine) -> ! {
+    loop {
+        if CALLS_IN_FLIGHT.load(Ordering::SeqCst) == 0 {
+            std::thread::park();
+            continue;
+        }
+        std::thread::sleep(EPOCH_TICK);
+        engine.increment_epoch();
+    }
+}
 
 /// The shared engine and how it was configured.
 pub struct Runtime {
@@ -154,13 +200,13 @@ pub fn runtime() -> Result<Arc<Runtime>> {
             )?);
             tracing::info!(pooling = rt.pooling, "wasm runtime ready");
             let engine = rt.engine.clone();
-            std::thread::Builder::new()
+            let ticker = std::thread::Builder::new()
                 .name("wasm-epoch".into())
-                .spawn(move || loop {
-                    std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                })
+                .spawn(move || tick(engine))
                 .map_err(|e| Error::internal(format!("cannot start the wasm epoch thread: {e}")))?;
+            let _ = TICKER.set(ticker.thread().clone());
+            // Calls may have started before the ticker was known.
+            ticker.thread().unpark();
             Ok(rt)
         })
         .clone()

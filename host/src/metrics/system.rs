@@ -2,7 +2,7 @@
 //! `--metrics-interval-ms` on a background thread (utilisation is the
 //! average over the last interval).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,31 +22,26 @@ pub struct Sample {
 /// A sampler running on its own thread until dropped.
 pub struct Sampler {
     latest: Arc<Mutex<Sample>>,
-    stop: Arc<AtomicBool>,
+    /// Dropped with the sampler, which ends the thread's wait at once.
+    _stop: mpsc::Sender<()>,
 }
 
 impl Sampler {
     /// Takes a first sample now and starts sampling every `interval`.
     pub fn start(interval: Duration) -> Sampler {
         let latest = Arc::new(Mutex::new(Sample::default()));
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = mpsc::channel::<()>();
         let mut sys = System::new();
         sys.refresh_cpu_usage();
         sys.refresh_memory();
         *latest.lock().expect("sample lock") = read(&sys);
-        let (l, s) = (latest.clone(), stop.clone());
+        let l = latest.clone();
+        // One wake-up per interval; dropping the sampler disconnects the
+        // channel and ends the wait at once.
         let spawned = std::thread::Builder::new()
             .name("metrics-sampler".into())
             .spawn(move || {
-                let tick = Duration::from_millis(50).min(interval);
-                let mut waited = Duration::ZERO;
-                while !s.load(Ordering::Relaxed) {
-                    std::thread::sleep(tick);
-                    waited += tick;
-                    if waited < interval {
-                        continue;
-                    }
-                    waited = Duration::ZERO;
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
                     sys.refresh_cpu_usage();
                     sys.refresh_memory();
                     *l.lock().expect("sample lock") = read(&sys);
@@ -57,18 +52,15 @@ impl Sampler {
                 "cannot start the CPU metrics thread ({e}); CPU metrics stay at their first sample"
             );
         }
-        Sampler { latest, stop }
+        Sampler {
+            latest,
+            _stop: stop,
+        }
     }
 
     /// The latest sample.
     pub fn latest(&self) -> Sample {
         *self.latest.lock().expect("sample lock")
-    }
-}
-
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
