@@ -29,9 +29,13 @@ def test_unavailable_accelerators_fail_the_load_clearly(test_repo, tmp_path, sta
         "spinning": 'parameters { key: "allow_spinning" value { string_value: "true" } }',
         "badspin": 'parameters { key: "allow_spinning" value { string_value: "maybe" } }',
         # Triton's ONNX Runtime backend parameters for memory and execution mode.
-        "sessionopts": 'parameters [ { key: "enable_mem_arena" value { string_value: "false" } },'
+        "sessionopts": 'parameters [ { key: "enable_mem_arena" value { string_value: "off" } },'
         ' { key: "enable_mem_pattern" value { string_value: "false" } },'
         ' { key: "execution_mode" value { string_value: "1" } } ]',
+        "shrink": 'parameters { key: "memory.enable_memory_arena_shrinkage" value { string_value: "cpu:0" } }',
+        "badshrink": 'parameters { key: "memory.enable_memory_arena_shrinkage" value { string_value: "gpu:0" } }',
+        "noarena": 'parameters [ { key: "memory.enable_memory_arena_shrinkage" value { string_value: "cpu:0" } },'
+        ' { key: "enable_mem_arena" value { string_value: "0" } } ]',
         "badmode": 'parameters { key: "execution_mode" value { string_value: "2" } }',
         "badarena": 'parameters { key: "enable_mem_arena" value { string_value: "no arena" } }',
     }
@@ -53,8 +57,16 @@ def test_unavailable_accelerators_fail_the_load_clearly(test_repo, tmp_path, sta
     inp = httpclient.InferInput("INPUT0", [1, 6], "FP32")
     inp.set_data_from_numpy(x)
     np.testing.assert_array_equal(c.infer("sessionopts", [inp]).as_numpy("OUTPUT0"), x)
+    # Arena shrinkage after every run, as Triton's run option.
+    assert index["shrink"]["state"] == "READY"
+    for _ in range(3):
+        np.testing.assert_array_equal(c.infer("shrink", [inp]).as_numpy("OUTPUT0"), x)
+    assert index["badshrink"]["state"] == "UNAVAILABLE"
+    assert "names gpu:0, which this model's CPU instances do not run on" in index["badshrink"]["reason"]
+    assert index["noarena"]["state"] == "UNAVAILABLE"
+    assert "names the CPU arena, which enable_mem_arena turns off" in index["noarena"]["reason"]
     assert index["badmode"]["state"] == "UNAVAILABLE"
-    assert "expected values for execution_mode are 0 or 1 but got '2'" in index["badmode"]["reason"]
+    assert "expected values for execution_mode are 0 or 1 but got 2" in index["badmode"]["reason"]
     assert index["badarena"]["state"] == "UNAVAILABLE"
     assert "parameter 'enable_mem_arena' must be true or false, got 'no arena'" in index["badarena"]["reason"]
     # The pinned pool needs CUDA: without it the gauges say 0, and GPU discovery is logged.

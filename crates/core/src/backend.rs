@@ -214,13 +214,14 @@ pub fn numeric_parameter<T: std::str::FromStr>(cfg: &ModelConfig, key: &str) -> 
     }
 }
 
-/// Reads a boolean model parameter (`true`/`false`, `1`/`0`, any case),
-/// with a clear error for anything else.
+/// Reads a boolean model parameter as Triton's backends do (`true`/`on`/`1`,
+/// `false`/`off`/`0`, any case), with a clear error for anything else.
 pub fn bool_parameter(cfg: &ModelConfig, key: &str) -> Result<Option<bool>> {
+    let is = |v: &str, words: [&str; 3]| words.iter().any(|w| v.eq_ignore_ascii_case(w));
     match model_parameter(cfg, key).map(str::trim) {
         None => Ok(None),
-        Some(v) if v.eq_ignore_ascii_case("true") || v == "1" => Ok(Some(true)),
-        Some(v) if v.eq_ignore_ascii_case("false") || v == "0" => Ok(Some(false)),
+        Some(v) if is(v, ["true", "on", "1"]) => Ok(Some(true)),
+        Some(v) if is(v, ["false", "off", "0"]) => Ok(Some(false)),
         Some(v) => Err(Error::invalid_arg(format!(
             "model '{}': parameter '{key}' must be true or false, got '{v}'",
             cfg.name
@@ -303,12 +304,16 @@ mod tests {
             r#"name: "m" parameters [
                  { key: "a" value { string_value: "TRUE" } },
                  { key: "b" value { string_value: " 0 " } },
-                 { key: "c" value { string_value: "Yes" } }
+                 { key: "c" value { string_value: "Yes" } },
+                 { key: "d" value { string_value: "On" } },
+                 { key: "e" value { string_value: "off" } }
                ]"#,
         )
         .unwrap();
         assert_eq!(bool_parameter(&cfg, "a").unwrap(), Some(true));
         assert_eq!(bool_parameter(&cfg, "b").unwrap(), Some(false));
+        assert_eq!(bool_parameter(&cfg, "d").unwrap(), Some(true));
+        assert_eq!(bool_parameter(&cfg, "e").unwrap(), Some(false));
         assert_eq!(bool_parameter(&cfg, "missing").unwrap(), None);
         let e = bool_parameter(&cfg, "c").unwrap_err();
         assert_eq!(

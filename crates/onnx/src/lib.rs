@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use ort::session::builder::GraphOptimizationLevel;
-use ort::session::{Session, SessionInputValue};
+use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::ValueType;
 
 use crate::io::from_ort_type;
@@ -167,6 +167,65 @@ fn set_cpu_mem_arena(
     unsafe { ort::Error::result_from_status(status) }.map(|()| builder)
 }
 
+/// Triton's `memory.enable_memory_arena_shrinkage` parameter, checked against
+/// the instance's device and arena.
+const ARENA_SHRINKAGE: &str = "memory.enable_memory_arena_shrinkage";
+
+/// The run options of an instance on `device`: with `memory.enable_memory_arena_shrinkage`
+/// (`cpu:0`, `gpu:<id>`, `;`-separated) ONNX Runtime gives the named arenas' free blocks
+/// back after every run, as in Triton. A value ONNX Runtime would refuse at every run (a
+/// device the instance does not use, the CPU arena turned off) fails the load instead.
+fn run_options(cfg: &ModelConfig, device: DeviceKind) -> Result<Option<RunOptions>> {
+    let Some(value) = model_parameter(cfg, ARENA_SHRINKAGE) else {
+        return Ok(None);
+    };
+    let bad = |why: String| {
+        Error::invalid_arg(format!(
+            "model '{}': parameter '{ARENA_SHRINKAGE}' {why}, got '{value}'",
+            cfg.name
+        ))
+    };
+    let arena_off = bool_parameter(cfg, "enable_mem_arena")? == Some(false);
+    for entry in value.split(';').map(str::trim) {
+        let (kind, id) = entry.split_once(':').unwrap_or((entry, ""));
+        let id: i64 = id
+            .parse()
+            .map_err(|_| bad("must list cpu:0 or gpu:<id> entries separated by ';'".into()))?;
+        match (kind, device) {
+            ("cpu", _) if id != 0 => {
+                return Err(bad(format!("names cpu:{id}; the CPU arena is cpu:0")))
+            }
+            ("cpu", _) if arena_off => {
+                return Err(bad(
+                    "names the CPU arena, which enable_mem_arena turns off".into()
+                ))
+            }
+            ("cpu", _) => {}
+            ("gpu", DeviceKind::Gpu(g)) if i64::from(g) == id => {}
+            ("gpu", _) => {
+                return Err(bad(format!(
+                    "names gpu:{id}, which this model's {} instances do not run on",
+                    match device {
+                        DeviceKind::Gpu(g) => format!("GPU {g}"),
+                        DeviceKind::Cpu => "CPU".into(),
+                    }
+                )))
+            }
+            _ => {
+                return Err(bad(
+                    "must list cpu:0 or gpu:<id> entries separated by ';'".into()
+                ))
+            }
+        }
+    }
+    let mut options = RunOptions::new()
+        .map_err(|e| Error::internal(format!("model '{}': run options: {e}", cfg.name)))?;
+    options
+        .set(ARENA_SHRINKAGE, value.trim())
+        .map_err(|e| Error::internal(format!("model '{}': {ARENA_SHRINKAGE}: {e}", cfg.name)))?;
+    Ok(Some(options))
+}
+
 fn open_session(
     cfg: &ModelConfig,
     path: &std::path::Path,
@@ -200,14 +259,14 @@ fn open_session(
     }
     // Triton's `execution_mode`: 0 runs the graph's nodes one after another, 1 runs
     // independent branches in parallel on the inter-op pool.
-    if let Some(mode) = model_parameter(cfg, "execution_mode") {
-        let parallel = match mode.trim() {
-            "0" => false,
-            "1" => true,
+    if let Some(mode) = numeric_parameter::<i64>(cfg, "execution_mode")? {
+        let parallel = match mode {
+            0 => false,
+            1 => true,
             other => {
                 return Err(Error::invalid_arg(format!(
                     "model '{}': invalid configuration value provided; expected values for \
-                     execution_mode are 0 or 1 but got '{other}'",
+                     execution_mode are 0 or 1 but got {other}",
                     cfg.name
                 )))
             }
@@ -372,6 +431,7 @@ impl Backend for OnnxBackend {
             "version {}: creating an ONNX Runtime session",
             ctx.version
         ));
+        run_options(cfg, first_device)?;
         let session = open_session(cfg, &path, ctx.settings, first_device)?;
         for input in &cfg.input {
             let found = session.inputs().iter().find(|o| o.name() == input.name);
@@ -556,6 +616,7 @@ impl Model for OnnxModel {
                 }
             })
             .unwrap_or(None);
+        let run_options = run_options(&self.config, spec.device)?;
         let session = match reused {
             Some(s) => s,
             None => open_session(&self.config, &self.path, &self.settings, spec.device)?,
@@ -569,6 +630,7 @@ impl Model for OnnxModel {
             states: self.states.clone(),
             version: self.version,
             session,
+            run_options,
             device: spec.device,
         }))
     }
@@ -579,6 +641,8 @@ struct OnnxInstance {
     states: Arc<Vec<(String, i32)>>,
     version: i64,
     session: Session,
+    /// Set when the model asks for arena shrinkage after each run.
+    run_options: Option<RunOptions>,
     device: DeviceKind,
 }
 
@@ -650,7 +714,11 @@ impl OnnxInstance {
             inputs.push((first.name.as_str(), value));
         }
         timing.input_done = Some(std::time::Instant::now());
-        let mut outputs = self.session.run(inputs).map_err(|e| {
+        let outputs = match &self.run_options {
+            Some(options) => self.session.run_with_options(inputs, options),
+            None => self.session.run(inputs),
+        };
+        let mut outputs = outputs.map_err(|e| {
             Error::internal(format!("model '{}': onnx runtime error: {e}", cfg.name))
         })?;
         timing.infer_done = Some(std::time::Instant::now());

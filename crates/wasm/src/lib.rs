@@ -49,6 +49,7 @@ static TICKER: OnceLock<std::thread::Thread> = OnceLock::new();
 /// the call's deadline can fire, and sleeps otherwise (an idle server has no
 /// timer wake-ups from it). The epoch stands still meanwhile, which only
 /// matters to deadlines, and every deadline is set when its call starts.
+#[must_use = "the epoch ticks only while the guard is held"]
 pub struct Ticking(());
 
 impl Ticking {
