@@ -51,7 +51,7 @@ def test_unavailable_accelerators_fail_the_load_clearly(test_repo, tmp_path, sta
     assert "cpu_execution_accelerator 'bogus' is not supported" in index["bogus"]["reason"]
     assert index["spinning"]["state"] == "READY"
     assert index["badspin"]["state"] == "UNAVAILABLE"
-    assert "parameter 'allow_spinning' must be true or false, got 'maybe'" in index["badspin"]["reason"]
+    assert "parameter 'allow_spinning': failed to convert 'maybe' to boolean" in index["badspin"]["reason"]
     assert index["sessionopts"]["state"] == "READY"
     x = np.arange(6, dtype=np.float32).reshape(1, 6)
     inp = httpclient.InferInput("INPUT0", [1, 6], "FP32")
@@ -68,7 +68,7 @@ def test_unavailable_accelerators_fail_the_load_clearly(test_repo, tmp_path, sta
     assert index["badmode"]["state"] == "UNAVAILABLE"
     assert "expected values for execution_mode are 0 or 1 but got 2" in index["badmode"]["reason"]
     assert index["badarena"]["state"] == "UNAVAILABLE"
-    assert "parameter 'enable_mem_arena' must be true or false, got 'no arena'" in index["badarena"]["reason"]
+    assert "parameter 'enable_mem_arena': failed to convert 'no arena' to boolean" in index["badarena"]["reason"]
     # The pinned pool needs CUDA: without it the gauges say 0, and GPU discovery is logged.
     import urllib.request
 

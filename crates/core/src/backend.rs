@@ -223,7 +223,8 @@ pub fn bool_parameter(cfg: &ModelConfig, key: &str) -> Result<Option<bool>> {
         Some(v) if is(v, ["true", "on", "1"]) => Ok(Some(true)),
         Some(v) if is(v, ["false", "off", "0"]) => Ok(Some(false)),
         Some(v) => Err(Error::invalid_arg(format!(
-            "model '{}': parameter '{key}' must be true or false, got '{v}'",
+            "model '{}': parameter '{key}': failed to convert '{v}' to boolean \
+             (true/on/1 or false/off/0)",
             cfg.name
         ))),
     }
@@ -318,7 +319,7 @@ mod tests {
         let e = bool_parameter(&cfg, "c").unwrap_err();
         assert_eq!(
             e.message,
-            "model 'm': parameter 'c' must be true or false, got 'Yes'"
+            "model 'm': parameter 'c': failed to convert 'Yes' to boolean (true/on/1 or false/off/0)"
         );
     }
 }

@@ -1,7 +1,7 @@
 //! The model `parameters` Triton's PyTorch backend reads, parsed as it
 //! parses them (booleans: `true`/`on`/`1`, `false`/`off`/`0`, any case).
 
-use tern_core::backend::model_parameter;
+use tern_core::backend::{bool_parameter, model_parameter};
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
 
@@ -32,21 +32,6 @@ pub struct TorchParams {
     pub inter_op_threads: Option<i32>,
 }
 
-/// Triton's `ParseBoolValue`.
-fn parse_bool(cfg: &ModelConfig, key: &str) -> Result<Option<bool>> {
-    let Some(v) = model_parameter(cfg, key) else {
-        return Ok(None);
-    };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "true" | "on" | "1" => Ok(Some(true)),
-        "false" | "off" | "0" => Ok(Some(false)),
-        _ => Err(Error::invalid_arg(format!(
-            "model '{}': parameter '{key}': failed to convert '{v}' to boolean",
-            cfg.name
-        ))),
-    }
-}
-
 /// A thread count: a whole number; 0 or less leaves LibTorch's default.
 fn parse_threads(cfg: &ModelConfig, key: &str) -> Result<Option<i32>> {
     let Some(v) = model_parameter(cfg, key) else {
@@ -72,16 +57,16 @@ impl TorchParams {
     /// Reads the parameters of `cfg`, failing on a value Triton would refuse.
     pub fn parse(cfg: &ModelConfig) -> Result<TorchParams> {
         Ok(TorchParams {
-            inference_mode: parse_bool(cfg, "INFERENCE_MODE")?.unwrap_or(true),
-            disable_optimized_execution: parse_bool(cfg, "DISABLE_OPTIMIZED_EXECUTION")?
+            inference_mode: bool_parameter(cfg, "INFERENCE_MODE")?.unwrap_or(true),
+            disable_optimized_execution: bool_parameter(cfg, "DISABLE_OPTIMIZED_EXECUTION")?
                 .unwrap_or(false),
-            jit_profiling: parse_bool(cfg, "ENABLE_JIT_PROFILING")?,
-            jit_executor: parse_bool(cfg, "ENABLE_JIT_EXECUTOR")?,
-            tensor_fuser: parse_bool(cfg, "ENABLE_TENSOR_FUSER")?,
-            nvfuser: parse_bool(cfg, "ENABLE_NVFUSER")?,
-            weight_sharing: parse_bool(cfg, "ENABLE_WEIGHT_SHARING")?.unwrap_or(false),
-            cache_cleaning: parse_bool(cfg, "ENABLE_CACHE_CLEANING")?.unwrap_or(false),
-            disable_cudnn: parse_bool(cfg, "DISABLE_CUDNN")?.unwrap_or(false),
+            jit_profiling: bool_parameter(cfg, "ENABLE_JIT_PROFILING")?,
+            jit_executor: bool_parameter(cfg, "ENABLE_JIT_EXECUTOR")?,
+            tensor_fuser: bool_parameter(cfg, "ENABLE_TENSOR_FUSER")?,
+            nvfuser: bool_parameter(cfg, "ENABLE_NVFUSER")?,
+            weight_sharing: bool_parameter(cfg, "ENABLE_WEIGHT_SHARING")?.unwrap_or(false),
+            cache_cleaning: bool_parameter(cfg, "ENABLE_CACHE_CLEANING")?.unwrap_or(false),
+            disable_cudnn: bool_parameter(cfg, "DISABLE_CUDNN")?.unwrap_or(false),
             intra_op_threads: parse_threads(cfg, "INTRA_OP_THREAD_COUNT")?,
             inter_op_threads: parse_threads(cfg, "INTER_OP_THREAD_COUNT")?,
         })
@@ -124,7 +109,8 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             e.message,
-            "model 'm': parameter 'ENABLE_WEIGHT_SHARING': failed to convert 'yes' to boolean"
+            "model 'm': parameter 'ENABLE_WEIGHT_SHARING': failed to convert 'yes' to boolean \
+             (true/on/1 or false/off/0)"
         );
         assert!(TorchParams::parse(&cfg(
             r#"{ key: "INTRA_OP_THREAD_COUNT" value { string_value: "4x" } }"#
