@@ -1,8 +1,9 @@
 //! What one ONNX Runtime execution of `simple` costs through Tern's ONNX
 //! backend, on one thread and when consecutive calls alternate between two
 //! threads (as when requests reach the model from different async workers
-//! or the instance thread); the identity backend on the same config is the
-//! baseline for the hand-off itself. Run with (see docs/PERFORMANCE.md):
+//! or the instance thread), and on one thread with other memory written
+//! between calls (cleared data caches); the identity backend on the same
+//! config is the baseline for the hand-off itself. Run with (see docs/PERFORMANCE.md):
 //!
 //! `cargo run --release -p tern --features bench --example ort_call_bench -- model_repository`
 //!
@@ -90,6 +91,28 @@ fn alternating(
     )
 }
 
+/// Wall µs per call on one thread when `bytes` of other memory are written
+/// between calls (the call alone is timed): what the call costs when
+/// something else has run on the core since the last one, as between two
+/// requests in the server.
+fn after_other_work(
+    instance: &Mutex<Box<dyn Instance>>,
+    batch: &[InferRequest],
+    n: usize,
+    bytes: usize,
+) -> f64 {
+    let mut other = vec![0u8; bytes];
+    let mut spent = std::time::Duration::ZERO;
+    for i in 0..n {
+        other.fill(i as u8);
+        std::hint::black_box(&mut other);
+        let start = Instant::now();
+        run(instance, batch);
+        spent += start.elapsed();
+    }
+    spent.as_secs_f64() * 1e6 / n as f64
+}
+
 fn main() {
     let (root, n) = common::repo_and_iterations("ort_call_bench <repository> [iterations]", 20000);
     let data: Vec<u8> = (0..16i32).flat_map(|v| v.to_le_bytes()).collect();
@@ -124,6 +147,19 @@ fn main() {
         println!(
             "{backend:>12}: one thread {:.1} ({:.1}); alternating between two threads {:.1} ({:.1})",
             one.0, one.1, two.0, two.1
+        );
+        let cold: Vec<String> = [64usize << 10, 512 << 10, 2 << 20]
+            .iter()
+            .map(|&b| {
+                let us = (0..3)
+                    .map(|_| after_other_work(&inst, &batch, n / 4, b))
+                    .fold(f64::MAX, f64::min);
+                format!("{} KiB {us:.1}", b >> 10)
+            })
+            .collect();
+        println!(
+            "{backend:>12}: one thread, other memory written between calls: {}",
+            cold.join(", ")
         );
     }
 }
