@@ -99,6 +99,22 @@ def test_unknown_routes_and_methods(server):
     assert status == 405
 
 
+def test_inference_paths_answer_alike(server):
+    """Inference requests skip the router unless a path segment is percent-escaped; both
+    ways give the same answers, and near-miss paths are still unknown."""
+    payload = body(simple_inputs())
+    outputs = lambda r: [(o["name"], o["data"]) for o in json.loads(r[2])["outputs"]]
+    plain = raw(server, "POST", "/v2/models/simple/infer", payload)
+    assert plain[0] == 200
+    for path in ("/v2/models/simple/versions/1/infer", "/v2/models/%73imple/infer", "/v2/models/simple/versions/%31/infer"):
+        r = raw(server, "POST", path, payload)
+        assert r[0] == 200 and outputs(r) == outputs(plain), path
+    assert raw_error(server, "/v2/models/%73imple/versions/x/infer", payload, {}) == (400, "'x' is not a valid model version")
+    assert raw_error(server, "/v2/models/n%6Fpe/infer", payload, {}) == (404, "Request for unknown model: 'nope' is not found")
+    for path in ("/v2/models/simple/infer/", "/v2/models/simple/versions/1/2/infer", "//v2/models/simple/infer", "/v2/models/simple/version/1/infer"):
+        assert raw(server, "POST", path, payload)[0] == 404, path
+
+
 def test_tritonclient_sees_clear_errors(client):
     a = np.ones((1, 15), dtype=np.int32)
     with pytest.raises(InferenceServerException) as e:

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use crate::cli::Args;
 use crate::frontend::common::ServerInfo;
 use crate::frontend::grpc;
-use crate::frontend::http::{router, HttpState};
+use crate::frontend::http::{HttpService, HttpState};
 use crate::frontend::restrict::Restrictions;
 use crate::metrics::Metrics;
 use crate::repository::control::ControlMode;
@@ -188,13 +188,13 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         http_addr = Some(addr);
         let read_timeout = (args.http_read_timeout_secs > 0)
             .then(|| Duration::from_secs(args.http_read_timeout_secs));
-        let app = router(Arc::new(HttpState {
+        let app = HttpService::new(Arc::new(HttpState {
             info: info.clone(),
             max_input_size: args.http_max_input_size,
             read_timeout,
             restrictions: http_restrictions,
         }));
-        tasks.push(serve_axum(
+        tasks.push(serve_http(
             "HTTP",
             listener,
             app,
@@ -217,8 +217,10 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     let mut metrics_addr = None;
     if let Some((metrics, (listener, addr))) = metrics_bound {
         metrics_addr = Some(addr);
-        let app = crate::frontend::metrics::router(metrics);
-        tasks.push(serve_axum(
+        let app = hyper_util::service::TowerToHyperService::new(crate::frontend::metrics::router(
+            metrics,
+        ));
+        tasks.push(serve_http(
             "metrics",
             listener,
             app,
@@ -273,21 +275,31 @@ fn check_roots(roots: &[std::path::PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// Serves an axum router over HTTP/1.1 on a bound listener until `shutdown`
-/// resolves, then lets open connections finish their requests.
+/// Serves a hyper service (the HTTP frontend's, or an axum router) over
+/// HTTP/1.1 on a bound listener until `shutdown` resolves, then lets open
+/// connections finish their requests.
 ///
 /// This is `axum::serve` plus hyper's header-read timeout
 /// (`header_timeout`): a client that opens a connection and never finishes
 /// its headers is disconnected instead of holding a socket forever.
-fn serve_axum(
+fn serve_http<S>(
     what: &'static str,
     listener: tokio::net::TcpListener,
-    app: axum::Router,
+    app: S,
     header_timeout: Option<Duration>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> JoinHandle<()> {
+) -> JoinHandle<()>
+where
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
 
     tokio::spawn(async move {
         let mut shutdown = std::pin::pin!(shutdown);
@@ -304,7 +316,7 @@ fn serve_axum(
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new());
             builder.header_read_timeout(header_timeout);
-            let service = TowerToHyperService::new(app.clone());
+            let service = app.clone();
             let mut closing = closing_rx.clone();
             connections.spawn(async move {
                 let conn = builder.serve_connection(TokioIo::new(stream), service);

@@ -8,6 +8,7 @@ pub mod codec;
 pub mod compression;
 mod generate;
 mod nonfinite;
+mod service;
 mod shm;
 
 use std::sync::Arc;
@@ -27,6 +28,8 @@ use body::read_body;
 use tern_core::error::{Code, Error, Result};
 use tern_core::request::ControlValue;
 use tern_memory::shm as shm_io;
+
+pub use service::HttpService;
 
 /// Shared state of the HTTP frontend.
 pub struct HttpState {
@@ -76,7 +79,8 @@ fn respond(r: Result<Response>) -> Response {
 
 /// Builds the router; the `--http-restricted-api` check is layered on only
 /// when restrictions are set (the layer costs an allocation per request).
-pub fn router(state: Arc<HttpState>) -> Router {
+/// [`HttpService`] serves it, taking inference requests past it.
+fn router(state: Arc<HttpState>) -> Router {
     let router = Router::new()
         .route("/v2", get(server_metadata))
         .route("/v2/health/live", get(server_live))
