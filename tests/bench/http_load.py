@@ -5,14 +5,18 @@
     python tests/bench/http_load.py --tern target/release/tern --baseline target/release/examples/baseline
 
 Drives `simple` (INT32 [1,16] x2, JSON body) with wrk at several concurrencies and
-prints a markdown table (throughput, p50/p99 latency, ratio to the baseline) plus
-Tern's idle RSS with the example repository loaded. A third server, Tern with `simple`
-on the identity backend (tests/bench/identity_repo.py), shows what Tern's own request
-path costs without ONNX Runtime's per-call cost. Results go in docs/PERFORMANCE.md.
+prints a markdown table (throughput, p50/p99 latency, ratio to the baseline, each
+server's CPU time per request) plus Tern's idle RSS with the example repository loaded.
+A third server, Tern with `simple` on the identity backend (tests/bench/identity_repo.py),
+shows what Tern's own request path costs without ONNX Runtime's per-call cost. The
+servers take turns in `--rounds` interleaved rounds (order reversed every other round),
+since this kind of machine's speed drifts between minutes; figures are medians over the
+rounds, the ratios medians of each round's ratio. Results go in docs/PERFORMANCE.md.
 """
 
 import argparse
 import json
+import statistics
 import os
 import re
 import shutil
@@ -82,6 +86,20 @@ def run_wrk(port, conc, duration, script, model="simple"):
     return rps, p50, p99
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(port, pid, conc, duration, script):
+    """wrk's (req/s, p50 ms, p99 ms) plus the server's CPU µs per request."""
+    cpu0 = cpu_seconds(pid)
+    rps, p50, p99 = run_wrk(port, conc, duration, script)
+    return rps, p50, p99, (cpu_seconds(pid) - cpu0) / (rps * duration) * 1e6
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tern", required=True)
@@ -89,6 +107,7 @@ def main():
     ap.add_argument("--repo", default=os.path.join(ROOT, "model_repository"))
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--concurrency", default="1,16,64")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
 
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
@@ -108,14 +127,16 @@ def main():
         wait_http(base_port, "/")
         time.sleep(1)
         idle_rss = rss_kib(tern.pid)
+        servers = {"base": (base_port, base.pid), "tern": (tern_port, tern.pid), "ident": (ident_port, ident.pid)}
         rows = []
         for conc in [int(c) for c in args.concurrency.split(",")]:
-            for port in (base_port, tern_port, ident_port):
+            for port, _ in servers.values():
                 run_wrk(port, conc, 2, script)  # warm-up
-            b = run_wrk(base_port, conc, args.duration, script)
-            t = run_wrk(tern_port, conc, args.duration, script)
-            i = run_wrk(ident_port, conc, args.duration, script)
-            rows.append((conc, t, b, i))
+            got = {k: [] for k in servers}
+            for r in range(args.rounds):
+                for k in list(servers) if r % 2 == 0 else list(servers)[::-1]:
+                    got[k].append(measure(*servers[k], conc, args.duration, script))
+            rows.append((conc, got))
         loaded_rss = rss_kib(tern.pid)
     finally:
         for proc in (tern, ident, base):
@@ -124,11 +145,19 @@ def main():
         os.unlink(script)
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\nwrk, {args.duration}s per point, JSON body for `simple` (2 x INT32[1,16]), {os.cpu_count()} cores shared by client and server\n")
-    print("| concurrency | Tern req/s | baseline req/s | Tern/baseline | Tern p50 ms | Tern p99 ms | baseline p50 ms | baseline p99 ms | identity backend req/s | identity/baseline |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for conc, t, b, i in rows:
-        print(f"| {conc} | {t[0]:.0f} | {b[0]:.0f} | {t[0] / b[0]:.2f} | {t[1]:.3f} | {t[2]:.3f} | {b[1]:.3f} | {b[2]:.3f} | {i[0]:.0f} | {i[0] / b[0]:.2f} |")
+    med = statistics.median
+    print(f"\nwrk, {args.duration}s per point, {args.rounds} interleaved rounds (medians), JSON body for `simple` (2 x INT32[1,16]), {os.cpu_count()} cores shared by client and server\n")
+    print("| concurrency | Tern req/s | baseline req/s | Tern/baseline | Tern p50 ms | Tern p99 ms | baseline p50 ms | baseline p99 ms | identity backend req/s | identity/baseline | CPU µs/req: Tern, identity, baseline |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for conc, got in rows:
+        t, b, i = (list(zip(*got[k])) for k in ("tern", "base", "ident"))
+        ratio = lambda k: med(x[0] / y[0] for x, y in zip(got[k], got["base"]))
+        cpu = ", ".join(f"{med(v[3]):.1f}" for v in (t, i, b))
+        print(f"| {conc} | {med(t[0]):.0f} | {med(b[0]):.0f} | {ratio('tern'):.2f} | {med(t[1]):.3f} | {med(t[2]):.3f} | {med(b[1]):.3f} | {med(b[2]):.3f} | {med(i[0]):.0f} | {ratio('ident'):.2f} | {cpu} |")
+    print("\nPer round, Tern/baseline and identity/baseline:")
+    for conc, got in rows:
+        rounds = ", ".join(f"{t[0] / b[0]:.2f}/{i[0] / b[0]:.2f}" for t, b, i in zip(got["tern"], got["base"], got["ident"]))
+        print(f"  concurrency {conc}: {rounds}")
     print(f"\nTern RSS: idle with model_repository loaded {idle_rss / 1024:.1f} MiB; after the load {loaded_rss / 1024:.1f} MiB")
 
 
