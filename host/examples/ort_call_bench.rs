@@ -2,8 +2,9 @@
 //! backend, on one thread and when consecutive calls alternate between two
 //! threads (as when requests reach the model from different async workers
 //! or the instance thread), and on one thread with other memory written
-//! between calls (cleared data caches); the identity backend on the same
-//! config is the baseline for the hand-off itself. Run with (see docs/PERFORMANCE.md):
+//! between calls (the session's data pushed out of the core's caches); the
+//! identity backend on the same config is the baseline for the hand-off
+//! itself. Run with (see docs/PERFORMANCE.md):
 //!
 //! `cargo run --release -p tern --features bench --example ort_call_bench -- model_repository`
 //!

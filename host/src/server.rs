@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -217,9 +218,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     let mut metrics_addr = None;
     if let Some((metrics, (listener, addr))) = metrics_bound {
         metrics_addr = Some(addr);
-        let app = hyper_util::service::TowerToHyperService::new(crate::frontend::metrics::router(
-            metrics,
-        ));
+        let app = TowerToHyperService::new(crate::frontend::metrics::router(metrics));
         tasks.push(serve_http(
             "metrics",
             listener,

@@ -16,11 +16,11 @@ rounds, the ratios medians of each round's ratio. Results go in docs/PERFORMANCE
 
 import argparse
 import json
-import statistics
 import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -109,6 +109,8 @@ def main():
     ap.add_argument("--concurrency", default="1,16,64")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
 
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n')

@@ -475,8 +475,7 @@ async fn infer(
     Path(model): Path<String>,
     req: axum::extract::Request,
 ) -> Response {
-    let (parts, body) = req.into_parts();
-    respond(run_infer(&s, &model, None, parts, body).await)
+    answer_infer(&s, &model, None, req).await
 }
 
 async fn infer_v(
@@ -484,12 +483,22 @@ async fn infer_v(
     Path((model, version)): Path<(String, String)>,
     req: axum::extract::Request,
 ) -> Response {
+    answer_infer(&s, &model, Some(&version), req).await
+}
+
+/// Answers an inference request for `model` at `version` as the URL spells it
+/// (none: the policy's choice), from the router or from [`HttpService`].
+async fn answer_infer(
+    s: &HttpState,
+    model: &str,
+    version: Option<&str>,
+    req: axum::extract::Request,
+) -> Response {
     let (parts, body) = req.into_parts();
-    let r = match parse_version(&version) {
-        Ok(v) => run_infer(&s, &model, v, parts, body).await,
+    respond(match version.map(parse_version).transpose() {
+        Ok(v) => run_infer(s, model, v.flatten(), parts, body).await,
         Err(e) => Err(e),
-    };
-    respond(r)
+    })
 }
 
 /// Both generate endpoints, with and without a version in the path.

@@ -20,8 +20,7 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::service::TowerToHyperService;
 
-use super::{respond, router, run_infer, HttpState};
-use crate::frontend::common::parse_version;
+use super::{answer_infer, router, HttpState};
 
 /// One HTTP connection's service (cloned per connection: two `Arc`s).
 #[derive(Clone)]
@@ -52,14 +51,8 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
                 let (model, version) = (model.to_owned(), version.map(str::to_owned));
                 let state = self.state.clone();
                 return Box::pin(async move {
-                    let (parts, body) = req.into_parts();
-                    let r = match version.as_deref().map(parse_version).transpose() {
-                        Ok(v) => {
-                            run_infer(&state, &model, v.flatten(), parts, Body::new(body)).await
-                        }
-                        Err(e) => Err(e),
-                    };
-                    Ok(respond(r))
+                    let req = req.map(Body::new);
+                    Ok(answer_infer(&state, &model, version.as_deref(), req).await)
                 });
             }
         }
@@ -68,9 +61,10 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
 }
 
 /// The model and version segments of an inference path, `/v2/models/{model}/infer` or
-/// `/v2/models/{model}/versions/{version}/infer`, exactly as the router matches them
-/// (non-empty segments). `None` for any other path, and for segments with
-/// percent-escapes, which the router decodes.
+/// `/v2/models/{model}/versions/{version}/infer`, when both are non-empty and have no
+/// percent-escapes. `None` for any other path: the router then takes it (it also
+/// matches empty segments, e.g. `versions//infer` as the default version, and
+/// decodes escapes).
 fn infer_target(path: &str) -> Option<(&str, Option<&str>)> {
     let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
     let (model, version) = match rest.split_once('/') {
