@@ -1,8 +1,8 @@
 //! The HTTP frontend's hyper service: `POST /v2/models/{model}[/versions/{version}]/infer`
 //! goes straight to the inference handler, every other request through the axum router.
 //!
-//! Inference is the one hot route. Through axum a small request paid ~2 µs of CPU (about a
-//! tenth of what it costs in all) for the route match, the boxed per-route services and the
+//! Inference is the one hot route. Through axum a small request paid ~2 µs of CPU (about an
+//! eighth of what Tern's whole path costs it) for the route match, the boxed per-route services and the
 //! path-parameter extraction; matching the two inference paths by hand skips them
 //! (docs/PERFORMANCE.md, HTTP `simple`). The answers are the same either way: a path this
 //! matcher does not take (percent-escapes, an extra segment, another method, an
