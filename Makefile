@@ -285,6 +285,7 @@ dist: setup $(ZIG_STAMP)
 
 # Load benchmark (release build): see docs/PERFORMANCE.md.
 bench: release
+	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(CARGO) build --release -p tern --features bench --example baseline
 	$(PY) tests/bench/http_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/baseline
@@ -319,6 +320,7 @@ bench-alloc: setup
 	$(CARGO_TARGET_DIR)/release/examples/alloc_bench .cache/bench-alloc 2000 --host-memory-pool-byte-size=0
 
 bench-grpc: release
+	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	@command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
 	$(CARGO) build --release -p tern --features bench --example grpc_baseline
 	$(PY) tests/bench/grpc_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/grpc_baseline

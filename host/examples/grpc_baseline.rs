@@ -6,9 +6,19 @@
 //! every other RPC is UNIMPLEMENTED. Tern's gRPC
 //! throughput is reported as a ratio of this one's.
 //!
-//! Usage: `grpc_baseline <port>`
+//! Given a model repository it is the bare server *with* the model instead:
+//! `ModelInfer` runs `<repository>/simple` through ONNX Runtime on the task
+//! that received the request (one instance behind a mutex: no scheduler, queue
+//! or statistics) and answers the computed outputs, the most any server running
+//! `simple` through ONNX Runtime could serve on the same machine.
+//!
+//! Usage: `grpc_baseline <port> [<model repository>]`
+
+mod common;
 
 use std::pin::Pin;
+
+use common::SimpleOnnx;
 
 use tern::proto::grpc_inference_service_server::{
     GrpcInferenceService, GrpcInferenceServiceServer,
@@ -18,6 +28,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 struct Baseline {
     response: ModelInferResponse,
+    model: Option<SimpleOnnx>,
     metadata: ModelMetadataResponse,
     config: ModelConfigResponse,
 }
@@ -53,8 +64,18 @@ impl GrpcInferenceService for Baseline {
         Ok(Response::new(self.metadata.clone()))
     }
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> R<ModelInferResponse> {
-        std::hint::black_box(req.into_inner());
-        Ok(Response::new(self.response.clone()))
+        let req = req.into_inner();
+        let Some(model) = &self.model else {
+            std::hint::black_box(req);
+            return Ok(Response::new(self.response.clone()));
+        };
+        let [a, b] = <[_; 2]>::try_from(req.raw_input_contents)
+            .map_err(|_| Status::invalid_argument("two raw inputs expected"))?;
+        let outputs = model.run(a, b).map_err(Status::internal)?;
+        Ok(Response::new(ModelInferResponse {
+            raw_output_contents: outputs.into(),
+            ..self.response.clone()
+        }))
     }
     type ModelStreamInferStream =
         Pin<Box<dyn tokio_stream::Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
@@ -137,10 +158,11 @@ impl GrpcInferenceService for Baseline {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let port: u16 = std::env::args()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(9001);
+    let mut args = std::env::args().skip(1);
+    let port: u16 = args.next().and_then(|p| p.parse().ok()).unwrap_or(9001);
+    let model = args
+        .next()
+        .map(|root| SimpleOnnx::load(std::path::Path::new(&root)));
     let out = |name: &str| model_infer_response::InferOutputTensor {
         name: name.into(),
         datatype: "INT32".into(),
@@ -175,6 +197,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic::transport::Server::builder()
         .add_service(GrpcInferenceServiceServer::new(Baseline {
             response,
+            model,
             metadata,
             config,
         }))

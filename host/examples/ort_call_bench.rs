@@ -18,9 +18,7 @@ use std::time::Instant;
 
 use common::per_call_us;
 
-use tern::backends::Registry;
-
-use tern_core::backend::{BackendSettings, DeviceKind, ExecTiming, Instance, InstanceSpec};
+use tern_core::backend::{ExecTiming, Instance};
 use tern_core::{DataType, InferRequest, Tensor};
 
 /// This process's user + system CPU time in microseconds.
@@ -35,23 +33,6 @@ fn cpu_us() -> f64 {
     let ticks = |i: usize| fields[i].parse::<f64>().expect("clock ticks");
     // Fields 14 and 15 (utime, stime) in clock ticks of 10 ms.
     (ticks(11) + ticks(12)) * 1e4
-}
-
-fn instance(root: &str, backend: &str) -> Box<dyn Instance> {
-    let settings = BackendSettings::default();
-    let repo = common::empty_repo(&settings);
-    let text = std::fs::read_to_string(std::path::Path::new(root).join("simple/config.pbtxt"))
-        .expect("simple/config.pbtxt");
-    let mut cfg = tern_core::config::parse_pbtxt(&text).expect("config parses");
-    cfg.backend = backend.into();
-    tern_core::config::validate::normalize(&mut cfg, 0);
-    let found = Registry::default().get(backend).expect("backend");
-    common::load(&found, &repo, std::path::Path::new(root), &cfg, &settings)
-        .create_instance(&InstanceSpec {
-            name: "bench_0".into(),
-            device: DeviceKind::Cpu,
-        })
-        .expect("instance")
 }
 
 fn run(instance: &Mutex<Box<dyn Instance>>, batch: &[InferRequest]) {
@@ -129,7 +110,10 @@ fn main() {
         "`simple`, {n} calls per figure, best of 3 (wall µs per call; CPU µs per call in brackets)"
     );
     for backend in ["onnxruntime", "identity"] {
-        let inst = Arc::new(Mutex::new(instance(&root, backend)));
+        let inst = Arc::new(Mutex::new(common::simple_instance(
+            std::path::Path::new(&root),
+            backend,
+        )));
         let mut one = Vec::new();
         let mut two = Vec::new();
         for _ in 0..3 {

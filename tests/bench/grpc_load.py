@@ -18,7 +18,9 @@
    h2load, the latency target's measure (the baseline answers metadata and config for it),
    and each server's CPU per request. A third server joins them: Tern with `simple` on
    the identity backend, which splits Tern's cost into its own request path and ONNX
-   Runtime's per-call cost.
+   Runtime's per-call cost; and a fourth, the baseline given the model repository, which
+   runs `simple` through ONNX Runtime inline (no scheduler): the most any server running
+   the model could serve here.
 """
 
 import argparse
@@ -188,15 +190,17 @@ def main():
     with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
         f.write(message())
         body = f.name
-    tport, bport, iport = free_port(), free_port(), free_port()
+    tport, bport, iport, oport = free_port(), free_port(), free_port(), free_port()
     work = tempfile.mkdtemp(prefix="tern-bench-grpc-")
     serve = ["--allow-http=false", "--grpc-address=127.0.0.1", "--log-info=false", "--allow-metrics=false"]
     tern = subprocess.Popen([args.tern, f"--model-repository={ROOT}/model_repository", f"--grpc-port={tport}", *serve])
     # The same server with `simple` on the identity backend: Tern's own request path.
     ident = subprocess.Popen([args.tern, f"--model-repository={identity_repo.make(work)}", f"--grpc-port={iport}", *serve])
     base = subprocess.Popen([args.baseline, str(bport)])
+    # The baseline running `simple` through ONNX Runtime: the ceiling with the model.
+    base_ort = subprocess.Popen([args.baseline, str(oport), f"{ROOT}/model_repository"])
     try:
-        for port in (tport, bport, iport):
+        for port in (tport, bport, iport, oport):
             wait_grpc(f"127.0.0.1:{port}")
         rows = []
         for _ in range(args.rounds):
@@ -213,11 +217,11 @@ def main():
                 pa.append((pa_throughput(tport, "-a"), pa_throughput(tport, "--streaming")))
             for r in range(args.rounds):
                 for conc in (1, 16):
-                    order = [("tern", tport, tern), ("identity", iport, ident), ("baseline", bport, base)]
+                    order = [("tern", tport, tern), ("identity", iport, ident), ("baseline", bport, base), ("baseline+ORT", oport, base_ort)]
                     for who, port, proc in order if r % 2 == 0 else order[::-1]:
                         sync.append((conc, who, pa_sync(port, conc, proc.pid)))
     finally:
-        for proc in (tern, ident, base):
+        for proc in (tern, ident, base, base_ort):
             proc.terminate()
             proc.wait()
         os.unlink(body)
@@ -242,16 +246,17 @@ def main():
         print(f"perf_analyzer stream/unary, median of {len(ratios)}: {statistics.median(ratios):.2f}")
     if sync:
         print("\nperf_analyzer, synchronous unary, medians over rounds (each 3 s windows until stable);")
-        print("'identity': the same Tern with `simple` on the identity backend instead of ONNX Runtime\n")
-        print("| concurrency | server | infer/s | / baseline | p50 / p99 ms | server CPU µs/req |")
-        print("|---:|---|---:|---:|---:|---:|")
+        print("'identity': the same Tern with `simple` on the identity backend instead of ONNX Runtime;")
+        print("'baseline+ORT': the baseline running `simple` through ONNX Runtime inline\n")
+        print("| concurrency | server | infer/s | / baseline | / baseline+ORT | p50 / p99 ms | server CPU µs/req |")
+        print("|---:|---|---:|---:|---:|---:|---:|")
         for conc in (1, 16):
             def med(who, i):
                 vals = [r[i] for c, w, r in sync if c == conc and w == who and r]
                 return statistics.median(vals) if vals else float("nan")
-            for who in ("tern", "identity", "baseline"):
+            for who in ("tern", "identity", "baseline", "baseline+ORT"):
                 print(f"| {conc} | {who} | {med(who, 0):.0f} | {med(who, 0) / med('baseline', 0):.2f} | "
-                      f"{med(who, 1):.3f} / {med(who, 2):.3f} | {med(who, 3):.1f} |")
+                      f"{med(who, 0) / med('baseline+ORT', 0):.2f} | {med(who, 1):.3f} / {med(who, 2):.3f} | {med(who, 3):.1f} |")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ Drives `simple` (INT32 [1,16] x2, JSON body) with wrk at several concurrencies a
 prints a markdown table (throughput, p50/p99 latency, ratio to the baseline, each
 server's CPU time per request) plus Tern's idle RSS with the example repository loaded.
 A third server, Tern with `simple` on the identity backend (tests/bench/identity_repo.py),
-shows what Tern's own request path costs without ONNX Runtime's per-call cost. The
+shows what Tern's own request path costs without ONNX Runtime's per-call cost, and a
+fourth, the baseline given the model repository, runs `simple` through ONNX Runtime inline
+(no scheduler): the most any server running the model could serve here. The
 servers take turns in `--rounds` interleaved rounds (order reversed every other round),
 since this kind of machine's speed drifts between minutes; figures are medians over the
 rounds, the ratios medians of each round's ratio. Results go in docs/PERFORMANCE.md.
@@ -118,18 +120,25 @@ def main():
         script = f.name
 
     work = tempfile.mkdtemp(prefix="tern-bench-http-")
-    tern_port, base_port, ident_port = free_port(), free_port(), free_port()
+    tern_port, base_port, ident_port, ort_port = free_port(), free_port(), free_port(), free_port()
     serve = ["--http-address=127.0.0.1", "--allow-metrics=false", "--allow-grpc=false", "--log-info=false"]
     tern = subprocess.Popen([args.tern, f"--model-repository={args.repo}", f"--http-port={tern_port}", *serve])
     ident = subprocess.Popen([args.tern, f"--model-repository={identity_repo.make(work)}", f"--http-port={ident_port}", *serve])
     base = subprocess.Popen([args.baseline, str(base_port)])
+    base_ort = subprocess.Popen([args.baseline, str(ort_port), args.repo])
     try:
         wait_http(tern_port, "/v2/health/ready")
         wait_http(ident_port, "/v2/health/ready")
         wait_http(base_port, "/")
+        wait_http(ort_port, "/")
         time.sleep(1)
         idle_rss = rss_kib(tern.pid)
-        servers = {"base": (base_port, base.pid), "tern": (tern_port, tern.pid), "ident": (ident_port, ident.pid)}
+        servers = {
+            "base": (base_port, base.pid),
+            "tern": (tern_port, tern.pid),
+            "ident": (ident_port, ident.pid),
+            "base_ort": (ort_port, base_ort.pid),
+        }
         rows = []
         for conc in [int(c) for c in args.concurrency.split(",")]:
             for port, _ in servers.values():
@@ -141,7 +150,7 @@ def main():
             rows.append((conc, got))
         loaded_rss = rss_kib(tern.pid)
     finally:
-        for proc in (tern, ident, base):
+        for proc in (tern, ident, base, base_ort):
             proc.terminate()
             proc.wait()
         os.unlink(script)
@@ -151,14 +160,20 @@ def main():
     print(f"\nwrk, {args.duration}s per point, {args.rounds} interleaved rounds (medians), JSON body for `simple` (2 x INT32[1,16]), {os.cpu_count()} cores shared by client and server\n")
     print("| concurrency | Tern req/s | baseline req/s | Tern/baseline | Tern p50 ms | Tern p99 ms | baseline p50 ms | baseline p99 ms | identity backend req/s | identity/baseline | CPU µs/req: Tern, identity, baseline |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ratio = lambda got, k, of="base": med(x[0] / y[0] for x, y in zip(got[k], got[of]))
     for conc, got in rows:
         t, b, i = (list(zip(*got[k])) for k in ("tern", "base", "ident"))
-        ratio = lambda k: med(x[0] / y[0] for x, y in zip(got[k], got["base"]))
         cpu = ", ".join(f"{med(v[3]):.1f}" for v in (t, i, b))
-        print(f"| {conc} | {med(t[0]):.0f} | {med(b[0]):.0f} | {ratio('tern'):.2f} | {med(t[1]):.3f} | {med(t[2]):.3f} | {med(b[1]):.3f} | {med(b[2]):.3f} | {med(i[0]):.0f} | {ratio('ident'):.2f} | {cpu} |")
-    print("\nPer round, Tern/baseline and identity/baseline:")
+        print(f"| {conc} | {med(t[0]):.0f} | {med(b[0]):.0f} | {ratio(got, 'tern'):.2f} | {med(t[1]):.3f} | {med(t[2]):.3f} | {med(b[1]):.3f} | {med(b[2]):.3f} | {med(i[0]):.0f} | {ratio(got, 'ident'):.2f} | {cpu} |")
+    print("\nThe baseline running `simple` through ONNX Runtime inline (baseline + ORT), against Tern on the same model:\n")
+    print("| concurrency | Tern req/s | baseline + ORT req/s | Tern/(baseline + ORT) | baseline + ORT p50 / p99 ms | (baseline + ORT)/baseline | CPU µs/req: Tern, baseline + ORT |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for conc, got in rows:
-        rounds = ", ".join(f"{t[0] / b[0]:.2f}/{i[0] / b[0]:.2f}" for t, b, i in zip(got["tern"], got["base"], got["ident"]))
+        t, o = (list(zip(*got[k])) for k in ("tern", "base_ort"))
+        print(f"| {conc} | {med(t[0]):.0f} | {med(o[0]):.0f} | {ratio(got, 'tern', 'base_ort'):.2f} | {med(o[1]):.3f} / {med(o[2]):.3f} | {ratio(got, 'base_ort'):.2f} | {med(t[3]):.1f}, {med(o[3]):.1f} |")
+    print("\nPer round, Tern/baseline, identity/baseline and Tern/(baseline + ORT):")
+    for conc, got in rows:
+        rounds = ", ".join(f"{t[0] / b[0]:.2f}/{i[0] / b[0]:.2f}/{t[0] / o[0]:.2f}" for t, b, i, o in zip(got["tern"], got["base"], got["ident"], got["base_ort"]))
         print(f"  concurrency {conc}: {rounds}")
     print(f"\nTern RSS: idle with model_repository loaded {idle_rss / 1024:.1f} MiB; after the load {loaded_rss / 1024:.1f} MiB")
 

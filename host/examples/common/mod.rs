@@ -2,12 +2,17 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use bytes::Bytes;
+use tern::backends::Registry;
 use tern::repository::{Repository, RepositoryOptions};
-use tern_core::backend::{Backend, BackendSettings, LoadContext, Model};
+use tern_core::backend::{
+    Backend, BackendSettings, DeviceKind, ExecTiming, Instance, InstanceSpec, LoadContext, Model,
+};
 use tern_core::config::ModelConfig;
+use tern_core::{DataType, InferRequest, Tensor};
 
 /// A repository with no roots: what a backend looks other models up in.
 pub fn empty_repo(settings: &BackendSettings) -> Arc<Repository> {
@@ -72,4 +77,61 @@ pub fn strings<S: AsRef<[u8]>>(items: &[S]) -> Vec<u8> {
         v.extend_from_slice(s.as_ref());
     }
     v
+}
+
+/// One instance of `<root>/simple` (version 1) on `backend` ("onnxruntime", "identity"),
+/// loaded as Tern loads it.
+pub fn simple_instance(root: &Path, backend: &str) -> Box<dyn Instance> {
+    let settings = BackendSettings::default();
+    let repo = empty_repo(&settings);
+    let text =
+        std::fs::read_to_string(root.join("simple/config.pbtxt")).expect("simple/config.pbtxt");
+    let mut cfg = tern_core::config::parse_pbtxt(&text).expect("config parses");
+    cfg.backend = backend.into();
+    tern_core::config::validate::normalize(&mut cfg, 0);
+    let found = Registry::default().get(backend).expect("backend");
+    load(&found, &repo, root, &cfg, &settings)
+        .create_instance(&InstanceSpec {
+            name: "bench_0".into(),
+            device: DeviceKind::Cpu,
+        })
+        .expect("instance")
+}
+
+/// `simple` on ONNX Runtime for the bare baseline servers: one instance behind a
+/// mutex, run on whichever thread received the request, with no scheduler,
+/// queue or statistics around it. What a server that runs the model inline
+/// pays per request on top of its protocol work.
+pub struct SimpleOnnx(Mutex<Box<dyn Instance>>);
+
+impl SimpleOnnx {
+    /// Loads `<root>/simple` on the ONNX Runtime backend (`ORT_DYLIB_PATH` names the library).
+    pub fn load(root: &Path) -> SimpleOnnx {
+        SimpleOnnx(Mutex::new(simple_instance(root, "onnxruntime")))
+    }
+
+    /// OUTPUT0 and OUTPUT1 (little-endian INT32 [1,16]) for two such inputs.
+    pub fn run(&self, input0: Bytes, input1: Bytes) -> Result<[Bytes; 2], String> {
+        let batch = [InferRequest {
+            model_name: "simple".into(),
+            inputs: vec![
+                Tensor::new("INPUT0", DataType::Int32, vec![1, 16], input0),
+                Tensor::new("INPUT1", DataType::Int32, vec![1, 16], input1),
+            ],
+            ..Default::default()
+        }];
+        let result = self
+            .0
+            .lock()
+            .map_err(|_| "instance lock poisoned".to_string())?
+            .execute(&batch, &mut ExecTiming::default())
+            .pop()
+            .ok_or("no response")?;
+        let mut outputs = result.map_err(|e| e.to_string())?.outputs;
+        outputs.sort_by(|a, b| a.name.cmp(&b.name));
+        match <[Tensor; 2]>::try_from(outputs) {
+            Ok([a, b]) => Ok([a.data, b.data]),
+            Err(v) => Err(format!("{} outputs, expected 2", v.len())),
+        }
+    }
 }
