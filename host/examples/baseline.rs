@@ -5,10 +5,10 @@
 //!
 //! Given a model repository it is the bare server *with* the model instead:
 //! it decodes both inputs' `data` as INT32, runs `<repository>/simple` through
-//! ONNX Runtime on the worker that received the request (one instance behind a
-//! mutex: no scheduler, queue or statistics) and answers the computed outputs.
-//! That is the most any server running `simple` through ONNX Runtime could
-//! serve on the same machine.
+//! ONNX Runtime on the worker that received the request (one session per
+//! worker thread: no lock, queue, hand-off or statistics) and answers the
+//! computed outputs: about the most a server running `simple` through ONNX
+//! Runtime can serve on the same machine.
 //!
 //! Usage: `baseline <port> [<model repository>]`
 

@@ -7,10 +7,10 @@
 //! throughput is reported as a ratio of this one's.
 //!
 //! Given a model repository it is the bare server *with* the model instead:
-//! `ModelInfer` runs `<repository>/simple` through ONNX Runtime on the task
-//! that received the request (one instance behind a mutex: no scheduler, queue
-//! or statistics) and answers the computed outputs, the most any server running
-//! `simple` through ONNX Runtime could serve on the same machine.
+//! `ModelInfer` runs `<repository>/simple` through ONNX Runtime on the worker
+//! that received the request (one session per worker thread: no lock, queue,
+//! hand-off or statistics) and answers the computed outputs: about the most a
+//! server running `simple` through ONNX Runtime can serve on the same machine.
 //!
 //! Usage: `grpc_baseline <port> [<model repository>]`
 

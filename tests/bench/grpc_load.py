@@ -19,8 +19,8 @@
    and each server's CPU per request. A third server joins them: Tern with `simple` on
    the identity backend, which splits Tern's cost into its own request path and ONNX
    Runtime's per-call cost; and a fourth, the baseline given the model repository, which
-   runs `simple` through ONNX Runtime inline (no scheduler): the most any server running
-   the model could serve here.
+   runs `simple` through ONNX Runtime inline (one session per worker thread, no scheduler):
+   about the most a server running the model can serve here.
 """
 
 import argparse

@@ -10,7 +10,8 @@ server's CPU time per request) plus Tern's idle RSS with the example repository 
 A third server, Tern with `simple` on the identity backend (tests/bench/identity_repo.py),
 shows what Tern's own request path costs without ONNX Runtime's per-call cost, and a
 fourth, the baseline given the model repository, runs `simple` through ONNX Runtime inline
-(no scheduler): the most any server running the model could serve here. The
+(one session per worker thread, no scheduler): about the most a server running the
+model can serve here. The
 servers take turns in `--rounds` interleaved rounds (order reversed every other round),
 since this kind of machine's speed drifts between minutes; figures are medians over the
 rounds, the ratios medians of each round's ratio. Results go in docs/PERFORMANCE.md.

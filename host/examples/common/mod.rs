@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -82,10 +82,16 @@ pub fn strings<S: AsRef<[u8]>>(items: &[S]) -> Vec<u8> {
 /// One instance of `<root>/simple` (version 1) on `backend` ("onnxruntime", "identity"),
 /// loaded as Tern loads it.
 pub fn simple_instance(root: &Path, backend: &str) -> Box<dyn Instance> {
+    simple_instance_with(root, backend, "")
+}
+
+/// [`simple_instance`] with `extra` appended to its `config.pbtxt` (e.g. parameters).
+pub fn simple_instance_with(root: &Path, backend: &str, extra: &str) -> Box<dyn Instance> {
     let settings = BackendSettings::default();
     let repo = empty_repo(&settings);
-    let text =
+    let mut text =
         std::fs::read_to_string(root.join("simple/config.pbtxt")).expect("simple/config.pbtxt");
+    text.push_str(extra);
     let mut cfg = tern_core::config::parse_pbtxt(&text).expect("config parses");
     cfg.backend = backend.into();
     tern_core::config::validate::normalize(&mut cfg, 0);
@@ -98,16 +104,30 @@ pub fn simple_instance(root: &Path, backend: &str) -> Box<dyn Instance> {
         .expect("instance")
 }
 
-/// `simple` on ONNX Runtime for the bare baseline servers: one instance behind a
-/// mutex, run on whichever thread received the request, with no scheduler,
-/// queue or statistics around it. What a server that runs the model inline
-/// pays per request on top of its protocol work.
-pub struct SimpleOnnx(Mutex<Box<dyn Instance>>);
+/// `simple` on ONNX Runtime for the bare baseline servers: one session per
+/// thread that runs it (each async worker loads its own on first use), run on
+/// the thread that received the request: no lock, no queue, no hand-off, no
+/// statistics, and each session stays with its thread's caches. Each session
+/// has one intra-op thread (no pool threads of its own to compete with the
+/// workers and the client). About the most a server could get out of ONNX
+/// Runtime per request on top of its protocol work.
+pub struct SimpleOnnx(std::path::PathBuf);
+
+/// One intra-op thread: ONNX Runtime runs on the calling thread.
+const ONE_THREAD: &str =
+    "\nparameters { key: \"intra_op_thread_count\" value: { string_value: \"1\" } }\n";
+
+thread_local! {
+    static SIMPLE_ONNX: std::cell::RefCell<Option<Box<dyn Instance>>> =
+        const { std::cell::RefCell::new(None) };
+}
 
 impl SimpleOnnx {
-    /// Loads `<root>/simple` on the ONNX Runtime backend (`ORT_DYLIB_PATH` names the library).
+    /// Checks that `<root>/simple` loads on the ONNX Runtime backend
+    /// (`ORT_DYLIB_PATH` names the library); threads load their own sessions.
     pub fn load(root: &Path) -> SimpleOnnx {
-        SimpleOnnx(Mutex::new(simple_instance(root, "onnxruntime")))
+        drop(simple_instance_with(root, "onnxruntime", ONE_THREAD));
+        SimpleOnnx(root.to_path_buf())
     }
 
     /// OUTPUT0 and OUTPUT1 (little-endian INT32 [1,16]) for two such inputs.
@@ -120,14 +140,15 @@ impl SimpleOnnx {
             ],
             ..Default::default()
         }];
-        let result = self
-            .0
-            .lock()
-            .map_err(|_| "instance lock poisoned".to_string())?
-            .execute(&batch, &mut ExecTiming::default())
-            .pop()
-            .ok_or("no response")?;
-        let mut outputs = result.map_err(|e| e.to_string())?.outputs;
+        let result = SIMPLE_ONNX.with_borrow_mut(|slot| {
+            slot.get_or_insert_with(|| simple_instance_with(&self.0, "onnxruntime", ONE_THREAD))
+                .execute(&batch, &mut ExecTiming::default())
+                .pop()
+        });
+        let mut outputs = result
+            .ok_or("no response")?
+            .map_err(|e| e.to_string())?
+            .outputs;
         outputs.sort_by(|a, b| a.name.cmp(&b.name));
         match <[Tensor; 2]>::try_from(outputs) {
             Ok([a, b]) => Ok([a.data, b.data]),
