@@ -132,8 +132,8 @@ def plugin_faults(psrv):
 @pytest.mark.parametrize(
     "m,expect,counted",
     [
-        ("loop", "exceeded its execution deadline of 300 ms", "timeouts"),
-        ("sleep", "exceeded its execution deadline of 300 ms", "timeouts"),
+        ("loop", "exceeded its execution deadline of 2000 ms", "timeouts"),
+        ("sleep", "exceeded its execution deadline of 2000 ms", "timeouts"),
         ("memory", "hit its memory cap of 33554432 bytes", "memory_cap_hits"),
         ("panic", "trapped: the plugin panicked at misbehave/src/lib.rs", "traps"),
     ],
