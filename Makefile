@@ -25,9 +25,23 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins
+.PHONY: stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
+	$(call mark,setup)
+
+# The time of each stage of `make test`, printed at its end (and by .ci/run
+# when a stage fails) so the CI budget stays visible: each stage appends
+# "<stage> <epoch seconds>" when it is done; a stage's time runs from the
+# mark before it, so it includes whatever prerequisites ran first.
+STAGE_LOG := $(CURDIR)/.cache/stage-times
+mark = @mkdir -p $(dir $(STAGE_LOG)) && echo "$(1) $$(date +%s)" >> $(STAGE_LOG)
+stage-clock:
+	@mkdir -p $(dir $(STAGE_LOG)) && echo "start $$(date +%s)" > $(STAGE_LOG)
+stage-times:
+	@test -f $(STAGE_LOG) && awk 'NR == 1 { t0 = prev = $$2; print "stage times:"; next } \
+		{ printf "  %-16s %6d s\n", $$1, $$2 - prev; prev = $$2 } \
+		END { printf "  %-16s %6d s (%.1f min)\n", "total", prev - t0, (prev - t0) / 60 }' $(STAGE_LOG)
 
 $(VENV)/.stamp: tests/requirements.txt tests/requirements-nodeps.txt
 	$(PYTHON) -m venv $(VENV)
@@ -110,6 +124,7 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --features tern/bench -- -D warnings
 	$(CARGO) clippy -p tern --no-default-features --all-targets -- -D warnings
+	$(call mark,lint)
 
 # The edit loop: every crate's unit tests, the Rust integration tests and the
 # component tests; no Python, no language toolchains, no e2e (tests/README.md).
@@ -121,17 +136,19 @@ test-fast:
 unit: setup
 	$(CARGO) test --workspace
 	cd plugins && $(CARGO) test -p wordpiece -p prep_rust -p magika_prep -p magika_post
+	$(call mark,unit)
 
 # The build without default features (WebAssembly plugins + identity, no
-# ONNX Runtime, no CUDA): its unit tests, and its binary for
-# tests/test_build_flavours.py. Built in the same target dir, then copied out,
-# so the default binary is relinked, not rebuilt.
+# ONNX Runtime, no CUDA): its binary for tests/test_build_flavours.py (`make
+# lint` type-checks its code and tests with clippy; its unit tests are the
+# default build's). Built in the same target dir, then copied out, so the
+# default binary is relinked, not rebuilt.
 MINIMAL_BIN := $(CARGO_TARGET_DIR)/minimal/tern
 flavours: setup
-	$(CARGO) test -p tern --no-default-features --lib
 	$(CARGO) build -p tern --no-default-features
 	mkdir -p $(dir $(MINIMAL_BIN)) && cp $(CARGO_TARGET_DIR)/debug/tern $(MINIMAL_BIN)
 	$(CARGO) build -p tern
+	$(call mark,flavours)
 
 # The pytorch backend (cargo feature `torch`): TorchScript through LibTorch
 # (tch), which the binary links, so it is not in the default build. LibTorch
@@ -160,22 +177,28 @@ $(TORCH_PY): $(VENV)/.stamp
 # venv's PyTorch, so no second copy) linked for KIND_GPU instances. Checked
 # here by linking it and starting it without a GPU.
 LIBTORCH_CUDA_DIR := .cache/libtorch-cuda
+TORCH_CUDA_ENV := LIBTORCH=$(CURDIR)/$(LIBTORCH_CUDA_DIR)
 TORCH_CUDA_BIN := $(CARGO_TARGET_DIR)/torch-cuda/tern
 $(LIBTORCH_CUDA_DIR)/build-version: scripts/get_libtorch.py | $(VENV)/.stamp $(TORCH_PY)
 	$(PY) scripts/get_libtorch.py $(LIBTORCH_CUDA_DIR) --cuda
 
 torch-cuda: setup $(LIBTORCH_CUDA_DIR)/build-version $(TORCH_PY)
-	LIBTORCH=$(CURDIR)/$(LIBTORCH_CUDA_DIR) $(CARGO) build -p tern --features torch-cuda
+	$(TORCH_CUDA_ENV) $(CARGO) build -p tern --features torch-cuda
 	mkdir -p $(dir $(TORCH_CUDA_BIN)) && cp $(CARGO_TARGET_DIR)/debug/tern $(TORCH_CUDA_BIN)
 	$(CARGO) build -p tern
 	ldd $(TORCH_CUDA_BIN) | grep -q 'libtorch_cuda.so => /'
 	$(TORCH_CUDA_BIN) --version | grep 'libtorch: .*CUDA linked'
-	TERN_TORCH_BIN=$(TORCH_CUDA_BIN) $(PY) -m pytest tests/test_torch.py -q -rs -k gpu
 
-test-torch: $(TORCH_PY) torch
-	$(TORCH_ENV) $(CARGO) test -p tern-torch --features libtorch
-	$(TORCH_ENV) $(CARGO) clippy -p tern-torch -p tern --features tern/torch --all-targets -- -D warnings
-	TERN_TORCH_BIN=$(TORCH_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests/test_torch.py -q
+# The pytorch tests run on one build, the CUDA flavour: without a GPU it runs
+# TorchScript on the CPU as the `torch` build does (the same code, with
+# libtorch_cuda linked besides), so one LibTorch build proves both and CI
+# compiles torch-sys and the server once for them. `make torch` (the CPU
+# LibTorch) stays for `make run TORCH=1` and `make bench-torch`.
+test-torch: torch-cuda
+	$(TORCH_CUDA_ENV) $(CARGO) test -p tern-torch --features cuda
+	$(TORCH_CUDA_ENV) $(CARGO) clippy -p tern-torch -p tern --features tern/torch-cuda --all-targets -- -D warnings
+	TERN_TORCH_BIN=$(TORCH_CUDA_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests/test_torch.py -q -rs
+	$(call mark,test-torch)
 
 # TorchScript through Tern vs torch.jit.load in Python (docs/PERFORMANCE.md):
 # ResNet-18 and a small CNN, 3 interleaved rounds, ~20 min after the build
@@ -194,8 +217,10 @@ e2e: setup flavours test-audio
 	$(CARGO) build --workspace
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests -q
+	$(call mark,e2e)
 
-test: setup lint unit e2e test-torch torch-cuda smoke-aarch64 package-check image-check
+test: stage-clock setup lint unit e2e test-torch smoke-aarch64 package-check image-check
+	@$(MAKE) --no-print-directory stage-times
 
 # Cross builds with cargo-zigbuild (the ziglang wheel is the C toolchain and
 # libc for every target): glibc 2.31 for JetPack 5 and newer, static musl.
@@ -218,6 +243,7 @@ smoke-aarch64: setup $(ZIG_STAMP)
 	TERN_BIN=$(QEMU_DIR)/tern TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_SMOKE_TARGET=aarch64-unknown-linux-gnu \
 		ORT_DYLIB_PATH=$$($(PY) scripts/dist.py --arch aarch64 --onnxruntime-only) TERN_PLUGINS_DIR=$(WASM_OUT) \
 		$(PY) -m pytest tests/test_device_smoke.py -q
+	$(call mark,smoke-aarch64)
 
 # The aarch64 tarball and .deb from that build: lintian, then the packaged
 # binary extracted and run (it must find ONNX Runtime where the package put it).
@@ -225,6 +251,7 @@ package-check: smoke-aarch64
 	@command -v lintian >/dev/null || (apt-get update -qq && apt-get install -y -qq lintian)
 	$(ZIG_PATH) $(PY) scripts/dist.py --arch aarch64 --profile cross --out .cache/package-check
 	bash scripts/check-packages.sh .cache/package-check $(QEMU_DIR)/root
+	$(call mark,package-check)
 
 # The images, built with umoci and skopeo (no Docker daemon) from the gnu
 # tarballs, then unpacked and run by tests/test_images.py: tern:<version>-cpu (a
@@ -241,15 +268,19 @@ images: dist
 	$(PY) scripts/images.py --flavour cuda --tarballs dist --out dist
 	TERN_IMAGE_LAYOUT=dist/oci-cuda TERN_IMAGE_TAG=$(VERSION)-cuda $(PY) -m pytest tests/test_images.py -q
 
-# CI's image check: the same images from the cheaper `cross` builds, and the
-# Jetson recipe's context.
+# CI's image check: the same images from the cheapest builds that prove
+# them: arm64 from the `cross` aarch64 tarball package-check made, amd64 from
+# the debug build the tests ran (the image ships its own glibc, so the
+# glibc <= 2.31 build that the aarch64 one proves is not needed to prove the
+# image), and the Jetson recipe's context.
 image-check: package-check jetson-context
 	@$(IMAGE_TOOLS)
-	$(ZIG_PATH) $(PY) scripts/dist.py --arch x86_64 --profile cross --out .cache/package-check --no-deb
+	$(PY) scripts/dist.py --arch x86_64 --binary $(CARGO_TARGET_DIR)/debug/tern --out .cache/package-check --no-deb
 	$(PY) scripts/images.py --tarballs .cache/package-check --out .cache/image-check
 	TERN_IMAGE_LAYOUT=.cache/image-check/oci TERN_IMAGE_TAG=$(VERSION)-cpu $(PY) -m pytest tests/test_images.py -q
 	$(PY) scripts/images.py --flavour cuda --tarballs .cache/package-check --out .cache/image-check --no-archive
 	TERN_IMAGE_LAYOUT=.cache/image-check/oci-cuda TERN_IMAGE_TAG=$(VERSION)-cuda $(PY) -m pytest tests/test_images.py -q
+	$(call mark,image-check)
 
 # docs/img/dashboard.png: the Grafana dashboard's queries (deploy/grafana/tern.json)
 # evaluated over scrapes of a server under ~2.5 minutes of real traffic and drawn
@@ -269,6 +300,7 @@ jetson-context: package-check
 	$(PY) scripts/jetson_context.py --tarball $(JETSON_TARBALL) --tern-host $(CARGO_TARGET_DIR)/debug/tern --out .cache/jetson-context
 	TERN_JETSON_CONTEXT=.cache/jetson-context TERN_JETSON_TARBALL=$(JETSON_TARBALL) TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern \
 		$(PY) -m pytest tests/test_jetson_recipe.py -q
+	$(call mark,jetson-context)
 
 # Release artifacts in dist/: tarballs (x86_64, aarch64: glibc 2.31 + ONNX
 # Runtime; static musl plugins-only) and .debs, with the `dist` profile (fat

@@ -9,13 +9,19 @@ shopt -s nullglob
 unset ORT_DYLIB_PATH TERN_ONNXRUNTIME_LIBRARY
 dir=$(realpath "$1")
 qroot=${2:+$(realpath "$2")}
-run() {  # run <binary> args...: natively, or under qemu for an aarch64 binary
+# run <binary> args...: natively, or under qemu for an aarch64 binary. Only
+# ever called in a subshell ($(run ...) or run ... &): it execs, so the
+# background job's pid is the server's (or qemu's) own, and killing it ends it.
+run() {
     if file -L "$1" | grep -q aarch64 && [ "$(uname -m)" != aarch64 ]; then
-        qemu-aarch64 -R 512G -L "$qroot" "$@"
+        exec qemu-aarch64 -R 512G -L "$qroot" "$@"
     else
-        "$@"
+        exec "$@"
     fi
 }
+# A check that fails while its server runs must not leave the server behind.
+server=
+trap '[ -n "$server" ] && kill -TERM "$server" 2>/dev/null; true' EXIT
 check() {  # check <binary> <expected libonnxruntime.so, or "none" for the plugins-only build> <example repository>
     local out
     out=$(run "$1" --version)
@@ -29,6 +35,7 @@ check() {  # check <binary> <expected libonnxruntime.so, or "none" for the plugi
     run "$1" --model-repository="$3" --http-port=$port --grpc-port=0 --metrics-port=0 \
         --wasm-cache-dir=none >"$log" 2>&1 &
     local pid=$!
+    server=$pid
     for _ in $(seq 120); do
         curl -sf "localhost:$port/v2/health/ready" >/dev/null && break
         kill -0 $pid 2>/dev/null || { cat "$log"; echo "FAIL: server exited"; exit 1; }
@@ -47,6 +54,7 @@ check() {  # check <binary> <expected libonnxruntime.so, or "none" for the plugi
             | grep -q '"data":\[2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17\]' || { echo "FAIL: wrong answer from simple"; exit 1; }
     fi
     kill -TERM $pid && wait $pid || true
+    server=
     echo "ok: $1 serves the example repository"
 }
 for deb in "$dir"/*.deb; do

@@ -230,6 +230,10 @@ def main():
     ap.add_argument("--no-deb", action="store_true")
     ap.add_argument("--build-only", action="store_true",
                     help="build and check the binary, print its path; no packages")
+    ap.add_argument("--binary", metavar="PATH",
+                    help="package this already built binary for --arch (the gnu flavour; CI's image "
+                         "check packages the debug build) instead of cross-building one; it is "
+                         "stripped into the package and its glibc needs are not checked")
     ap.add_argument("--onnxruntime-only", action="store_true",
                     help="fetch ONNX Runtime for --arch and print the library's path")
     a = ap.parse_args()
@@ -241,8 +245,18 @@ def main():
     work = os.path.join(cache, f"work-{a.arch}-{a.flavour}")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(a.out, exist_ok=True)
-    binary = build(a.arch, a.flavour, a.profile)
-    check_binary(binary, a.flavour)
+    if a.binary:
+        if a.flavour != "gnu" or a.build_only:
+            sys.exit("--binary packages a gnu build and builds nothing")
+        if a.arch != os.uname().machine:
+            sys.exit(f"--binary packages a binary of this machine ({os.uname().machine}), not {a.arch}")
+        binary = os.path.join(work, "tern")
+        os.makedirs(work, exist_ok=True)
+        run(["strip", "-o", binary, a.binary])
+        print(f"{a.binary}: packaged as it is (glibc symbol versions not checked)")
+    else:
+        binary = build(a.arch, a.flavour, a.profile)
+        check_binary(binary, a.flavour)
     if a.build_only:
         print(binary)
         return

@@ -255,6 +255,16 @@ fn python(dir: &Path, wit: &Path, sdk: &Path, out: &Path) -> Result<()> {
         r if r.is_file() => Some(vendor(&r, &tool)?),
         _ => None,
     };
+    let version = Command::new(&tool)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|v| {
+            v.trim()
+                .strip_prefix("componentize-py ")
+                .map(str::to_string)
+        });
     let mut cmd = Command::new(tool);
     // componentize-py is Rust inside: a backtrace would bury the Python error.
     cmd.current_dir(dir)
@@ -269,7 +279,17 @@ fn python(dir: &Path, wit: &Path, sdk: &Path, out: &Path) -> Result<()> {
         cmd.arg("-p").arg(site.path());
     }
     cmd.args(["app", "-o"]).arg(out);
-    run(cmd, "componentize-py", hint, Some(PYTHON_MODULES))
+    run(cmd, "componentize-py", hint, Some(PYTHON_MODULES))?;
+    // The server repairs what componentize-py up to 0.25.1 leaks
+    // (tern_wasm::guest_fixes); the mark tells it which version built this.
+    if let Some(version) = version {
+        let mut bytes = std::fs::read(out)
+            .map_err(|e| Error::internal(format!("cannot read '{}': {e}", out.display())))?;
+        tern_wasm::guest_fixes::mark_toolchain(&mut bytes, "componentize-py", &version);
+        std::fs::write(out, bytes)
+            .map_err(|e| Error::internal(format!("cannot write '{}': {e}", out.display())))?;
+    }
+    Ok(())
 }
 
 /// What to do about a module the Python build cannot find.

@@ -332,11 +332,14 @@ impl Model for Loaded {
 
     fn create_instance(&self, spec: &InstanceSpec) -> Result<Box<dyn Instance>> {
         let (store, plugin) = self.0.instantiate(spec)?;
-        Ok(Box::new(WasmInstance {
+        let mut instance = WasmInstance {
             model: self.0.clone(),
             spec: spec.clone(),
             live: Some((store, plugin)),
-        }))
+            reported_memory: 0,
+        };
+        instance.report_memory();
+        Ok(Box::new(instance))
     }
 }
 
@@ -346,9 +349,27 @@ struct WasmInstance {
     model: Arc<WasmModel>,
     spec: InstanceSpec,
     live: Option<(Store<HostState>, Plugin)>,
+    /// This instance's share of the model's `memory_bytes` gauge.
+    reported_memory: u64,
 }
 
 impl WasmInstance {
+    /// Brings the model's linear-memory gauge up to date with this instance.
+    fn report_memory(&mut self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self
+            .live
+            .as_ref()
+            .map_or(0, |(store, _)| store.data().limits.linear as u64);
+        let gauge = &self.model.counters.memory_bytes;
+        if now >= self.reported_memory {
+            gauge.fetch_add(now - self.reported_memory, Relaxed);
+        } else {
+            gauge.fetch_sub(self.reported_memory - now, Relaxed);
+        }
+        self.reported_memory = now;
+    }
+
     fn restart(&mut self) {
         self.live = None;
         match self.model.instantiate(&self.spec) {
@@ -372,6 +393,19 @@ impl WasmInstance {
 
 impl Instance for WasmInstance {
     fn execute(
+        &mut self,
+        batch: &[InferRequest],
+        timing: &mut ExecTiming,
+    ) -> Vec<Result<InferResponse>> {
+        let out = self.run(batch, timing);
+        self.report_memory();
+        out
+    }
+}
+
+impl WasmInstance {
+    /// One `execute` call into the plugin, with its failures handled.
+    fn run(
         &mut self,
         batch: &[InferRequest],
         timing: &mut ExecTiming,
@@ -567,6 +601,8 @@ impl Drop for WasmInstance {
                 tracing::warn!(model = %self.model.name, "plugin finalize failed: {}", e.root_cause());
             }
         }
+        self.live = None;
+        self.report_memory();
     }
 }
 

@@ -32,7 +32,12 @@ pub fn key(tag: &str, bytes: &[u8]) -> String {
     // BLAKE3 rather than SHA-256: as collision resistant, and ~10x faster
     // without SHA instructions (a 19 MB componentize-py plugin hashed with
     // SHA-256 was a quarter of the warm start's CPU time).
-    let digest = blake3::hash(bytes);
+    // The repairs applied before compiling are part of what the entry holds:
+    // a new repair level recompiles components cached without it.
+    let digest = blake3::Hasher::new()
+        .update(crate::guest_fixes::LEVEL.as_bytes())
+        .update(bytes)
+        .finalize();
     format!("{}-{tag}.cwasm", digest.to_hex())
 }
 
@@ -54,7 +59,15 @@ pub fn precompile(runtime: &Runtime, path: &Path, cache_dir: &Path) -> Result<(P
 }
 
 fn compile(engine: &Engine, path: &Path, bytes: &[u8]) -> Result<Vec<u8>> {
-    engine.precompile_component(bytes).map_err(|e| {
+    let (bytes, repairs) = crate::guest_fixes::repair(bytes);
+    if repairs.pop_list_calls > 0 {
+        tracing::info!(
+            "'{}': repaired componentize-py's leak of the bytes a Python plugin hands to the host ({} call sites)",
+            path.display(),
+            repairs.pop_list_calls
+        );
+    }
+    engine.precompile_component(&bytes).map_err(|e| {
         Error::invalid_arg(format!(
             "'{}' is not a valid WebAssembly component: {e:#}",
             path.display()

@@ -120,7 +120,8 @@ pub struct Limits {
     pub max_memory: usize,
     /// Set when the plugin tried to grow past `max_memory`.
     pub hit: bool,
-    /// Size of the linear memory now.
+    /// Size of the instance's linear memories now, all of them together (a
+    /// component may have several; the cap holds for their sum).
     pub linear: usize,
     /// Bytes of `ops` arrays held for the plugin.
     pub host: usize,
@@ -129,15 +130,17 @@ pub struct Limits {
 impl wasmtime::ResourceLimiter for Limits {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired.saturating_add(self.host) > self.max_memory {
+        // `current` is this memory's size: the others keep theirs.
+        let total = self.linear.saturating_sub(current).saturating_add(desired);
+        if total.saturating_add(self.host) > self.max_memory {
             self.hit = true;
             return Ok(false);
         }
-        self.linear = desired;
+        self.linear = total;
         Ok(true)
     }
 

@@ -8,6 +8,7 @@
 pub mod backend;
 mod blocking;
 pub mod cache;
+pub mod guest_fixes;
 pub mod host;
 pub mod metrics;
 pub mod ops;

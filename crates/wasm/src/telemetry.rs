@@ -23,6 +23,9 @@ pub struct PluginCounters {
     pub restarts: AtomicU64,
     /// Log lines dropped by the per-instance rate limit.
     pub log_lines_dropped: AtomicU64,
+    /// Linear memory of the model's live instances, summed, in bytes (as
+    /// of each instance's last execution).
+    pub memory_bytes: AtomicU64,
 }
 
 impl PluginCounters {

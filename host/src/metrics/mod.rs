@@ -409,6 +409,21 @@ impl Metrics {
                 );
             }
         }
+        let name = "tern_plugin_memory_bytes";
+        header(
+            out,
+            name,
+            "gauge",
+            "Linear memory of the plugin's live instances, summed, per model",
+        );
+        for (model, c) in &plugins {
+            sample(
+                out,
+                name,
+                &labels(&[("model", model.as_str())]),
+                c.memory_bytes.load(std::sync::atomic::Ordering::Relaxed) as f64,
+            );
+        }
         let (hits, misses) = telemetry.cache_counts();
         for (name, help, v) in [
             (
