@@ -187,3 +187,25 @@ def regions():
     yield make
     for h in made:
         shm.destroy_shared_memory_region(h)
+
+
+# `make e2e` sets TERN_STRICT_SKIPS=1: everything a test needs is installed by
+# make, so the only skip allowed is for hardware this machine lacks (a GPU).
+# Any other skip fails the run, with its reason (`-rs` prints them all).
+ALLOWED_SKIP = re.compile(r"\bGPU\b|CUDA")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("TERN_STRICT_SKIPS") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    bad = []
+    for rep in (reporter.stats.get("skipped", []) if reporter else []):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        if not ALLOWED_SKIP.search(reason):
+            bad.append(f"{rep.nodeid}: {reason}")
+    if bad:
+        reporter.write_line("skips that are not about missing GPU hardware (TERN_STRICT_SKIPS=1):", red=True)
+        for line in bad:
+            reporter.write_line(f"  {line}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

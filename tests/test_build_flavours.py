@@ -21,7 +21,7 @@ import gen_models
 def minimal_bin():
     path = os.environ.get("TERN_MINIMAL_BIN")
     if not path:
-        pytest.skip("TERN_MINIMAL_BIN is not set: `make flavours` builds the no-default-features binary")
+        pytest.fail("TERN_MINIMAL_BIN is not set: `make flavours` builds the no-default-features binary")
     if not os.path.exists(path):
         pytest.fail(f"TERN_MINIMAL_BIN={path} does not exist; run `make flavours`")
     return path

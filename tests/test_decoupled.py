@@ -34,7 +34,7 @@ LANGS = ["stream_count", "stream_python", "stream_js", "stream_c"]
 @pytest.fixture(scope="module")
 def dsrv(tmp_path_factory):
     if not os.path.exists(os.path.join(WASM_DIR, "stream_count.wasm")):
-        pytest.skip("the decoupled test plugins are not built (make plugins lang-plugins)")
+        pytest.fail("the decoupled test plugins are not built (make plugins lang-plugins)")
     root = str(tmp_path_factory.mktemp("decoupled") / "models")
     gen_models.decoupled_repo(root, WASM_DIR)
     t = Tern([f"--model-repository={root}", "--exit-on-error=false", "--metrics-config=histogram_latencies=true"])
@@ -104,7 +104,7 @@ def test_grpc_streams_one_token_per_response(dsrv):
 @pytest.mark.parametrize("model", LANGS)
 def test_every_guest_language_streams_and_reports_errors_in_band(dsrv, model):
     if not os.path.exists(os.path.join(WASM_DIR, f"{model}.wasm")):
-        pytest.skip(f"{model} is not built (make lang-plugins)")
+        pytest.fail(f"{model} is not built (make lang-plugins)")
     s = Stream(dsrv)
     try:
         s.send(model, [count_input(grpcclient, 4)], enable_empty_final_response=True)
@@ -275,7 +275,7 @@ def test_streaming_bls_returns_every_response(dsrv, model):
     is not decoupled gives its one response; plain BLS to a decoupled model
     is refused."""
     if not os.path.exists(os.path.join(WASM_DIR, f"{model}.wasm")):
-        pytest.skip(f"{model} is not built")
+        pytest.fail(f"{model} is not built (make lang-plugins)")
     h = httpclient.InferenceServerClient(dsrv.url)
     assert h.infer(model, [count_input(httpclient, 5)]).as_numpy("OUTS").tolist() == [0, 1, 2, 3, 4]
     assert h.infer(model, [count_input(httpclient, 0)]).as_numpy("OUTS").tolist() == []

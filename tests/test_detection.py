@@ -25,10 +25,8 @@ from tritonclient.utils import InferenceServerException
 from conftest import ROOT, Tern
 import gen_models
 
-nudenet = pytest.importorskip("nudenet", reason="skipped: nudenet is not installed (`make setup` installs it)")
-Image = pytest.importorskip("PIL.Image")
-ImageDraw = pytest.importorskip("PIL.ImageDraw")
-ImageFilter = pytest.importorskip("PIL.ImageFilter")
+import nudenet  # noqa: E402 (make setup installs it)
+from PIL import Image, ImageDraw, ImageFilter  # noqa: E402
 import nudenet.nudenet as nn  # noqa: E402
 
 WASM_DIR = os.environ.get("TERN_PLUGINS_DIR", os.path.join(ROOT, "target", "wasm32-wasip2", "release"))

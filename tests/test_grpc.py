@@ -444,3 +444,22 @@ def test_silent_connections_are_closed(server, gclient):
         except ConnectionResetError:
             pass  # closed with the partial preface unread: a reset
     assert 9 <= time.time() - began < 15
+
+
+def test_grpc_message_size_limit_is_configurable(start_tern, good_repo):
+    """--grpc-max-message-size (Tern's; Triton fixes it at 2 GiB) refuses a
+    larger request with OUT_OF_RANGE (tonic's code for it) before decoding
+    it; the server serves smaller ones as before."""
+    t = start_tern([f"--model-repository={good_repo}", "--grpc-max-message-size=4096"])
+    c = grpcclient.InferenceServerClient(t.grpc_url)
+    a = np.ones((1, 16), dtype=np.int32)
+    assert c.infer("simple", simple_inputs(a, a)).as_numpy("OUTPUT0").tolist() == (a + a).tolist()
+    big = np.ones((1, 4096), dtype=np.int32)
+    i = grpcclient.InferInput("INPUT0", [1, 4096], "INT32")
+    i.set_data_from_numpy(big)
+    j = grpcclient.InferInput("INPUT1", [1, 4096], "INT32")
+    j.set_data_from_numpy(big)
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("simple", [i, j])
+    assert "OUT_OF_RANGE" in str(e.value.status()) and "too large" in e.value.message(), e.value
+    assert c.is_server_live()

@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 
 from conftest import ROOT, Tern
 
-magika = pytest.importorskip("magika", reason="the magika package is in tests/requirements.txt")
+import magika  # noqa: E402 (tests/requirements.txt)
 
 REPO = os.path.join(ROOT, "model_repository")
 MODELS = ("magika", "magika_prep", "magika_model", "magika_post")

@@ -133,8 +133,8 @@ def test_names_types_and_agreement_with_statistics(msrv):
     total = value(fams, "nv_cpu_memory_total_bytes")
     assert 0 < value(fams, "nv_cpu_memory_used_bytes") <= total
     assert value(fams, "nv_pinned_memory_pool_total_bytes") == 0
-    # Labels carry the config's metric_tags.
-    assert value(fams, "nv_inference_count", model="tiny_queue", version="1", team="edge") == 0
+    # Labels carry the config's metric_tags, as Triton names them: `_<key>`.
+    assert value(fams, "nv_inference_count", model="tiny_queue", version="1", _team="edge") == 0
 
 
 def test_failure_reasons_rejected_and_backend(msrv):

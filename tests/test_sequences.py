@@ -191,7 +191,7 @@ def test_an_idle_sequence_is_released_and_others_are_unharmed(seq_server):
 @pytest.mark.parametrize("model", ["seq_plugin", "seq_plugin_batched"])
 def test_plugins_keep_per_sequence_state_by_correlation_id(seq_server, model):
     if "seq_plugin" not in seq_server.log():
-        pytest.skip("the sequence_sum plugin is not built (make plugins)")
+        pytest.fail("the sequence_sum plugin is not built (make plugins)")
     shape = (1,) if model == "seq_plugin" else (1, 1)
     for proto, mod, _ in clients(seq_server):
 
@@ -226,7 +226,7 @@ def speech(text, seed):
     import wave
 
     if not shutil.which("espeak-ng"):
-        pytest.skip("espeak-ng is not installed (make test installs it)")
+        pytest.fail("espeak-ng is not installed (make test-audio installs it)")
     wav = subprocess.run(["espeak-ng", "-s", "150", "--stdout", text], check=True, capture_output=True).stdout
     with wave.open(io.BytesIO(wav)) as w:
         rate = w.getframerate()
@@ -355,7 +355,7 @@ def test_silero_vad_streams_match_silero_vads_own_iterator(seq_server):
     speech start/end events equal silero-vad's iterator on the package's
     model run directly."""
     if "silero_vad" not in seq_server.log():
-        pytest.skip("model_repository/silero_vad/1/model.onnx is missing (make models)")
+        pytest.fail("model_repository/silero_vad/1/model.onnx is missing (make models)")
     model_path = os.path.join(ROOT, "model_repository", "silero_vad", "1", "model.onnx")
     iterator_class = vad_iterator_class()
     texts = [

@@ -21,11 +21,14 @@ from conftest import ROOT, Tern
 
 TORCH_BIN = os.environ.get("TERN_TORCH_BIN")
 if not TORCH_BIN or not os.path.exists(TORCH_BIN):
-    pytest.skip(
-        "skipped: TERN_TORCH_BIN does not name a tern built with the 'torch' feature (`make test-torch` builds it)",
-        allow_module_level=True,
+    pytest.fail(
+        "TERN_TORCH_BIN does not name a tern built with the 'torch' feature: run these tests with `make test-torch`",
+        pytrace=False,
     )
-torch = pytest.importorskip("torch", reason="skipped: PyTorch is not installed (`make test-torch` installs it)")
+try:
+    import torch
+except ImportError:
+    pytest.fail("PyTorch is not installed: `make test-torch` installs it", pytrace=False)
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import gen_torch_models  # noqa: E402
@@ -232,7 +235,7 @@ def test_forward_exception_fails_only_its_batch(server):
 
 def test_ensemble_with_a_wasm_preprocessing_step(server, repo):
     if not os.path.exists(os.path.join(repo, "torch_pipeline")):
-        pytest.skip(f"skipped: prep_rust.wasm is not in {WASM_DIR} (`make plugins` builds it)")
+        pytest.fail(f"prep_rust.wasm is not in {WASM_DIR} (`make plugins` builds it)")
     head = gen_torch_models.reference(repo, "torch_token_head")
     in0 = np.arange(8, dtype=np.float32).reshape(2, 4)
     in1 = np.ones((2, 4), dtype=np.float32)

@@ -43,7 +43,7 @@ def shm_inputs(mod, a_region, a_off, b_region, b_off):
 
 @pytest.fixture(scope="module")
 def labels_repo(tmp_path_factory):
-    """simple, plus an identity model whose metric_tags sort around `model`/`version`."""
+    """simple, plus an identity model with metric_tags (labelled `_<key>`, sorted before `model`)."""
     root = str(tmp_path_factory.mktemp("labels") / "models")
     gen_models.example(root)
     for name in ("tiny_lm", "simple_string", "simple_autocomplete"):
@@ -98,7 +98,8 @@ def test_metric_labels_are_sorted_like_triton(start_tern, labels_repo):
     assert 'nv_inference_request_success{model="simple",version="1"} 1' in lines, text
     assert 'nv_inference_count{model="simple",version="1"} 1' in lines
     assert 'nv_inference_request_failure{model="simple",reason="REJECTED",version="1"} 0' in lines
-    assert 'nv_inference_request_success{area="a1",model="tagged",version="1",zone="z1"} 1' in lines, text
+    # metric_tags become `_<key>` labels (Triton's GetMetricLabels), sorted before `model`.
+    assert 'nv_inference_request_success{_area="a1",_zone="z1",model="tagged",version="1"} 1' in lines, text
     assert any(
         line.startswith('nv_inference_request_summary_us{model="simple",version="1",quantile="0.5"} ')
         for line in lines

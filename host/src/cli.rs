@@ -19,6 +19,9 @@ use tern_core::error::{Error, Result};
     // repeated flag takes its last value.
     infer_long_args = true,
     args_override_self = true,
+    // Help under each flag: the longest gRPC flag would otherwise leave its
+    // section's descriptions one word wide.
+    next_line_help = true,
     after_help = "Plugins: `tern plugin new <dir> --lang rust|python|js|c`, `tern plugin build <dir>` (see `tern plugin --help`)."
 )]
 pub struct Args {
@@ -174,6 +177,12 @@ pub struct Args {
     )]
     pub grpc_infer_response_compression_level: String,
 
+    /// Largest gRPC message accepted or sent, in bytes (Tern-specific;
+    /// default 2147483647, Triton's fixed limit). A request over it fails
+    /// with OUT_OF_RANGE before it is decoded.
+    #[arg(help_heading = "GRPC", long, env = "TERN_GRPC_MAX_MESSAGE_SIZE", default_value_t = i32::MAX as usize, value_parser = clap::value_parser!(usize))]
+    pub grpc_max_message_size: usize,
+
     /// Restrict HTTP API categories to calls carrying a header:
     /// `<category>[,<category>...]:<key>=<value>` (repeatable).
     #[arg(help_heading = "HTTP", long, env = "TERN_HTTP_RESTRICTED_API")]
@@ -327,16 +336,17 @@ pub struct Args {
     pub allow_client_shm: bool,
 
     /// Page-locked host memory for staging GPU inputs, in bytes (needs CUDA; 0 disables).
-    #[arg(help_heading = "Memory and devices", long, default_value_t = tern_memory::pool::DEFAULT_PINNED_POOL)]
+    #[arg(help_heading = "Memory and devices", long, env = "TERN_PINNED_MEMORY_POOL_BYTE_SIZE", default_value_t = tern_memory::pool::DEFAULT_PINNED_POOL)]
     pub pinned_memory_pool_byte_size: usize,
 
     /// Recycled host memory for request bodies and CPU input batches, in bytes
     /// (Tern-specific; 0 = allocate per request).
-    #[arg(help_heading = "Memory and devices", long, default_value_t = tern_memory::pool::DEFAULT_HOST_POOL)]
+    #[arg(help_heading = "Memory and devices", long, env = "TERN_HOST_MEMORY_POOL_BYTE_SIZE", default_value_t = tern_memory::pool::DEFAULT_HOST_POOL)]
     pub host_memory_pool_byte_size: usize,
 
-    /// Device memory pool per GPU, `<gpu>:<bytes>` (repeatable; default 64 MiB per GPU).
-    #[arg(help_heading = "Memory and devices", long, value_parser = parse_cuda_pool)]
+    /// Device memory pool per GPU, `<gpu>:<bytes>` (repeatable, or comma-separated;
+    /// default 64 MiB per GPU).
+    #[arg(help_heading = "Memory and devices", long, env = "TERN_CUDA_MEMORY_POOL_BYTE_SIZE", value_delimiter = ',', value_parser = parse_cuda_pool)]
     pub cuda_memory_pool_byte_size: Vec<(usize, usize)>,
 
     /// Serve Prometheus metrics.
@@ -548,6 +558,7 @@ impl Args {
             keepalive_time: std::time::Duration::from_millis(self.grpc_keepalive_time),
             keepalive_timeout: std::time::Duration::from_millis(self.grpc_keepalive_timeout),
             compress_responses: compress,
+            max_message_size: self.grpc_max_message_size.clamp(1, i32::MAX as usize),
             max_connection_age: (self.grpc_max_connection_age > 0)
                 .then(|| std::time::Duration::from_millis(self.grpc_max_connection_age)),
             max_connection_age_grace: (self.grpc_max_connection_age_grace > 0)
@@ -657,6 +668,52 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every flag has its `TERN_*` variable (docs/deployment.md promises one
+    /// for each), named after the flag, and a bad value in it is refused.
+    #[test]
+    fn every_flag_has_its_environment_variable() {
+        use clap::CommandFactory;
+        let cmd = Args::command();
+        let mut checked = 0;
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let want = format!("TERN_{}", long.to_uppercase().replace('-', "_"));
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some(want.as_str()),
+                "--{long}"
+            );
+            checked += 1;
+        }
+        assert!(checked > 40, "{checked}");
+        // The variable goes through the flag's own parser (setting it here
+        // would race the other tests that parse arguments).
+        let e = Args::parse_checked([
+            "tern",
+            "--model-repository=/m",
+            "--pinned-memory-pool-byte-size=abc",
+        ])
+        .unwrap_err();
+        assert!(e.message.contains("abc"), "{e}");
+    }
+
+    #[test]
+    fn help_text_is_readable() {
+        use clap::CommandFactory;
+        let help = Args::command().term_width(100).render_help().to_string();
+        let narrow: Vec<&str> = help
+            .lines()
+            // A long `[env: TERN_...=]` may wrap alone; a word of a sentence may not.
+            .filter(|l| {
+                l.len() > 40 && l.split_whitespace().count() == 1 && !l.contains(['=', '[', ']'])
+            })
+            .collect();
+        assert!(narrow.is_empty(), "one-word help lines: {narrow:?}");
+    }
 
     #[test]
     fn triton_style_flags() {

@@ -11,6 +11,12 @@
 //! The enabled levels are a threshold: the least severe enabled level and
 //! everything more severe. Verbose output is Tern's own (dependencies stay at
 //! info) so `--log-verbose=1` shows e.g. the `executing model=...` lines.
+//!
+//! Lines are written by a thread of their own through a bounded queue of
+//! [`QUEUE_LINES`]: a slow reader of the log (a full pipe, a slow disk)
+//! never stalls the thread that logs (an instance running a plugin that
+//! prints); when the queue is full, lines are dropped and counted
+//! ([`dropped_lines`], `tern_log_lines_dropped_total`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -223,14 +229,41 @@ where
     }
 }
 
+/// Lines the log queue holds before it drops new ones.
+pub const QUEUE_LINES: usize = 16_384;
+
+static DROPPED: OnceLock<tracing_appender::non_blocking::ErrorCounter> = OnceLock::new();
+
+/// Log lines dropped because the queue to the log writer was full.
+pub fn dropped_lines() -> u64 {
+    DROPPED.get().map_or(0, |c| c.dropped_lines() as u64)
+}
+
+/// Keeps the log writer thread running; dropping it writes out what is
+/// queued. Hold it until the process ends.
+#[must_use = "dropping the guard stops the log writer"]
+pub struct LogGuard(#[allow(dead_code)] tracing_appender::non_blocking::WorkerGuard);
+
+fn queued(
+    target: impl std::io::Write + Send + 'static,
+) -> (tracing_appender::non_blocking::NonBlocking, LogGuard) {
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(QUEUE_LINES)
+        .lossy(true)
+        .thread_name("tern-log")
+        .finish(target);
+    let _ = DROPPED.set(writer.error_counter());
+    (writer, LogGuard(guard))
+}
+
 /// Installs the global subscriber: stderr, or `file` (`--log-file`).
-pub fn init(settings: Settings, file: Option<&std::path::Path>) -> Result<()> {
+pub fn init(settings: Settings, file: Option<&std::path::Path>) -> Result<LogGuard> {
     check_format(&settings.log_format)?;
     let filter = EnvFilter::try_new(settings.directive())
         .map_err(|e| Error::internal(format!("log filter: {e}")))?;
     let (filter, handle) = reload::Layer::<EnvFilter, Registry>::new(filter);
     let layer = tracing_subscriber::fmt::layer().event_format(TritonFormat);
-    match file {
+    let guard = match file {
         Some(path) => {
             let file = std::fs::OpenOptions::new()
                 .create(true)
@@ -239,20 +272,26 @@ pub fn init(settings: Settings, file: Option<&std::path::Path>) -> Result<()> {
                 .map_err(|e| {
                     Error::invalid_arg(format!("cannot open --log-file '{}': {e}", path.display()))
                 })?;
+            let (writer, guard) = queued(file);
             tracing_subscriber::registry()
                 .with(filter)
-                .with(layer.with_ansi(false).with_writer(Mutex::new(file)))
+                .with(layer.with_ansi(false).with_writer(writer))
                 .init();
+            guard
         }
-        None => tracing_subscriber::registry()
-            .with(filter)
-            .with(
-                layer
-                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                    .with_writer(std::io::stderr),
-            )
-            .init(),
-    }
+        None => {
+            let (writer, guard) = queued(std::io::stderr());
+            tracing_subscriber::registry()
+                .with(filter)
+                .with(
+                    layer
+                        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                        .with_writer(writer),
+                )
+                .init();
+            guard
+        }
+    };
     ISO.store(settings.log_format == "ISO8601", Ordering::Relaxed);
     let mut st = state().lock().expect("logging lock");
     st.settings = settings;
@@ -263,7 +302,7 @@ pub fn init(settings: Settings, file: Option<&std::path::Path>) -> Result<()> {
             .reload(f)
             .map_err(|e| Error::internal(format!("cannot change log levels: {e}")))
     }));
-    Ok(())
+    Ok(guard)
 }
 
 #[cfg(test)]

@@ -33,10 +33,14 @@ fn main() -> ExitCode {
         print!("{}", tern::version::report(&settings));
         return ExitCode::SUCCESS;
     }
-    if let Err(e) = tern::logging::init(args.log_settings(), args.log_file.as_deref()) {
-        eprintln!("error: {e}");
-        return ExitCode::FAILURE;
-    }
+    // Held to the end of main: dropping it writes out the queued log lines.
+    let _log = match tern::logging::init(args.log_settings(), args.log_file.as_deref()) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

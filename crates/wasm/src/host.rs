@@ -170,6 +170,9 @@ pub struct HostState {
     pub deadline: Option<Instant>,
     /// Where the plugin's metric families live.
     telemetry: Arc<PluginTelemetry>,
+    /// This model's failure and drop counters (looked up once: a plugin
+    /// flooding the log bumps them per line).
+    counters: Arc<crate::telemetry::PluginCounters>,
     /// The batch `execute` is running (empty between calls).
     pub running: Vec<Running>,
     /// How responses are checked (set once the model is known).
@@ -205,6 +208,7 @@ impl HostState {
             models,
             chain: Vec::new(),
             deadline: None,
+            counters: telemetry.counters(model),
             telemetry,
             running: Vec::new(),
             shape: None,
@@ -518,8 +522,7 @@ impl Host for HostState {
             self.panic = Some(cut(message.clone()));
         }
         if !self.log_limit.take() {
-            self.telemetry
-                .counters(&self.model)
+            self.counters
                 .log_lines_dropped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;

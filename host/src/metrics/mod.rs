@@ -409,6 +409,14 @@ impl Metrics {
                 );
             }
         }
+        let name = "tern_log_lines_dropped_total";
+        header(
+            out,
+            name,
+            "counter",
+            "Server log lines dropped because the queue to the log writer was full",
+        );
+        sample(out, name, "", crate::logging::dropped_lines() as f64);
         let name = "tern_plugin_memory_bytes";
         header(
             out,
@@ -490,14 +498,15 @@ fn with_model(h: &ModelHandle, extra: &[(&str, &str)]) -> String {
     let version = h.version.to_string();
     let mut pairs: Vec<(&str, &str)> =
         vec![("model", h.config.name.as_str()), ("version", &version)];
-    let mut tags: Vec<(&String, &String)> = h
+    // Triton labels each of the config's metric_tags `_<key>`
+    // (GetMetricLabels in metric_model_reporter.cc), so they never collide
+    // with its own labels.
+    let mut tags: Vec<(String, &String)> = h
         .config
         .metric_tags
         .iter()
-        .filter(|(k, _)| {
-            text::valid_name(k)
-                && !matches!(k.as_str(), "model" | "version" | "reason" | "quantile")
-        })
+        .map(|(k, v)| (format!("_{k}"), v))
+        .filter(|(k, _)| text::valid_name(k) && !k.starts_with("__"))
         .collect();
     tags.sort();
     pairs.extend(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())));

@@ -129,10 +129,30 @@ mod tests {
 
     #[test]
     fn dropped_targets_are_skipped() {
-        let c = Arc::new(Count(AtomicUsize::new(0)));
-        watch(Instant::now(), Arc::downgrade(&c) as Weak<dyn Expire>);
-        drop(c);
-        // Nothing to assert beyond "does not panic"; give the thread a moment.
-        std::thread::sleep(Duration::from_millis(10));
+        // A watched target is not kept alive by the watcher...
+        let gone = Arc::new(Count(AtomicUsize::new(0)));
+        let weak = Arc::downgrade(&gone) as Weak<dyn Expire>;
+        watch(Instant::now() + Duration::from_millis(5), weak.clone());
+        drop(gone);
+        assert!(
+            weak.upgrade().is_none(),
+            "the watcher holds only a weak reference"
+        );
+        // ...and once its deadline passes, the watcher skips it and still
+        // serves the targets after it.
+        let live = Arc::new(Count(AtomicUsize::new(0)));
+        watch(
+            Instant::now() + Duration::from_millis(20),
+            Arc::downgrade(&live) as Weak<dyn Expire>,
+        );
+        let start = Instant::now();
+        while live.0.load(Ordering::SeqCst) == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the watcher stopped after a dropped target"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(live.0.load(Ordering::SeqCst), 1);
     }
 }

@@ -292,8 +292,6 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
     );
     note(!cfg.batch_input.is_empty(), "batch_input");
     note(!cfg.batch_output.is_empty(), "batch_output");
-    note(!cfg.cc_model_filenames.is_empty(), "cc_model_filenames");
-    note(!cfg.metric_tags.is_empty(), "metric_tags");
     note(cfg.model_operations.is_some(), "model_operations");
     note(
         cfg.model_repository_agents.is_some(),

@@ -64,6 +64,8 @@ pub struct GrpcSettings {
     pub keepalive_timeout: Duration,
     /// Compress responses (gzip) for clients that accept it.
     pub compress_responses: bool,
+    /// `--grpc-max-message-size`: the largest message decoded or encoded.
+    pub max_message_size: usize,
     /// `--grpc-max-connection-age`: connections older than this are closed (GOAWAY).
     pub max_connection_age: Option<Duration>,
     /// `--grpc-max-connection-age-grace`: time an aged connection gets to finish.
@@ -718,8 +720,8 @@ pub fn build(info: Arc<ServerInfo>, settings: &GrpcSettings) -> Result<GrpcServe
     let mut inference = GrpcInferenceServiceServer::new(InferenceService { info: info.clone() })
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate)
-        .max_decoding_message_size(i32::MAX as usize)
-        .max_encoding_message_size(i32::MAX as usize);
+        .max_decoding_message_size(settings.max_message_size)
+        .max_encoding_message_size(settings.max_message_size);
     if settings.compress_responses {
         inference = inference.send_compressed(CompressionEncoding::Gzip);
     }
