@@ -1,7 +1,8 @@
-//! The one way to run a request on a model by name: frontends, ensemble
-//! steps and plugins' BLS calls all go through a [`ModelRouter`], which the
-//! server's repository implements. Code that calls other models sees only
-//! this trait, never the repository behind it.
+//! How a model calls another model by name: ensemble steps and plugins'
+//! BLS calls go through a [`ModelRouter`], which the server's repository
+//! implements. Code that calls other models sees only this trait, never the
+//! repository behind it. (The HTTP and gRPC frontends look versions up in
+//! the repository themselves.)
 
 use std::future::Future;
 use std::pin::Pin;

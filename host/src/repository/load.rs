@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::control::{content_fingerprint, fingerprint, ControlGuard};
 use super::entry::Origin;
+use super::fingerprint::{content_fingerprint, fingerprint};
 use super::graph::DependencyGraph;
-use super::{ModelEntry, Prepared, Repository};
+use super::{ControlGuard, ModelEntry, Prepared, Repository};
 use crate::scheduler::ensemble::Ensemble;
 use crate::scheduler::ModelHandle;
 use tern_core::backend::{LoadContext, Progress};

@@ -6,6 +6,7 @@
 
 pub mod control;
 mod entry;
+mod fingerprint;
 mod graph;
 mod load;
 mod versions;
@@ -29,6 +30,16 @@ use tern_core::config::{parse_pbtxt, ModelConfig};
 use tern_core::error::{Error, Result};
 use tern_core::router::{InferFuture, ModelRouter};
 use tern_core::{InferRequest, InferResponse};
+
+/// What the model-control lock guards: the models some change is loading or
+/// unloading right now, with the lock released.
+#[derive(Debug, Default)]
+pub struct Control {
+    busy: std::collections::BTreeSet<String>,
+}
+
+/// The model-control lock, held.
+pub type ControlGuard<'a> = std::sync::MutexGuard<'a, Control>;
 
 /// How models are found and loaded.
 #[derive(Debug, Clone, Default)]
@@ -107,7 +118,7 @@ pub struct Repository {
     /// poll) and names the models being changed; the slow part of a change
     /// (loading, draining) runs with the lock released, so changes of other
     /// models go on meanwhile (see `control.rs`).
-    control: Mutex<control::Control>,
+    control: Mutex<Control>,
     /// Signalled when models stop being changed.
     control_done: std::sync::Condvar,
     /// Failed loads per model since start (`tern_model_load_failures_total`).
@@ -124,7 +135,7 @@ impl Repository {
             models: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
             options,
-            control: Mutex::new(control::Control::default()),
+            control: Mutex::new(Control::default()),
             control_done: std::sync::Condvar::new(),
             load_failures: Mutex::new(BTreeMap::new()),
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -395,7 +406,7 @@ impl Repository {
 impl Repository {
     /// Takes the model-control lock for a change that loads models; refused
     /// once shutdown has begun, so no model loads while the server stops.
-    fn control_for_load(&self) -> Result<control::ControlGuard<'_>> {
+    fn control_for_load(&self) -> Result<ControlGuard<'_>> {
         let guard = self.control.lock().expect("control lock");
         if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::unavailable(
