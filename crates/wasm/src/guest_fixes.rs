@@ -14,8 +14,12 @@
 //! context frees it when the call is over (after the host has read an
 //! import's arguments; in post-return for an export's result).
 //!
-//! [`repair`] finds that adapter module (it imports both functions with
-//! wit-dylib's signatures) and routes its calls to `wit_dylib_pop_list`
+//! [`repair`] acts only on componentize-py's components (one of their core
+//! modules exports `PyInit_componentize_py_runtime`): other toolchains build
+//! on wit-dylib too (jco's QuickJS backend), and their runtimes may return a
+//! pointer they still own. In such a component it finds the adapter module
+//! (it imports both functions with wit-dylib's signatures) and routes its
+//! calls to `wit_dylib_pop_list`
 //! through a function appended to the module that does the same for the
 //! pointer the runtime returned. The runtime returns a pointer only for
 //! `list<u8>` and `list<s8>`, so the block's size is the list's length and
@@ -37,7 +41,7 @@ use wasmparser::{Chunk, CompositeInnerType, Encoding, Parser, Payload, TypeRef};
 pub const TOOLCHAIN_SECTION: &str = "tern-toolchain";
 
 /// The repairs [`repair`] makes, named; part of every `.cwasm` cache key.
-pub const LEVEL: &str = "pop-list-dealloc";
+pub const LEVEL: &str = "componentize-py-pop-list-dealloc";
 
 /// The custom section [`repair`] adds to a module it changed.
 const REPAIRED_SECTION: &str = "tern-repaired-pop-list";
@@ -57,7 +61,7 @@ pub struct Repairs {
 /// unchanged: compiling it reports the error in the usual words.
 pub fn repair(bytes: &[u8]) -> (Cow<'_, [u8]>, Repairs) {
     let mut repairs = Repairs::default();
-    if !is_component(bytes) || toolchain_is_fixed(bytes) {
+    if !is_component(bytes) || !is_componentize_py(bytes) || toolchain_is_fixed(bytes) {
         return (Cow::Borrowed(bytes), repairs);
     }
     match rewrite_component(bytes, &mut repairs) {
@@ -93,6 +97,36 @@ fn is_component(bytes: &[u8]) -> bool {
             ..
         })
     )
+}
+
+/// The export by which componentize-py's runtime module is known.
+const COMPONENTIZE_PY_RUNTIME: &str = "PyInit_componentize_py_runtime";
+
+/// True when one of the component's top-level core modules is
+/// componentize-py's runtime.
+fn is_componentize_py(bytes: &[u8]) -> bool {
+    let mut found = false;
+    let walked = walk(bytes, |payload, bytes| {
+        if let Payload::ModuleSection { unchecked_range, .. } = payload {
+            found |= exports(&bytes[unchecked_range.clone()], COMPONENTIZE_PY_RUNTIME);
+        }
+        Ok(())
+    });
+    walked.is_ok() && found
+}
+
+/// Whether the core module exports something named `name`.
+fn exports(module: &[u8], name: &str) -> bool {
+    for payload in Parser::new(0).parse_all(module) {
+        match payload {
+            Ok(Payload::ExportSection(reader)) => {
+                return reader.into_iter().flatten().any(|e| e.name == name);
+            }
+            Ok(Payload::CodeSectionStart { .. }) | Err(_) => return false,
+            Ok(_) => {}
+        }
+    }
+    false
 }
 
 /// True when the component says it was built by a componentize-py newer
@@ -474,13 +508,55 @@ mod tests {
         m.finish()
     }
 
-    fn in_component(module: &[u8]) -> Vec<u8> {
+    /// A stand-in for componentize-py's runtime module: it exports the
+    /// Python extension's init function.
+    fn runtime() -> Vec<u8> {
+        use wasm_encoder::*;
+        let mut m = Module::new();
+        let mut types = TypeSection::new();
+        types.ty().function([], []);
+        m.section(&types);
+        let mut funcs = FunctionSection::new();
+        funcs.function(0);
+        m.section(&funcs);
+        let mut exports = ExportSection::new();
+        exports.export(COMPONENTIZE_PY_RUNTIME, ExportKind::Func, 0);
+        m.section(&exports);
+        let mut code = CodeSection::new();
+        let mut f = Function::new([]);
+        f.instruction(&Instruction::End);
+        code.function(&f);
+        m.section(&code);
+        m.finish()
+    }
+
+    /// The adapter in a component, beside componentize-py's runtime or not.
+    fn component_of(module: &[u8], with_runtime: bool) -> Vec<u8> {
         let mut c = wasm_encoder::Component::new();
         c.section(&RawSection {
             id: ComponentSectionId::CoreModule as u8,
             data: module,
         });
+        if with_runtime {
+            c.section(&RawSection {
+                id: ComponentSectionId::CoreModule as u8,
+                data: &runtime(),
+            });
+        }
         c.finish()
+    }
+
+    fn in_component(module: &[u8]) -> Vec<u8> {
+        component_of(module, true)
+    }
+
+    #[test]
+    fn a_wit_dylib_adapter_of_another_toolchain_is_left_alone() {
+        // jco's QuickJS backend is built on wit-dylib too; its runtime owns what it returns.
+        let component = component_of(&adapter(), false);
+        let (out, repairs) = repair(&component);
+        assert!(matches!(out, Cow::Borrowed(_)));
+        assert_eq!(repairs, Repairs::default());
     }
 
     fn only_module(component: &[u8]) -> Vec<u8> {
@@ -490,7 +566,7 @@ mod tests {
                 unchecked_range, ..
             } = p
             {
-                found = Some(bytes[unchecked_range.clone()].to_vec());
+                found.get_or_insert_with(|| bytes[unchecked_range.clone()].to_vec());
             }
             Ok(())
         })
