@@ -70,6 +70,18 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The first component of `rel` without `.rs`: the module a file belongs to.
+fn module_of(rel: &Path) -> String {
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_str()
+        .unwrap();
+    first.trim_end_matches(".rs").to_string()
+}
+
 /// The file's code without its `#[cfg(test)]` module (tests may reach anywhere).
 fn code(path: &Path) -> String {
     let src = std::fs::read_to_string(path).unwrap();
@@ -150,15 +162,7 @@ fn server_modules_reach_only_what_layers_txt_allows() {
     let mut broken = Vec::new();
     for file in rust_files(&src) {
         let rel = file.strip_prefix(&src).unwrap();
-        let top = rel
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_str()
-            .unwrap()
-            .trim_end_matches(".rs")
-            .to_string();
+        let top = module_of(rel);
         let Some(allowed) = r.modules.get(&top) else {
             broken.push(format!(
                 "host/src/{}: module '{top}' is not in layers.txt",
@@ -198,15 +202,7 @@ fn module_folders_have_no_cycles() {
         let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for file in rust_files(&dir) {
             let rel = file.strip_prefix(&dir).unwrap();
-            let me = rel
-                .components()
-                .next()
-                .unwrap()
-                .as_os_str()
-                .to_str()
-                .unwrap()
-                .trim_end_matches(".rs")
-                .to_string();
+            let me = module_of(rel);
             if me == "mod" {
                 continue;
             }

@@ -107,7 +107,10 @@ const COMPONENTIZE_PY_RUNTIME: &str = "PyInit_componentize_py_runtime";
 fn is_componentize_py(bytes: &[u8]) -> bool {
     let mut found = false;
     let walked = walk(bytes, |payload, bytes| {
-        if let Payload::ModuleSection { unchecked_range, .. } = payload {
+        if let Payload::ModuleSection {
+            unchecked_range, ..
+        } = payload
+        {
             found |= exports(&bytes[unchecked_range.clone()], COMPONENTIZE_PY_RUNTIME);
         }
         Ok(())
@@ -206,35 +209,28 @@ fn rewrite_component(bytes: &[u8], repairs: &mut Repairs) -> Result<Option<Vec<u
             Payload::Version { .. } => {}
             Payload::ModuleSection {
                 unchecked_range, ..
-            } => {
-                let module = &bytes[unchecked_range.clone()];
-                let fixed = match repair_module(module, repairs) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        failure.get_or_insert(e);
-                        None
-                    }
-                };
-                changed |= fixed.is_some();
-                out.section(&RawSection {
-                    id: ComponentSectionId::CoreModule as u8,
-                    data: fixed.as_deref().unwrap_or(module),
-                });
             }
-            Payload::ComponentSection {
+            | Payload::ComponentSection {
                 unchecked_range, ..
             } => {
                 let inner = &bytes[unchecked_range.clone()];
-                let fixed = match rewrite_component(inner, repairs) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        failure.get_or_insert(e);
-                        None
-                    }
+                let (id, fixed) = match payload {
+                    Payload::ModuleSection { .. } => (
+                        ComponentSectionId::CoreModule,
+                        repair_module(inner, repairs),
+                    ),
+                    _ => (
+                        ComponentSectionId::Component,
+                        rewrite_component(inner, repairs),
+                    ),
                 };
+                let fixed = fixed.unwrap_or_else(|e| {
+                    failure.get_or_insert(e);
+                    None
+                });
                 changed |= fixed.is_some();
                 out.section(&RawSection {
-                    id: ComponentSectionId::Component as u8,
+                    id: id as u8,
                     data: fixed.as_deref().unwrap_or(inner),
                 });
             }
