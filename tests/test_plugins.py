@@ -3,6 +3,7 @@
 serving, BLS calls and cycle refusal, and the .cwasm cache."""
 
 import os
+import shutil
 import threading
 import time
 
@@ -351,3 +352,46 @@ def test_a_named_pipe_in_a_plugin_folder_is_refused_at_load(tmp_path):
         assert index["add_sub"]["state"] == "READY"
     finally:
         t.stop()
+
+
+def test_the_sandbox_holds_at_the_version_folder(tmp_path):
+    """A plugin reads its own version folder and nothing past it: not `..`
+    (the model's config), not a link to /etc/passwd or to the model folder
+    placed inside its version folder. A socket in the version folder fails
+    the load (a read could block past the deadline); the rest serve."""
+    import socket
+
+    repo = tmp_path / "models"
+    for name in ("reader", "with_socket"):
+        (repo / name / "1").mkdir(parents=True)
+        shutil.copy(os.path.join(plugins_dir(), "misbehave.wasm"), repo / name / "1" / "model.wasm")
+        (repo / name / "config.pbtxt").write_text(
+            f'name: "{name}"\nbackend: "wasm"\nmax_batch_size: 0\n'
+            'input [ { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+            'output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+        )
+    version = repo / "reader" / "1"
+    (version / "data.txt").write_text("inside\n")
+    os.symlink("/etc/passwd", version / "passwd")
+    os.symlink("../config.pbtxt", version / "config_link")
+    os.symlink(str(repo / "with_socket"), version / "elsewhere")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(repo / "with_socket" / "1" / "s.sock"))
+    t = Tern([f"--model-repository={repo}", "--exit-on-error=false", "--strict-readiness=false", "--wasm-cache-dir=none"])
+    try:
+        c = httpclient.InferenceServerClient(t.url)
+
+        def read(path):
+            inp = httpclient.InferInput("MODE", [1], "BYTES")
+            inp.set_data_from_numpy(np.array([f"read:{path}".encode()], dtype=np.object_))
+            return c.infer("reader", [inp]).as_numpy("OUTPUT0")[0].decode()
+
+        assert read("data.txt") == "read 7 bytes"
+        for escape in ("../config.pbtxt", "../../reader/config.pbtxt", "passwd", "config_link", "elsewhere/config.pbtxt", "/etc/passwd"):
+            assert read(escape).startswith("denied:"), escape
+        index = {m["name"]: m for m in c.get_model_repository_index()}
+        assert index["with_socket"]["state"] == "UNAVAILABLE", index
+        assert "is not a regular file or folder" in index["with_socket"]["reason"], index
+    finally:
+        t.stop()
+        sock.close()

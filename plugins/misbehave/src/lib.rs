@@ -4,7 +4,9 @@
 //! `panic`, `wrong_count` (two responses for one request), `bad_shape`,
 //! `bad_tensor` (data size does not match the shape), `bad_dtype`, `read_model_file`
 //! (reads `data.txt` from its own folder: allowed), `read_outside` (tries
-//! `/etc/passwd`), `env` (reads environment variables), `error` (a clean
+//! `/etc/passwd`), `read:<path>` (reads `<path>` relative to its own
+//! folder: `..`, links out of it and the like must be denied), `env` (reads
+//! environment variables), `error` (a clean
 //! INVALID_ARG), `count` (how many times this instance executed),
 //! `log_flood` (20,000 log lines of 8 KiB each), `metric_flood` (a gauge
 //! set with 5,000 label values, and 100 more families; answers how many
@@ -77,6 +79,12 @@ impl Misbehave {
                 Ok(s) => format!("read {} bytes", s.len()),
                 Err(e) => format!("denied: {e}"),
             },
+            path if path.starts_with("read:") => {
+                match std::fs::read_to_string(format!("{}/{}", self.dir, &path[5..])) {
+                    Ok(s) => format!("read {} bytes", s.len()),
+                    Err(e) => format!("denied: {e}"),
+                }
+            }
             "env" => format!("{} variables", std::env::vars().count()),
             "error" => return Err(Error::invalid_arg("misbehave: asked for an error")),
             "metric_flood" => {
