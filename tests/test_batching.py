@@ -87,14 +87,31 @@ def batch_sizes(st):
     return {b["batch_size"]: b["compute_infer"]["count"] for b in st["batch_stats"]}
 
 
-def executions(t, model):
-    """Batches as logged by the 'executing' lines: list of request-id lists."""
-    out = []
-    for line in t.log().splitlines():
-        m = re.search(rf"executing model={model} version=\d+ instance=\S+ batch_size=\d+ requests=\d+ ids=\[([^\]]*)\]", line)
-        if m:
-            out.append(m.group(1).split(","))
-    return out
+def executions(t, model, settle=0.3, timeout=10):
+    """Batches as logged by the 'executing' lines: list of request-id lists.
+
+    The server writes its log from a thread of its own and the test reads it
+    through another, so a line logged before a response may arrive after it:
+    wait until some lines are there and none has come for `settle` seconds."""
+
+    def parse():
+        out = []
+        for line in t.log().splitlines():
+            m = re.search(rf"executing model={model} version=\d+ instance=\S+ batch_size=\d+ requests=\d+ ids=\[([^\]]*)\]", line)
+            if m:
+                out.append(m.group(1).split(","))
+        return out
+
+    deadline = time.time() + timeout
+    last, since = parse(), time.time()
+    while time.time() < deadline:
+        time.sleep(0.05)
+        now = parse()
+        if now != last:
+            last, since = now, time.time()
+        elif last and time.time() - since >= settle:
+            break
+    return last
 
 
 def ones(batch=1, width=4, value=1):
