@@ -19,9 +19,8 @@
 //! on wit-dylib too (jco's QuickJS backend), and their runtimes may return a
 //! pointer they still own. In such a component it finds the adapter module
 //! (it imports both functions with wit-dylib's signatures) and routes its
-//! calls to `wit_dylib_pop_list`
-//! through a function appended to the module that does the same for the
-//! pointer the runtime returned. The runtime returns a pointer only for
+//! calls to `wit_dylib_pop_list` through a function appended to the module
+//! that does the same for the pointer the runtime returned. The runtime returns a pointer only for
 //! `list<u8>` and `list<s8>`, so the block's size is the list's length and
 //! its alignment 1, the layout it was allocated with.
 //!
