@@ -17,7 +17,8 @@ use std::time::Instant;
 
 use common::{per_call_us, strings};
 
-use tern::repository::{Repository, RepositoryOptions};
+use tern::infer::Infer;
+use tern::repository::RepositoryOptions;
 use tern_core::backend::{Backend, BackendSettings, DeviceKind, ExecTiming, InstanceSpec, Model};
 use tern_core::config::parse_pbtxt;
 use tern_core::{DataType, InferRequest, Tensor};
@@ -52,7 +53,7 @@ fn ms(t: Instant) -> f64 {
 
 fn load(
     wasm: &Arc<dyn Backend>,
-    repo: &Arc<Repository>,
+    repo: &Arc<Infer>,
     root: &Path,
     model: &str,
     settings: &BackendSettings,
@@ -69,7 +70,7 @@ fn main() {
     let root = Path::new(&root);
     let cache = root.join(".cwasm-cache");
     let _ = std::fs::remove_dir_all(&cache);
-    let repo = Repository::new(RepositoryOptions {
+    let infer = Infer::new(RepositoryOptions {
         roots: Vec::new(),
         ..Default::default()
     });
@@ -99,11 +100,11 @@ fn main() {
                 .expect("model.wasm")
                 .len();
             let t = Instant::now();
-            drop(load(&wasm, &repo, root, &model, &cold));
+            drop(load(&wasm, &infer, root, &model, &cold));
             let no_cache = ms(t);
-            drop(load(&wasm, &repo, root, &model, &cached)); // fills the cache
+            drop(load(&wasm, &infer, root, &model, &cached)); // fills the cache
             let t = Instant::now();
-            let loaded = load(&wasm, &repo, root, &model, &cached);
+            let loaded = load(&wasm, &infer, root, &model, &cached);
             let warm = ms(t);
             let t = Instant::now();
             for _ in 0..4 {

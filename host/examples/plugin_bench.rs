@@ -13,7 +13,8 @@ mod common;
 use common::{per_call_us, strings};
 
 use tern::backends::Registry;
-use tern::repository::{Repository, RepositoryOptions};
+use tern::infer::Infer;
+use tern::repository::RepositoryOptions;
 use tern_core::backend::{BackendSettings, DeviceKind, ExecTiming, InstanceSpec};
 use tern_core::{DataType, InferRequest, Tensor};
 
@@ -35,7 +36,7 @@ fn main() {
         wasm_cache_dir: None,
         ..Default::default()
     };
-    let repo = Repository::new(RepositoryOptions {
+    let infer = Infer::new(RepositoryOptions {
         roots: vec![root.clone().into()],
         auto_complete: true,
         backend: settings.clone(),
@@ -43,6 +44,7 @@ fn main() {
         load_threads: 2,
         ..Default::default()
     });
+    let repo = infer.repository().clone();
     let errors = repo.load_all().expect("repository");
     assert!(errors.is_empty(), "load errors: {errors:?}");
 
@@ -77,7 +79,7 @@ fn main() {
         ),
     ] {
         let cfg = repo.config(model, None).expect("config");
-        let loaded = common::load(&wasm, &repo, std::path::Path::new(&root), &cfg, &settings);
+        let loaded = common::load(&wasm, &infer, std::path::Path::new(&root), &cfg, &settings);
         let mut inst = loaded.create_instance(&spec).expect("instance");
         let us = per_call_us(n, || {
             let r = inst.execute(&batch, &mut ExecTiming::default());

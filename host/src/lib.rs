@@ -7,6 +7,7 @@
 pub mod backends;
 pub mod cli;
 pub mod frontend;
+pub mod infer;
 pub mod logging;
 pub mod metrics;
 pub mod plugins;

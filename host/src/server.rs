@@ -16,6 +16,7 @@ use crate::frontend::common::ServerInfo;
 use crate::frontend::grpc;
 use crate::frontend::http::{HttpService, HttpState};
 use crate::frontend::restrict::Restrictions;
+use crate::infer::Infer;
 use crate::metrics::Metrics;
 use crate::repository::control::ControlMode;
 use crate::repository::{Repository, RepositoryOptions, State};
@@ -72,7 +73,8 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         config_name: args.model_config_name.clone(),
         summary_latencies: args.allow_metrics && metrics_settings.summary_latencies,
     };
-    let repository = Repository::new(options);
+    let infer = Infer::new(options);
+    let repository = infer.repository().clone();
     let metrics = args
         .allow_metrics
         .then(|| Arc::new(Metrics::new(repository.clone(), metrics_settings)));
@@ -133,6 +135,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     }
     let grpc_settings = args.grpc_settings()?;
     let info = Arc::new(ServerInfo {
+        infer,
         repository: repository.clone(),
         server_id: args.id.clone(),
         strict_readiness: args.strict_readiness,

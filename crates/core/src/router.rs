@@ -1,8 +1,8 @@
 //! How a model calls another model by name: ensemble steps and plugins'
-//! BLS calls go through a [`ModelRouter`], which the server's repository
-//! implements. Code that calls other models sees only this trait, never the
-//! repository behind it. (The HTTP and gRPC frontends look versions up in
-//! the repository themselves.)
+//! BLS calls go through a [`ModelRouter`], which the server's inference
+//! facade implements (the same door its HTTP and gRPC frontends use). Code
+//! that calls other models sees only this trait, never the repository
+//! behind it.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -7,16 +7,17 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use tern::backends::Registry;
-use tern::repository::{Repository, RepositoryOptions};
+use tern::infer::Infer;
+use tern::repository::RepositoryOptions;
 use tern_core::backend::{
     Backend, BackendSettings, DeviceKind, ExecTiming, Instance, InstanceSpec, LoadContext, Model,
 };
 use tern_core::config::ModelConfig;
 use tern_core::{DataType, InferRequest, Tensor};
 
-/// A repository with no roots: what a backend looks other models up in.
-pub fn empty_repo(settings: &BackendSettings) -> Arc<Repository> {
-    Repository::new(RepositoryOptions {
+/// A facade over a repository with no roots: what a backend looks other models up in.
+pub fn empty_repo(settings: &BackendSettings) -> Arc<Infer> {
+    Infer::new(RepositoryOptions {
         roots: vec![],
         auto_complete: false,
         backend: settings.clone(),
@@ -29,7 +30,7 @@ pub fn empty_repo(settings: &BackendSettings) -> Arc<Repository> {
 /// Loads version 1 of the model `cfg` describes, from `<root>/<cfg.name>/1`, with `backend`.
 pub fn load(
     backend: &Arc<dyn Backend>,
-    repo: &Arc<Repository>,
+    repo: &Arc<Infer>,
     root: &Path,
     cfg: &ModelConfig,
     settings: &BackendSettings,

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::infer::Infer;
 use crate::repository::control::{ControlMode, LoadOverride};
 use crate::repository::Repository;
 use tern_core::error::Result;
@@ -28,7 +29,9 @@ pub const EXTENSIONS: &[&str] = &[
 
 /// Server-wide state shared by the frontends.
 pub struct ServerInfo {
-    /// All models.
+    /// The one way inference requests reach a model.
+    pub infer: Arc<Infer>,
+    /// All models: loading, unloading, the index, metadata (the facade's repository).
     pub repository: Arc<Repository>,
     /// `--id`.
     pub server_id: String,

@@ -473,7 +473,7 @@ impl Repository {
                     version,
                     version_dir: &version_dir,
                     settings: &self.options.backend,
-                    models: self.me.clone(),
+                    models: self.router.clone(),
                     progress,
                 };
                 // A backend that panics while loading fails this load, not the server.
@@ -503,7 +503,7 @@ impl Repository {
                 let ensemble = Ensemble::build(
                     config,
                     |m, v| self.get(m, v).map(|h| h.config.clone()),
-                    self.me.clone(),
+                    self.router.clone(),
                 )?;
                 // An output without labels of its own classifies with the labels of
                 // the composing model output it comes from, as that model answers.
@@ -588,11 +588,14 @@ mod tests {
         write_model(root, "nested", &ensemble("nested", "ens"));
         write_model(root, "cycle_a", &ensemble("cycle_a", "cycle_b"));
         write_model(root, "cycle_b", &ensemble("cycle_b", "cycle_a"));
-        Repository::new(RepositoryOptions {
-            roots: vec![root.to_path_buf()],
-            load_threads: 2,
-            ..Default::default()
-        })
+        Repository::new(
+            RepositoryOptions {
+                roots: vec![root.to_path_buf()],
+                load_threads: 2,
+                ..Default::default()
+            },
+            tern_core::router::unrouted(),
+        )
     }
 
     fn state(repo: &Repository, name: &str) -> (State, String) {
@@ -666,11 +669,14 @@ mod tests {
     fn polling_retries_a_failed_folder_only_after_it_changes() {
         let t = tempfile::tempdir().unwrap();
         write_model(t.path(), "id", "name: \"id\" backend: \"identity\" input [");
-        let repo = Repository::new(RepositoryOptions {
-            roots: vec![t.path().to_path_buf()],
-            load_threads: 1,
-            ..Default::default()
-        });
+        let repo = Repository::new(
+            RepositoryOptions {
+                roots: vec![t.path().to_path_buf()],
+                load_threads: 1,
+                ..Default::default()
+            },
+            tern_core::router::unrouted(),
+        );
         assert_eq!(repo.load_all().unwrap().len(), 1);
         assert!(repo.poll().unwrap().is_empty(), "unchanged: not retried");
         std::fs::write(t.path().join("id/config.pbtxt"), ID).unwrap();

@@ -21,15 +21,12 @@ use crate::backends::Registry;
 use crate::scheduler::ensemble;
 use crate::scheduler::ModelHandle;
 use entry::ModelEntry;
-#[cfg(test)]
-use entry::UNLOADED;
 use tern_core::backend::{BackendSettings, ModelFiles};
 use tern_core::config::is_ensemble;
 use tern_core::config::validate::{check_supported, normalize, not_acted_on, validate};
 use tern_core::config::{parse_pbtxt, ModelConfig};
 use tern_core::error::{Error, Result};
-use tern_core::router::{InferFuture, ModelRouter};
-use tern_core::{InferRequest, InferResponse};
+use tern_core::router::ModelRouter;
 
 /// What the model-control lock guards: the models some change is loading or
 /// unloading right now, with the lock released.
@@ -111,6 +108,9 @@ struct Prepared {
 /// All models known to the server.
 pub struct Repository {
     me: std::sync::Weak<Repository>,
+    /// Where the models' own calls (ensemble steps, BLS) go: the server's
+    /// inference facade, in the module above this one.
+    router: std::sync::Weak<dyn ModelRouter>,
     models: RwLock<BTreeMap<String, ModelEntry>>,
     registry: Registry,
     options: RepositoryOptions,
@@ -128,10 +128,12 @@ pub struct Repository {
 }
 
 impl Repository {
-    /// Creates an empty repository.
-    pub fn new(options: RepositoryOptions) -> Arc<Self> {
+    /// Creates an empty repository whose models call other models through
+    /// `router` (`tern_core::router::unrouted()` for none).
+    pub fn new(options: RepositoryOptions, router: std::sync::Weak<dyn ModelRouter>) -> Arc<Self> {
         Arc::new_cyclic(|me| Repository {
             me: me.clone(),
+            router,
             models: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
             options,
@@ -417,40 +419,6 @@ impl Repository {
     }
 }
 
-impl Repository {
-    /// Looks up the version a request names (failing at once when there is
-    /// none) and returns the future of its response: the one routing path of
-    /// gRPC, ensemble steps and BLS calls (through [`ModelRouter`]). HTTP
-    /// resolves the version itself first, because decoding a raw body needs
-    /// its config, and runs the request on that same version.
-    pub fn route(
-        &self,
-        request: InferRequest,
-    ) -> Result<impl std::future::Future<Output = Result<InferResponse>> + Send + 'static> {
-        let handle = self.get(&request.model_name, request.model_version)?;
-        Ok(async move { handle.infer(request).await })
-    }
-}
-
-impl ModelRouter for Repository {
-    fn infer(&self, request: InferRequest) -> Result<InferFuture> {
-        Ok(Box::pin(self.route(request)?))
-    }
-
-    fn infer_stream(
-        &self,
-        request: InferRequest,
-    ) -> Result<Box<dyn tern_core::router::ResponseStream>> {
-        let handle = self.get(&request.model_name, request.model_version)?;
-        if handle.decoupled() {
-            return Ok(Box::new(handle.infer_stream(request)?));
-        }
-        Ok(Box::new(crate::scheduler::stream::Single::new(Box::pin(
-            async move { handle.infer(request).await },
-        ))))
-    }
-}
-
 fn version_suffix(version: Option<i64>) -> String {
     version.map(|v| format!(" version {v}")).unwrap_or_default()
 }
@@ -460,82 +428,4 @@ fn unknown(name: &str, version: Option<i64>) -> Error {
         "Request for unknown model: '{name}'{} is not found",
         version_suffix(version)
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tern_core::{DataType, Tensor};
-
-    /// A repository of one identity model, loaded.
-    fn identity_repository(dir: &Path) -> Arc<Repository> {
-        std::fs::create_dir_all(dir.join("id/1")).unwrap();
-        std::fs::write(
-            dir.join("id/config.pbtxt"),
-            r#"name: "id" backend: "identity" max_batch_size: 4
-               input [{name: "X" data_type: TYPE_INT32 dims: [2]}]
-               output [{name: "Y" data_type: TYPE_INT32 dims: [2]}]"#,
-        )
-        .unwrap();
-        let repo = Repository::new(RepositoryOptions {
-            roots: vec![dir.to_path_buf()],
-            load_threads: 1,
-            ..Default::default()
-        });
-        assert!(repo.load_all().unwrap().is_empty());
-        repo
-    }
-
-    fn request(model: &str) -> InferRequest {
-        InferRequest {
-            model_name: model.into(),
-            inputs: vec![Tensor::new(
-                "X",
-                DataType::Int32,
-                vec![1, 2],
-                [7i32, -7]
-                    .iter()
-                    .flat_map(|v| v.to_le_bytes())
-                    .collect::<Vec<u8>>(),
-            )],
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn the_router_runs_requests_by_name_and_follows_the_lifecycle() {
-        let t = tempfile::tempdir().unwrap();
-        let repo = identity_repository(t.path());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let router: Arc<dyn ModelRouter> = repo.clone();
-        let r = rt.block_on(router.infer(request("id")).unwrap()).unwrap();
-        assert_eq!((r.model_name.as_str(), r.model_version), ("id", 1));
-        assert_eq!(r.outputs[0].data, request("id").inputs[0].data);
-        let e = router.infer(request("nope")).err().unwrap();
-        assert_eq!(e.code, tern_core::Code::NotFound);
-        assert_eq!(e.message, "Request for unknown model: 'nope' is not found");
-        assert!(repo.all_ready());
-        assert_eq!(repo.index()[0].state, State::Ready);
-
-        repo.unload_model("id", false).unwrap();
-        let e = router.infer(request("id")).err().unwrap();
-        assert!(e.message.contains("'id'"), "{e}");
-        let row = &repo.index()[0];
-        assert_eq!(
-            (row.state, row.reason.as_str()),
-            (State::Unavailable, UNLOADED)
-        );
-        assert!(
-            repo.all_ready(),
-            "an unloaded model does not make the server unready"
-        );
-
-        repo.load_model("id", Default::default()).unwrap();
-        assert!(rt.block_on(router.infer(request("id")).unwrap()).is_ok());
-        repo.shutdown();
-        assert!(repo.load_model("id", Default::default()).is_err());
-    }
 }

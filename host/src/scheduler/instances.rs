@@ -13,8 +13,6 @@
 //! received it: two thread wake-ups (to the instance thread and back) cost
 //! more than such an execution.
 
-use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -24,17 +22,18 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::deadlines;
+use super::instance::{
+    create_all, create_instance, execute_batch, gone_error, instance_specs, Executed,
+};
 use super::policy::{self, BatchPolicy};
 use super::queue::{Decision, Pending, Queue};
-use super::stats::{ComputeTimes, FailReason, ModelStats, RequestOutcome};
+use super::reorder::{Reorder, Reply};
+use super::stats::{FailReason, ModelStats, RequestOutcome};
 use super::warmup;
-use tern_core::backend::{DeviceKind, ExecTiming, Instance, InstanceSpec, Model};
-use tern_core::config::pb::model_instance_group::Kind;
+use tern_core::backend::{Instance, Model};
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
 use tern_core::{InferRequest, InferResponse};
-
-pub(super) type Reply = oneshot::Sender<Result<InferResponse>>;
 
 /// Inline execution only while the model's last execution took less than
 /// this: the async worker is held for about that long.
@@ -55,13 +54,6 @@ impl Slot {
         let mut instance = self.instance.lock().unwrap_or_else(|p| p.into_inner());
         execute_batch(model, &self.name, instance.as_mut(), requests)
     }
-}
-
-/// Holds finished responses until all earlier arrivals are released (`preserve_ordering`).
-#[derive(Default)]
-pub(super) struct Reorder {
-    next: u64,
-    held: BTreeMap<u64, (Reply, Result<InferResponse>)>,
 }
 
 struct Shared {
@@ -159,46 +151,6 @@ impl QueueState {
     }
 }
 
-pub(super) fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<Vec<InstanceSpec>> {
-    let mut specs = Vec::new();
-    for group in &config.instance_group {
-        let devices: Vec<DeviceKind> = if group.kind == Kind::Gpu as i32 {
-            if gpu_count == 0 {
-                // Triton answers this as an invalid argument too ("instance group ... specifies
-                // invalid or unsupported gpu id"), so a load through the API gets a 400.
-                return Err(Error::invalid_arg(format!(
-                    "model '{}': instance_group '{}' is KIND_GPU but no GPU is available on this machine \
-                     (use KIND_CPU or KIND_AUTO)",
-                    config.name, group.name
-                )));
-            }
-            let gpus: Vec<i32> = if group.gpus.is_empty() {
-                (0..gpu_count as i32).collect()
-            } else {
-                group.gpus.clone()
-            };
-            if let Some(g) = gpus.iter().find(|&&g| g < 0 || g as usize >= gpu_count) {
-                return Err(Error::invalid_arg(format!(
-                    "model '{}': instance_group '{}' names GPU {g}, but only {gpu_count} GPU(s) exist",
-                    config.name, group.name
-                )));
-            }
-            gpus.into_iter().map(DeviceKind::Gpu).collect()
-        } else {
-            vec![DeviceKind::Cpu]
-        };
-        for device in devices {
-            for i in 0..group.count.max(1) {
-                specs.push(InstanceSpec {
-                    name: format!("{}_{}", group.name, i),
-                    device,
-                });
-            }
-        }
-    }
-    Ok(specs)
-}
-
 /// One instance thread, its instance and its retirement flag.
 struct Worker {
     name: String,
@@ -212,63 +164,6 @@ struct InstanceSource {
     model: Arc<dyn Model>,
     gpu_count: usize,
     model_dir: PathBuf,
-}
-
-/// Creates one instance and runs every warmup sample on it.
-pub(super) fn create_instance(
-    config: &ModelConfig,
-    version: i64,
-    model: &Arc<dyn Model>,
-    spec: &InstanceSpec,
-    samples: &[warmup::Sample],
-) -> Result<Box<dyn Instance>> {
-    let mut instance = model.create_instance(spec)?;
-    for sample in samples {
-        let started = Instant::now();
-        for _ in 0..sample.count {
-            let batch = std::slice::from_ref(&sample.request);
-            let result = catch_unwind(AssertUnwindSafe(|| {
-                instance.execute(batch, &mut ExecTiming::default())
-            }));
-            let failure = match result {
-                Ok(mut r) if r.len() == 1 => r.pop().and_then(|r| r.err()),
-                Ok(r) => Some(Error::internal(format!(
-                    "backend returned {} responses for 1 request",
-                    r.len()
-                ))),
-                Err(_) => Some(Error::internal("the backend panicked")),
-            };
-            if let Some(e) = failure {
-                return Err(Error::new(
-                    e.code,
-                    format!(
-                        "model '{}': warmup sample '{}' failed on instance '{}': {}",
-                        config.name, sample.name, spec.name, e.message
-                    ),
-                ));
-            }
-        }
-        tracing::info!(model = %config.name, version, instance = %spec.name, "warmup sample '{}' ran {} time(s) in {:?}", sample.name, sample.count, started.elapsed());
-    }
-    Ok(instance)
-}
-
-/// Creates and warms up every instance of every `instance_group`, named.
-pub(super) fn create_all(
-    config: &ModelConfig,
-    version: i64,
-    model: &Arc<dyn Model>,
-    gpu_count: usize,
-    model_dir: &Path,
-) -> Result<Vec<(String, Box<dyn Instance>)>> {
-    let samples = warmup::samples(config, model_dir)?;
-    instance_specs(config, gpu_count)?
-        .into_iter()
-        .map(|spec| {
-            let instance = create_instance(config, version, model, &spec, &samples)?;
-            Ok((spec.name, instance))
-        })
-        .collect()
 }
 
 /// Starts the thread of one instance.
@@ -488,13 +383,6 @@ fn gone(s: &Shared) -> Error {
     gone_error(&s.config.name, s.version)
 }
 
-/// The error of a request a version can no longer serve (unloaded, replaced).
-pub(super) fn gone_error(model: &str, version: i64) -> Error {
-    Error::unavailable(format!(
-        "model '{model}' version {version} is no longer available"
-    ))
-}
-
 fn close(shared: &Shared) {
     shared.queue.lock().expect("queue lock").queue.closed = true;
     shared.ready.notify_all();
@@ -537,32 +425,6 @@ fn stop(shared: &Shared) {
 /// Sends a response, in arrival order when `preserve_ordering` is set.
 fn deliver(s: &Shared, seq: u64, reply: Reply, result: Result<InferResponse>) {
     Reorder::deliver(&s.reorder, s.policy.preserve_ordering, seq, reply, result);
-}
-
-impl Reorder {
-    /// Sends a response at once, or (`preserve`) once every earlier arrival
-    /// number has been delivered.
-    pub(super) fn deliver(
-        this: &Mutex<Reorder>,
-        preserve: bool,
-        seq: u64,
-        reply: Reply,
-        result: Result<InferResponse>,
-    ) {
-        if !preserve {
-            let _ = reply.send(result);
-            return;
-        }
-        let mut r = this.lock().expect("reorder lock");
-        r.held.insert(seq, (reply, result));
-        while let Some((reply, result)) = {
-            let next = r.next;
-            r.held.remove(&next)
-        } {
-            r.next += 1;
-            let _ = reply.send(result);
-        }
-    }
 }
 
 /// Answers requests whose queue timeout expired (REJECT) with Triton's error.
@@ -669,59 +531,6 @@ fn next_batch(s: &Shared, retire: &AtomicBool, finished: bool) -> Option<Vec<Pen
                 q.woke();
             }
         }
-    }
-}
-
-/// What one execution of a batch produced.
-pub(super) struct Executed {
-    /// One result per request, in order.
-    pub results: Vec<Result<InferResponse>>,
-    /// The execution's compute times, as the statistics split them.
-    pub times: ComputeTimes,
-    /// When the execution started.
-    pub start: Instant,
-}
-
-/// Runs `requests` on `instance` as one batch: exactly one result per
-/// request (a backend panic or a wrong count becomes an error for each).
-pub(super) fn execute_batch(
-    model: &str,
-    name: &str,
-    instance: &mut dyn Instance,
-    requests: &[InferRequest],
-) -> Executed {
-    let start = Instant::now();
-    let mut timing = ExecTiming::default();
-    let results = catch_unwind(AssertUnwindSafe(|| instance.execute(requests, &mut timing)));
-    let end = Instant::now();
-    let results: Vec<Result<InferResponse>> = match results {
-        Ok(r) if r.len() == requests.len() => r,
-        Ok(r) => {
-            let e = Error::internal(format!(
-                "model '{model}': backend returned {} responses for {} requests",
-                r.len(),
-                requests.len()
-            ));
-            requests.iter().map(|_| Err(e.clone())).collect()
-        }
-        Err(_) => {
-            tracing::error!(model = %model, instance = %name, "backend panicked while executing a batch");
-            let e = Error::internal(format!(
-                "model '{model}': the backend failed while executing the request"
-            ));
-            requests.iter().map(|_| Err(e.clone())).collect()
-        }
-    };
-    let input_done = timing.input_done.unwrap_or(start).clamp(start, end);
-    let infer_done = timing.infer_done.unwrap_or(end).clamp(input_done, end);
-    Executed {
-        results,
-        times: ComputeTimes {
-            input: input_done - start,
-            infer: infer_done - input_done,
-            output: end - infer_done,
-        },
-        start,
     }
 }
 
@@ -837,6 +646,7 @@ fn worker(s: Arc<Shared>, slot: Arc<Slot>, retire: Arc<AtomicBool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tern_core::backend::{ExecTiming, InstanceSpec};
     use tern_core::config::parse_pbtxt;
 
     fn shared(preserve: bool) -> Shared {

@@ -16,9 +16,11 @@
 
 pub mod deadlines;
 pub mod ensemble;
+pub mod instance;
 pub mod instances;
 pub mod policy;
 pub mod queue;
+pub mod reorder;
 pub mod sequence;
 pub mod stats;
 pub mod stream;

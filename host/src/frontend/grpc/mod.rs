@@ -30,7 +30,7 @@ use crate::proto::*;
 use crate::scheduler::stats::{CountNs, Snapshot};
 use tern_core::error::{Code, Error, Result};
 use tern_core::request::ControlValue;
-use tern_memory::shm::{self, Kind as ShmKind};
+use tern_memory::shm::Kind as ShmKind;
 
 /// TLS material for the gRPC server (PEM).
 #[derive(Clone)]
@@ -181,19 +181,15 @@ fn take_empty_final(req: &mut ModelInferRequest) -> Result<bool> {
 impl InferenceService {
     async fn infer(&self, req: ModelInferRequest) -> Result<ModelInferResponse> {
         let request = codec::decode_request(req, &self.info.shm)?;
-        let handle = self
-            .info
-            .repository
-            .get(&request.model_name, request.model_version)?;
-        if handle.decoupled() {
+        let infer = &self.info.infer;
+        let target = infer.target(&request.model_name, request.model_version)?;
+        if target.model().decoupled() {
             return Err(tern_core::Error::unsupported(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy",
             ));
         }
-        let requested = request.outputs.clone();
-        let response = handle.infer(request).await?;
-        shm::write_outputs(&response, &requested)?;
-        Ok(codec::encode_response(response, &requested))
+        let answer = infer.infer(&target, request).await?;
+        Ok(codec::encode_response(answer.response, &answer.requested))
     }
 
     /// Answers one request of a ModelStreamInfer stream: a decoupled model's
@@ -226,46 +222,20 @@ impl InferenceService {
                 infer_response: Some(response),
             }
         };
+        let infer = &self.info.infer;
         let started = take_empty_final(&mut req).and_then(|empty_final| {
             let request = codec::decode_request(req, &self.info.shm)?;
-            let handle = self
-                .info
-                .repository
-                .get(&request.model_name, request.model_version)?;
-            Ok((empty_final, request, handle))
+            let target = infer.target(&request.model_name, request.model_version)?;
+            Ok((empty_final, request, target))
         });
-        let (empty_final, request, handle) = match started {
+        let (empty_final, request, target) = match started {
             Ok(s) => s,
             Err(e) => {
                 let _ = tx.send(Ok(error(e.message, None))).await;
                 return;
             }
         };
-        let requested = request.outputs.clone();
-        if !handle.decoupled() {
-            // The client cancelling the stream drops its receiver: the request is
-            // dropped too (cancelled if it is still queued), as Triton does.
-            let result = tokio::select! {
-                r = handle.infer(request) => r,
-                _ = tx.closed() => return,
-            };
-            let msg = match result.and_then(|r| {
-                shm::write_outputs(&r, &requested)?;
-                Ok(codec::encode_response(r, &requested))
-            }) {
-                Ok(mut response) => {
-                    final_flag(&mut response, true);
-                    ModelStreamInferResponse {
-                        error_message: String::new(),
-                        infer_response: Some(response),
-                    }
-                }
-                Err(e) => error(e.message, Some(true)),
-            };
-            let _ = tx.send(Ok(msg)).await;
-            return;
-        }
-        let mut responses = match handle.infer_stream(request) {
+        let mut responses = match infer.stream(&target, request) {
             Ok(s) => s,
             Err(e) => {
                 let _ = tx.send(Ok(error(e.message, Some(true)))).await;
@@ -273,8 +243,9 @@ impl InferenceService {
             }
         };
         loop {
-            // A client that goes away drops `responses`: the model sees the
-            // request cancelled and its next send fails.
+            // A client that cancels the stream drops its receiver, and with it
+            // `responses`: the request is cancelled (dropped if still queued),
+            // as Triton does, and a decoupled model's next send fails.
             let item = tokio::select! {
                 item = responses.next() => item,
                 _ = tx.closed() => return,
@@ -282,17 +253,14 @@ impl InferenceService {
             let Some(item) = item else { return };
             let last = item.last;
             let msg = match item.response {
-                Some(Ok(r)) => match shm::write_outputs(&r, &requested) {
-                    Ok(()) => {
-                        let mut response = codec::encode_response(r, &requested);
-                        final_flag(&mut response, last);
-                        Some(ModelStreamInferResponse {
-                            error_message: String::new(),
-                            infer_response: Some(response),
-                        })
-                    }
-                    Err(e) => Some(error(e.message, Some(last))),
-                },
+                Some(Ok(r)) => {
+                    let mut response = codec::encode_response(r, responses.requested());
+                    final_flag(&mut response, last);
+                    Some(ModelStreamInferResponse {
+                        error_message: String::new(),
+                        infer_response: Some(response),
+                    })
+                }
                 Some(Err(e)) => Some(error(e.message, Some(last))),
                 None if empty_final => {
                     let mut response = ModelInferResponse {

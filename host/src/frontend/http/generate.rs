@@ -11,18 +11,16 @@
 //! `data: {"error": "..."}`, and ends after the final flag. A client that
 //! disconnects cancels the request.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use serde_json::{Map, Value};
 
 use super::{body, codec, HttpState};
-use crate::scheduler::stream::{ResponseStream, StreamItem};
-use crate::scheduler::ModelHandle;
+use crate::infer::Answers;
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
+use tern_core::StreamItem;
 use tern_core::{DataType, InferRequest, InferResponse, Parameter, Tensor};
 
 /// What generate (not streaming) says when a model does not give exactly one response.
@@ -224,31 +222,20 @@ fn error_json(e: &Error) -> Value {
     serde_json::json!({ "error": e.message })
 }
 
-/// Runs a generate request: the model's responses as a stream (one item for
-/// a model that is not decoupled).
+/// Runs a generate request: the model's responses as a stream (one item,
+/// with the final flag, for a model that is not decoupled).
 async fn run(
     s: &HttpState,
     model: &str,
     version: Option<i64>,
     headers: &axum::http::HeaderMap,
     body: Body,
-) -> Result<(Arc<ModelHandle>, Responses)> {
+) -> Result<Answers> {
     let body = body::read_body(s, headers, body).await?;
-    let handle = s.info.repository.get(model, version)?;
-    let request = decode(model, version, &handle.config, &body)?;
-    let responses = if handle.decoupled() {
-        Responses::Stream(handle.infer_stream(request)?)
-    } else {
-        let h = handle.clone();
-        Responses::One(Box::pin(async move { h.infer(request).await }))
-    };
-    Ok((handle, responses))
-}
-
-/// A generate request's responses.
-enum Responses {
-    One(std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse>> + Send>>),
-    Stream(ResponseStream),
+    let infer = &s.info.infer;
+    let target = infer.target(model, version)?;
+    let request = decode(model, version, &target.model().config, &body)?;
+    infer.stream(&target, request)
 }
 
 /// `POST .../generate`.
@@ -259,25 +246,20 @@ pub async fn generate(
     headers: &axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    let (_, responses) = run(s, model, version, headers, body).await?;
-    let response = match responses {
-        Responses::One(f) => f.await?,
-        Responses::Stream(mut stream) => {
-            let mut got = Vec::new();
-            while let Some(StreamItem { response, last }) = stream.next().await {
-                if let Some(r) = response {
-                    got.push(r?);
-                }
-                if last {
-                    break;
-                }
-            }
-            if got.len() != 1 {
-                return Err(Error::invalid_arg(NOT_ONE));
-            }
-            got.pop().expect("one response")
+    let mut responses = run(s, model, version, headers, body).await?;
+    let mut got = Vec::new();
+    while let Some(StreamItem { response, last }) = responses.next().await {
+        if let Some(r) = response {
+            got.push(r?);
         }
-    };
+        if last {
+            break;
+        }
+    }
+    if got.len() != 1 {
+        return Err(Error::invalid_arg(NOT_ONE));
+    }
+    let response = got.pop().expect("one response");
     Ok(super::json_response(response_json(&response)))
 }
 
@@ -293,7 +275,7 @@ pub async fn generate_stream(
     headers: &axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    let (_, responses) = run(s, model, version, headers, body).await?;
+    let responses = run(s, model, version, headers, body).await?;
     let events = futures_stream(responses);
     let mut resp = Response::new(Body::from_stream(events));
     resp.headers_mut().insert(
@@ -306,41 +288,32 @@ pub async fn generate_stream(
 /// The events of a stream, ending after the final flag. Dropping it (the
 /// client went away) drops the response stream, which cancels the request.
 fn futures_stream(
-    responses: Responses,
+    mut responses: Answers,
 ) -> impl tokio_stream::Stream<Item = std::result::Result<bytes::Bytes, std::convert::Infallible>> + Send
 {
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
     tokio::spawn(async move {
-        match responses {
-            Responses::One(f) => {
-                let v = match f.await {
-                    Ok(r) => response_json(&r),
-                    Err(e) => error_json(&e),
-                };
-                let _ = tx.send(event(&v)).await;
+        loop {
+            let item = tokio::select! {
+                item = responses.next() => item,
+                _ = tx.closed() => return,
+            };
+            let Some(StreamItem { response, last }) = item else {
+                return;
+            };
+            let v = match response {
+                Some(Ok(r)) => Some(response_json(&r)),
+                Some(Err(e)) => Some(error_json(&e)),
+                None => None,
+            };
+            if let Some(v) = v {
+                if tx.send(event(&v)).await.is_err() {
+                    return;
+                }
             }
-            Responses::Stream(mut stream) => loop {
-                let item = tokio::select! {
-                    item = stream.next() => item,
-                    _ = tx.closed() => return,
-                };
-                let Some(StreamItem { response, last }) = item else {
-                    return;
-                };
-                let v = match response {
-                    Some(Ok(r)) => Some(response_json(&r)),
-                    Some(Err(e)) => Some(error_json(&e)),
-                    None => None,
-                };
-                if let Some(v) = v {
-                    if tx.send(event(&v)).await.is_err() {
-                        return;
-                    }
-                }
-                if last {
-                    return;
-                }
-            },
+            if last {
+                return;
+            }
         }
     });
     tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok)

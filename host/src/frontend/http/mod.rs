@@ -27,7 +27,6 @@ use crate::scheduler::stats::{CountNs, Snapshot};
 use body::read_body;
 use tern_core::error::{Code, Error, Result};
 use tern_core::request::ControlValue;
-use tern_memory::shm as shm_io;
 
 pub use service::HttpService;
 
@@ -86,31 +85,28 @@ fn router(state: Arc<HttpState>) -> Router {
         .route("/v2/health/live", get(server_live))
         .route("/v2/health/ready", get(server_ready))
         .route("/v2/models/{model}", get(model_metadata))
-        .route(
-            "/v2/models/{model}/versions/{version}",
-            get(model_metadata_v),
-        )
+        .route("/v2/models/{model}/versions/{version}", get(model_metadata))
         .route("/v2/models/{model}/ready", get(model_ready))
         .route(
             "/v2/models/{model}/versions/{version}/ready",
-            get(model_ready_v),
+            get(model_ready),
         )
         .route("/v2/models/{model}/config", get(model_config))
         .route(
             "/v2/models/{model}/versions/{version}/config",
-            get(model_config_v),
+            get(model_config),
         )
         .route("/v2/models/{model}/infer", post(infer))
-        .route("/v2/models/{model}/versions/{version}/infer", post(infer_v))
+        .route("/v2/models/{model}/versions/{version}/infer", post(infer))
         .route("/v2/models/{model}/generate", post(generate))
         .route(
             "/v2/models/{model}/versions/{version}/generate",
-            post(generate_v),
+            post(generate),
         )
         .route("/v2/models/{model}/generate_stream", post(generate_stream))
         .route(
             "/v2/models/{model}/versions/{version}/generate_stream",
-            post(generate_stream_v),
+            post(generate_stream),
         )
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(load_model))
@@ -119,7 +115,7 @@ fn router(state: Arc<HttpState>) -> Router {
         .route("/v2/models/{model}/stats", get(model_stats))
         .route(
             "/v2/models/{model}/versions/{version}/stats",
-            get(model_stats_v),
+            get(model_stats),
         )
         .route("/v2/logging", get(get_logging).post(set_logging))
         .merge(shm::routes())
@@ -167,6 +163,40 @@ async fn restrict(
     next.run(req).await
 }
 
+/// The `{model}` and, on `/versions/{version}` routes, the version of a
+/// model route: one handler serves both forms. An empty version is the
+/// policy's choice; one that is not a positive integer is refused.
+struct ModelAt {
+    model: String,
+    version: Option<i64>,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ModelAt {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> std::result::Result<Self, Response> {
+        #[derive(serde::Deserialize)]
+        struct Segments {
+            model: String,
+            version: Option<String>,
+        }
+        let Path(at) = Path::<Segments>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let version = match at.version.as_deref().map(parse_version).transpose() {
+            Ok(v) => v.flatten(),
+            Err(e) => return Err(error_response(&e)),
+        };
+        Ok(ModelAt {
+            model: at.model,
+            version,
+        })
+    }
+}
+
 async fn server_metadata(State(s): AppState) -> Response {
     json_response(
         json!({ "name": s.info.server_id, "version": env!("CARGO_PKG_VERSION"), "extensions": EXTENSIONS }),
@@ -201,15 +231,8 @@ fn metadata(s: &HttpState, model: &str, version: Option<i64>) -> Result<Response
     })))
 }
 
-async fn model_metadata(State(s): AppState, Path(model): Path<String>) -> Response {
-    respond(metadata(&s, &model, None))
-}
-
-async fn model_metadata_v(
-    State(s): AppState,
-    Path((model, version)): Path<(String, String)>,
-) -> Response {
-    respond(parse_version(&version).and_then(|v| metadata(&s, &model, v)))
+async fn model_metadata(State(s): AppState, at: ModelAt) -> Response {
+    respond(metadata(&s, &at.model, at.version))
 }
 
 fn ready(s: &HttpState, model: &str, version: Option<i64>) -> Response {
@@ -219,18 +242,8 @@ fn ready(s: &HttpState, model: &str, version: Option<i64>) -> Response {
     }
 }
 
-async fn model_ready(State(s): AppState, Path(model): Path<String>) -> Response {
-    ready(&s, &model, None)
-}
-
-async fn model_ready_v(
-    State(s): AppState,
-    Path((model, version)): Path<(String, String)>,
-) -> Response {
-    match parse_version(&version) {
-        Ok(v) => ready(&s, &model, v),
-        Err(e) => error_response(&e),
-    }
+async fn model_ready(State(s): AppState, at: ModelAt) -> Response {
+    ready(&s, &at.model, at.version)
 }
 
 fn config(s: &HttpState, model: &str, version: Option<i64>) -> Result<Response> {
@@ -238,15 +251,8 @@ fn config(s: &HttpState, model: &str, version: Option<i64>) -> Result<Response> 
     Ok(json_response(tern_core::config::json::to_json(&cfg)))
 }
 
-async fn model_config(State(s): AppState, Path(model): Path<String>) -> Response {
-    respond(config(&s, &model, None))
-}
-
-async fn model_config_v(
-    State(s): AppState,
-    Path((model, version)): Path<(String, String)>,
-) -> Response {
-    respond(parse_version(&version).and_then(|v| config(&s, &model, v)))
+async fn model_config(State(s): AppState, at: ModelAt) -> Response {
+    respond(config(&s, &at.model, at.version))
 }
 
 async fn repository_index(State(s): AppState, headers: HeaderMap, body: Body) -> Response {
@@ -378,15 +384,8 @@ async fn all_stats(State(s): AppState) -> Response {
     respond(stats(&s, None, None))
 }
 
-async fn model_stats(State(s): AppState, Path(model): Path<String>) -> Response {
-    respond(stats(&s, Some(&model), None))
-}
-
-async fn model_stats_v(
-    State(s): AppState,
-    Path((model, version)): Path<(String, String)>,
-) -> Response {
-    respond(parse_version(&version).and_then(|v| stats(&s, Some(&model), v)))
+async fn model_stats(State(s): AppState, at: ModelAt) -> Response {
+    respond(stats(&s, Some(&at.model), at.version))
 }
 
 async fn get_logging() -> Response {
@@ -470,24 +469,13 @@ const HEADER_LEN: &str = "inference-header-content-length";
 
 // The request is taken whole (not as a `HeaderMap` extractor, which clones
 // every header) because this is the hot path.
-async fn infer(
-    State(s): AppState,
-    Path(model): Path<String>,
-    req: axum::extract::Request,
-) -> Response {
-    answer_infer(&s, &model, None, req).await
-}
-
-async fn infer_v(
-    State(s): AppState,
-    Path((model, version)): Path<(String, String)>,
-    req: axum::extract::Request,
-) -> Response {
-    answer_infer(&s, &model, Some(&version), req).await
+async fn infer(State(s): AppState, at: ModelAt, req: axum::extract::Request) -> Response {
+    let (parts, body) = req.into_parts();
+    respond(run_infer(&s, &at.model, at.version, parts, body).await)
 }
 
 /// Answers an inference request for `model` at `version` as the URL spells it
-/// (none: the policy's choice), from the router or from [`HttpService`].
+/// (none: the policy's choice), for [`HttpService`]'s fast path.
 async fn answer_infer(
     s: &HttpState,
     model: &str,
@@ -501,55 +489,12 @@ async fn answer_infer(
     })
 }
 
-/// Both generate endpoints, with and without a version in the path.
-async fn run_generate(
-    s: &HttpState,
-    model: &str,
-    version: Option<&str>,
-    stream: bool,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let version = match version.map(parse_version).transpose() {
-        Ok(v) => v.flatten(),
-        Err(e) => return error_response(&e),
-    };
-    respond(if stream {
-        generate::generate_stream(s, model, version, &headers, body).await
-    } else {
-        generate::generate(s, model, version, &headers, body).await
-    })
+async fn generate(State(s): AppState, at: ModelAt, h: HeaderMap, b: Body) -> Response {
+    respond(generate::generate(&s, &at.model, at.version, &h, b).await)
 }
 
-async fn generate(State(s): AppState, Path(m): Path<String>, h: HeaderMap, b: Body) -> Response {
-    run_generate(&s, &m, None, false, h, b).await
-}
-
-async fn generate_v(
-    State(s): AppState,
-    Path((m, v)): Path<(String, String)>,
-    h: HeaderMap,
-    b: Body,
-) -> Response {
-    run_generate(&s, &m, Some(&v), false, h, b).await
-}
-
-async fn generate_stream(
-    State(s): AppState,
-    Path(m): Path<String>,
-    h: HeaderMap,
-    b: Body,
-) -> Response {
-    run_generate(&s, &m, None, true, h, b).await
-}
-
-async fn generate_stream_v(
-    State(s): AppState,
-    Path((m, v)): Path<(String, String)>,
-    h: HeaderMap,
-    b: Body,
-) -> Response {
-    run_generate(&s, &m, Some(&v), true, h, b).await
+async fn generate_stream(State(s): AppState, at: ModelAt, h: HeaderMap, b: Body) -> Response {
+    respond(generate::generate_stream(&s, &at.model, at.version, &h, b).await)
 }
 
 async fn run_infer(
@@ -585,9 +530,10 @@ async fn run_infer(
     let body = body::read(s, body_headers, body, header_len.unwrap_or(0)).await?;
     // The version is resolved before the body is decoded (an unknown model is
     // reported as such, and a raw body is read by its config), and the
-    // request runs on that same version (see `Repository::route`).
-    let handle = s.info.repository.get(model, version)?;
-    if handle.decoupled() {
+    // request runs on that same version.
+    let infer = &s.info.infer;
+    let target = infer.target(model, version)?;
+    if target.model().decoupled() {
         return Err(Error::unsupported(
             "HTTP end point doesn't support models with decoupled transaction policy",
         ));
@@ -597,13 +543,11 @@ async fn run_infer(
         version,
         body,
         header_len,
-        &handle.config,
+        &target.model().config,
         &s.info.shm,
     )?;
-    let requested = request.outputs.clone();
-    let response = handle.infer(request).await?;
-    shm_io::write_outputs(&response, &requested)?;
-    let encoded = codec::encode_response(&response, &requested, &opts);
+    let answer = infer.infer(&target, request).await?;
+    let encoded = codec::encode_response(&answer.response, &answer.requested, &opts);
     let json_len = encoded.json_len;
     let (body, encoding) = match coding {
         Some(c) => (

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::instances::{create_all, execute_batch, gone_error, Executed, Reorder, Reply};
+use super::instance::{create_all, execute_batch, gone_error, Executed};
 use super::policy::BatchPolicy;
+use super::reorder::{Reorder, Reply};
 use super::stats::{FailReason, ModelStats, RequestOutcome};
 use book::{Book, Entry, Next, Queued, Strategy};
 use control::{Controls, Position};
