@@ -1,29 +1,26 @@
 //! Ensembles (`platform: "ensemble"` with `ensemble_scheduling`): the step
-//! DAG, checked once at load against the composing models' configs, and its
-//! execution per request. A step starts as soon as all of its inputs exist;
-//! each step is an ordinary request to the composing model's scheduler, so
-//! many requests' preprocessing feeds that model's dynamic batcher. Tensors
-//! move between steps by reference (their data are shared `Bytes`). An
-//! ensemble with a decoupled step is itself decoupled ([`decoupled`]).
+//! DAG, checked once at load against the composing models' configs
+//! ([`plan`]), and its execution per request ([`run`], one runner for
+//! unary and streaming ensembles). A step starts as soon as all of its
+//! inputs exist; each step is an ordinary request to the composing model's
+//! scheduler, so many requests' preprocessing feeds that model's dynamic
+//! batcher. Tensors move between steps by reference (their data are shared
+//! `Bytes`). An ensemble with a decoupled step is itself decoupled.
 
-mod decoupled;
+mod plan;
+mod run;
 
-use std::collections::{HashMap, HashSet};
-use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::Poll;
 use std::time::Instant;
 
 use super::policy::BatchPolicy;
 use super::stats::{FailReason, ModelStats};
+use plan::{dims_agree, Plan};
 use tern_core::config::pb::{self, ModelConfig};
-use tern_core::dtype::config_name;
 use tern_core::error::{Error, Result};
-use tern_core::request::ComputeTimes;
-use tern_core::router::{InferFuture, ModelRouter};
-use tern_core::tensor::shape_str;
-use tern_core::{InferRequest, InferResponse, Tensor};
+use tern_core::router::ModelRouter;
+use tern_core::{InferRequest, InferResponse};
 
 /// The models an ensemble's steps call (for load ordering).
 pub fn composing_models(cfg: &ModelConfig) -> Vec<String> {
@@ -66,87 +63,10 @@ pub fn check_config(cfg: &ModelConfig) -> Result<()> {
     Ok(())
 }
 
-/// One step after validation.
-#[derive(Debug)]
-struct Step {
-    model: String,
-    version: Option<i64>,
-    /// The composing model is decoupled (its responses stream).
-    decoupled: bool,
-    /// The decoupled step whose responses this step runs once per (`None`:
-    /// it runs once per request).
-    follows: Option<usize>,
-    /// Whether the composing model batches (`max_batch_size > 0`).
-    batching: bool,
-    /// (composing model input, ensemble tensor).
-    inputs: Vec<(String, String)>,
-    /// The composing model's `dims` of each input (same order as `inputs`).
-    input_dims: Vec<Vec<i64>>,
-    /// (composing model output, ensemble tensor).
-    outputs: Vec<(String, String)>,
-}
-
 /// A validated ensemble, ready to run requests.
 pub struct Ensemble {
-    name: String,
-    /// Whether the ensemble batches (`max_batch_size > 0`).
-    batching: bool,
-    steps: Vec<Step>,
-    outputs: Vec<String>,
-    /// The ensemble's shape of each output (`reshape`, else `dims`).
-    output_dims: Vec<Vec<i64>>,
-    /// The `dims` of each output that has a `reshape` (what clients see).
-    output_unreshape: Vec<Option<Vec<i64>>>,
+    plan: Plan,
     models: Weak<dyn ModelRouter>,
-    /// The decoupled step whose responses the ensemble's outputs follow: one
-    /// ensemble response per response of it.
-    streams_from: Option<usize>,
-}
-
-/// Where an ensemble tensor comes from.
-#[derive(Clone)]
-struct Source {
-    /// `None` = an ensemble input.
-    step: Option<usize>,
-    dtype: i32,
-    /// Shape without the batch dimension, as the producer declares it.
-    dims: Vec<i64>,
-    /// Full shape (with `-1` as the batch dimension when the producer batches).
-    shape: Vec<i64>,
-    what: String,
-}
-
-/// A step's map as (composing model tensor, ensemble tensor) pairs, in name order.
-fn sorted_pairs(map: &HashMap<String, String>) -> Vec<(String, String)> {
-    let mut pairs: Vec<(String, String)> =
-        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    pairs.sort();
-    pairs
-}
-
-fn full_shape(cfg: &ModelConfig, dims: &[i64]) -> Vec<i64> {
-    if cfg.max_batch_size > 0 {
-        std::iter::once(-1).chain(dims.iter().copied()).collect()
-    } else {
-        dims.to_vec()
-    }
-}
-
-/// Triton's `CompareDimsWithWildcard`: same rank, `-1` matches anything.
-fn dims_agree(a: &[i64], b: &[i64]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| *x == -1 || *y == -1 || x == y)
-}
-
-/// Triton's shape check along an ensemble edge: the shapes agree without
-/// the batch dimension or with it, so a batching and a non-batching model
-/// may be connected when the expanded shapes are consistent.
-fn shapes_agree(dims_a: &[i64], full_a: &[i64], dims_b: &[i64], full_b: &[i64]) -> bool {
-    dims_agree(dims_a, dims_b) || dims_agree(full_a, full_b)
-}
-
-/// The dims an ensemble tensor has by config: the `reshape` when there is one.
-fn io_dims(dims: &[i64], reshape: Option<&pb::ModelTensorReshape>) -> Vec<i64> {
-    reshape.map_or_else(|| dims.to_vec(), |r| r.shape.clone())
 }
 
 /// `dims` (after `batch`, when given) with a variable dim resolved from the
@@ -190,246 +110,23 @@ fn convert_for(config_dims: &[i64], batching: bool, batch: usize, shape: &[i64])
 }
 
 impl Ensemble {
-    /// Validates the DAG against the composing models' configs (`lookup`
-    /// returns the config of a ready model version, `None` = latest): every
-    /// mapped name exists, each tensor is produced once, every step's inputs
-    /// can be produced, there are no cycles, and data types and shapes agree
-    /// along every edge.
+    /// Validates the ensemble `cfg` against its composing models' configs
+    /// (`lookup`: the config of a ready model version, `None` = latest); its
+    /// steps will run through `models`.
     pub fn build(
         cfg: &ModelConfig,
         lookup: impl Fn(&str, Option<i64>) -> Result<Arc<ModelConfig>>,
         models: Weak<dyn ModelRouter>,
     ) -> Result<Ensemble> {
-        check_config(cfg)?;
-        let e = &cfg.name;
-        let bad = |msg: String| Error::invalid_arg(format!("ensemble '{e}': {msg}"));
-        let mut sources: HashMap<String, Source> = HashMap::new();
-        for input in &cfg.input {
-            // The steps see an ensemble input after its reshape.
-            let dims = io_dims(&input.dims, input.reshape.as_ref());
-            sources.insert(
-                input.name.clone(),
-                Source {
-                    step: None,
-                    dtype: input.data_type,
-                    shape: full_shape(cfg, &dims),
-                    dims,
-                    what: format!("ensemble input '{}'", input.name),
-                },
-            );
-        }
-        let mut steps = Vec::new();
-        let mut configs = Vec::new();
-        for (i, s) in steps_of(cfg).iter().enumerate() {
-            let version = (s.model_version >= 0).then_some(s.model_version);
-            let mcfg = lookup(&s.model_name, version).map_err(|err| {
-                Error::new(
-                    err.code,
-                    format!(
-                        "ensemble '{e}' step {i}: composing model '{}' is not available: {}",
-                        s.model_name, err.message
-                    ),
-                )
-            })?;
-            let where_ = format!("step {i} (model '{}')", s.model_name);
-            // As Triton: a non-batching step (max_batch_size 0) is not compared.
-            if mcfg.max_batch_size != 0 && mcfg.max_batch_size < cfg.max_batch_size {
-                return Err(Error::invalid_arg(format!(
-                    "ensemble {e} allows maximum batch size {}, but it contains model {} which only allows maximum batch size to be {} (step {i})",
-                    cfg.max_batch_size, s.model_name, mcfg.max_batch_size
-                )));
-            }
-            if s.input_map.is_empty() || s.output_map.is_empty() {
-                return Err(bad(format!(
-                    "{where_}: input_map and output_map must both be set"
-                )));
-            }
-            let inputs = sorted_pairs(&s.input_map);
-            for (key, _) in &inputs {
-                if !mcfg.input.iter().any(|x| &x.name == key) {
-                    return Err(bad(format!(
-                        "{where_}: input_map names input '{key}', which the model does not have"
-                    )));
-                }
-            }
-            if let Some(missing) = mcfg
-                .input
-                .iter()
-                .find(|x| !x.optional && !s.input_map.contains_key(&x.name))
-            {
-                return Err(bad(format!(
-                    "{where_}: required input '{}' is not in input_map",
-                    missing.name
-                )));
-            }
-            let outputs = sorted_pairs(&s.output_map);
-            for (key, tensor) in &outputs {
-                let Some(spec) = mcfg.output.iter().find(|x| &x.name == key) else {
-                    return Err(bad(format!(
-                        "{where_}: output_map names output '{key}', which the model does not have"
-                    )));
-                };
-                if let Some(prev) = sources.get(tensor) {
-                    return Err(bad(format!(
-                        "tensor '{tensor}' is produced more than once ({} and {where_} output '{key}')",
-                        prev.what
-                    )));
-                }
-                sources.insert(
-                    tensor.clone(),
-                    Source {
-                        step: Some(i),
-                        dtype: spec.data_type,
-                        dims: spec.dims.clone(),
-                        shape: full_shape(&mcfg, &spec.dims),
-                        what: format!("{where_} output '{key}'"),
-                    },
-                );
-            }
-            let input_dims = inputs
-                .iter()
-                .map(|(key, _)| {
-                    mcfg.input
-                        .iter()
-                        .find(|x| &x.name == key)
-                        .map(|x| x.dims.clone())
-                        .unwrap_or_default()
-                })
-                .collect();
-            steps.push(Step {
-                model: s.model_name.clone(),
-                version,
-                decoupled: mcfg
-                    .model_transaction_policy
-                    .as_ref()
-                    .is_some_and(|p| p.decoupled),
-                follows: None,
-                batching: mcfg.max_batch_size > 0,
-                inputs,
-                input_dims,
-                outputs,
-            });
-            configs.push(mcfg);
-        }
-        // Every edge: the consumer's declared input matches the producer.
-        for (i, (step, mcfg)) in steps.iter().zip(&configs).enumerate() {
-            for (key, tensor) in &step.inputs {
-                let spec = mcfg
-                    .input
-                    .iter()
-                    .find(|x| &x.name == key)
-                    .expect("checked above");
-                let Some(src) = sources.get(tensor) else {
-                    return Err(bad(format!(
-                        "step {i} (model '{}') input '{key}' reads tensor '{tensor}', which is neither an ensemble input nor produced by any step",
-                        step.model
-                    )));
-                };
-                let want = full_shape(mcfg, &spec.dims);
-                if src.dtype != spec.data_type {
-                    return Err(bad(format!(
-                        "step {i} (model '{}') input '{key}' expects {}, but tensor '{tensor}' from {} is {}",
-                        step.model,
-                        config_name(spec.data_type),
-                        src.what,
-                        config_name(src.dtype)
-                    )));
-                }
-                if !shapes_agree(&src.dims, &src.shape, &spec.dims, &want) {
-                    return Err(bad(format!(
-                        "ensemble tensor {tensor}: inconsistent shape: {} is inferred from {} while {} is inferred from model {} (step {i} input '{key}')",
-                        shape_str(&src.shape),
-                        src.what,
-                        shape_str(&want),
-                        step.model,
-                    )));
-                }
-            }
-        }
-        for out in &cfg.output {
-            let Some(src) = sources.get(&out.name).filter(|s| s.step.is_some()) else {
-                return Err(bad(format!(
-                    "output '{}' is not produced by any step",
-                    out.name
-                )));
-            };
-            let dims = io_dims(&out.dims, out.reshape.as_ref());
-            let want = full_shape(cfg, &dims);
-            if src.dtype != out.data_type || !shapes_agree(&src.dims, &src.shape, &dims, &want) {
-                return Err(bad(format!(
-                    "output '{}' is declared as {} {}, but {} is {} {}",
-                    out.name,
-                    config_name(out.data_type),
-                    shape_str(&want),
-                    src.what,
-                    config_name(src.dtype),
-                    shape_str(&src.shape)
-                )));
-            }
-        }
-        // No cycles: every step must become runnable from the ensemble inputs.
-        let mut available: HashSet<&str> = cfg.input.iter().map(|x| x.name.as_str()).collect();
-        let mut done = vec![false; steps.len()];
-        loop {
-            let mut progressed = false;
-            for (i, step) in steps.iter().enumerate() {
-                if !done[i]
-                    && step
-                        .inputs
-                        .iter()
-                        .all(|(_, t)| available.contains(t.as_str()))
-                {
-                    done[i] = true;
-                    progressed = true;
-                    available.extend(step.outputs.iter().map(|(_, t)| t.as_str()));
-                }
-            }
-            if !progressed {
-                break;
-            }
-        }
-        if let Some(stuck) = done.iter().position(|d| !d) {
-            let stuck: Vec<String> = (stuck..steps.len())
-                .filter(|&i| !done[i])
-                .map(|i| format!("step {i} (model '{}')", steps[i].model))
-                .collect();
-            return Err(bad(format!(
-                "the steps form a cycle and can never run: {}",
-                stuck.join(", ")
-            )));
-        }
-        let streams_from = decoupled::follow(e, cfg, &mut steps)?;
-        for input in &cfg.input {
-            if !steps
-                .iter()
-                .any(|s| s.inputs.iter().any(|(_, t)| t == &input.name))
-            {
-                tracing::warn!(ensemble = %e, "input '{}' is not used by any step", input.name);
-            }
-        }
         Ok(Ensemble {
-            name: e.clone(),
-            batching: cfg.max_batch_size > 0,
-            steps,
-            outputs: cfg.output.iter().map(|o| o.name.clone()).collect(),
-            output_dims: cfg
-                .output
-                .iter()
-                .map(|o| io_dims(&o.dims, o.reshape.as_ref()))
-                .collect(),
-            output_unreshape: cfg
-                .output
-                .iter()
-                .map(|o| o.reshape.as_ref().map(|_| o.dims.clone()))
-                .collect(),
+            plan: plan::plan(cfg, lookup)?,
             models,
-            streams_from,
         })
     }
 
     /// Whether a step is decoupled, which makes the ensemble decoupled too.
     pub fn decoupled(&self) -> bool {
-        self.steps.iter().any(|s| s.decoupled)
+        self.plan.steps.iter().any(|s| s.decoupled)
     }
 
     /// Each ensemble output with the step model (and version) and that
@@ -437,8 +134,8 @@ impl Ensemble {
     /// model's labels when the ensemble has none of its own.
     pub fn output_producers(&self) -> Vec<(&str, &str, Option<i64>, &str)> {
         let mut out = Vec::new();
-        for name in &self.outputs {
-            for step in &self.steps {
+        for name in &self.plan.outputs {
+            for step in &self.plan.steps {
                 if let Some((key, _)) = step.outputs.iter().find(|(_, t)| t == name) {
                     out.push((
                         name.as_str(),
@@ -450,136 +147,6 @@ impl Ensemble {
             }
         }
         out
-    }
-
-    /// Runs one (validated) request through the DAG and returns the ensemble's outputs.
-    pub async fn run(&self, request: InferRequest) -> Result<InferResponse> {
-        let e = &self.name;
-        let (router, input_batch) = self.start(&request)?;
-        let mut tensors: HashMap<String, (Tensor, usize)> = request
-            .inputs
-            .into_iter()
-            .map(|t| (t.name.clone(), (t, input_batch)))
-            .collect();
-        let mut callers = request.callers;
-        callers.push(e.clone());
-        let mut started = vec![false; self.steps.len()];
-        let mut running: Vec<(usize, usize, InferFuture)> = Vec::new();
-        let mut compute = ComputeTimes::default();
-        loop {
-            for (i, step) in self.steps.iter().enumerate() {
-                if started[i] || !step.inputs.iter().all(|(_, t)| tensors.contains_key(t)) {
-                    continue;
-                }
-                started[i] = true;
-                let meta = (request.id.as_str(), &request.parameters);
-                let (sub, step_batch) = self.step_request(i, meta, &callers, |t| &tensors[t]);
-                let call = router.infer(sub).map_err(|err| self.step_error(i, err))?;
-                running.push((i, step_batch, call));
-            }
-            if running.is_empty() {
-                break;
-            }
-            let (k, result) = poll_fn(|cx| {
-                for (k, (_, _, fut)) in running.iter_mut().enumerate() {
-                    if let Poll::Ready(r) = fut.as_mut().poll(cx) {
-                        return Poll::Ready((k, r));
-                    }
-                }
-                Poll::Pending
-            })
-            .await;
-            let (i, step_batch, _) = running.swap_remove(k);
-            let response = result.map_err(|err| self.step_error(i, err))?;
-            compute += response.compute;
-            let mut outputs = response.outputs;
-            for (key, t) in &self.steps[i].outputs {
-                let pos = outputs.iter().position(|o| &o.name == key).ok_or_else(|| {
-                    self.step_error(
-                        i,
-                        Error::internal(format!("the model did not return output '{key}'")),
-                    )
-                })?;
-                let mut tensor = outputs.swap_remove(pos);
-                tensor.name = t.clone();
-                tensors.insert(t.clone(), (tensor, step_batch));
-            }
-        }
-        if let Some(i) = started.iter().position(|s| !s) {
-            let missing: Vec<&str> = self.steps[i]
-                .inputs
-                .iter()
-                .filter(|(_, t)| !tensors.contains_key(t))
-                .map(|(_, t)| t.as_str())
-                .collect();
-            return Err(self.step_error(
-                i,
-                Error::invalid_arg(format!(
-                    "the step cannot run: tensor(s) {} were not provided",
-                    missing.join(", ")
-                )),
-            ));
-        }
-        let outputs = self
-            .outputs
-            .iter()
-            .zip(self.output_dims.iter().zip(&self.output_unreshape))
-            .map(|(name, (dims, unreshape))| {
-                let (mut tensor, batch) = tensors.remove(name).ok_or_else(|| {
-                    Error::internal(format!("ensemble '{e}': output '{name}' was not produced"))
-                })?;
-                tensor.shape = convert_for(dims, self.batching, batch, &tensor.shape);
-                if let Some(config_dims) = unreshape {
-                    // A reshaped output is returned with its configured dims.
-                    let batch = self
-                        .batching
-                        .then(|| tensor.shape.first().copied().unwrap_or(1));
-                    tensor.shape = with_dims(config_dims, batch, tensor.element_count());
-                }
-                Ok(tensor)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(InferResponse {
-            model_name: e.clone(),
-            model_version: 0,
-            id: request.id,
-            outputs,
-            parameters: Default::default(),
-            compute,
-        })
-    }
-
-    /// The router to run the steps through, and the batch size of the
-    /// request's inputs: each tensor carries the batch size of the request
-    /// that produced it (0 when that model does not batch), for Triton's
-    /// batch conversions.
-    fn start(&self, request: &InferRequest) -> Result<(Arc<dyn ModelRouter>, usize)> {
-        let router = self.models.upgrade().ok_or_else(|| {
-            Error::unavailable(format!(
-                "ensemble '{}': the server is shutting down",
-                self.name
-            ))
-        })?;
-        let input_batch = if self.batching {
-            request
-                .inputs
-                .first()
-                .and_then(|t| t.shape.first())
-                .map_or(0, |&b| b.max(0) as usize)
-        } else {
-            0
-        };
-        Ok((router, input_batch))
-    }
-
-    fn step_error(&self, i: usize, err: Error) -> Error {
-        Error::new(
-            err.code,
-            format!(
-                "ensemble '{}' step {i} (model '{}'): {}",
-                self.name, self.steps[i].model, err.message
-            ),
-        )
     }
 }
 
@@ -637,8 +204,9 @@ impl EnsembleScheduler {
                 .ensemble
                 .run_decoupled(request, &sink, &self.config, self.version, batch_size)
                 .await
-                .map(|()| InferResponse {
+                .map(|compute| InferResponse {
                     model_name: self.config.name.clone(),
+                    compute,
                     ..Default::default()
                 }),
             _ => self.ensemble.run(request).await,
@@ -695,6 +263,7 @@ impl Drop for CancelGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use tern_core::config::parse_pbtxt;
 
     fn cfg(text: &str) -> ModelConfig {
@@ -845,7 +414,7 @@ mod tests {
     #[test]
     fn valid_dag_in_any_step_order() {
         let e = build(&with_steps(&format!("{PRE}, {NET}"))).expect("valid");
-        assert_eq!(e.steps.len(), 2);
+        assert_eq!(e.plan.steps.len(), 2);
         build(&with_steps(&format!("{NET}, {PRE}"))).expect("order does not matter");
     }
 
