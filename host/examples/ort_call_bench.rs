@@ -38,7 +38,7 @@ fn cpu_us() -> f64 {
 fn run(instance: &Mutex<Box<dyn Instance>>, batch: &[InferRequest]) {
     let r = instance
         .lock()
-        .expect("instance lock")
+        .expect("instance lock poisoned: nothing panics while holding it")
         .execute(batch, &mut ExecTiming::default());
     assert!(r[0].is_ok(), "{:?}", r[0].as_ref().err());
 }

@@ -62,7 +62,7 @@ fn main() {
         std::fs::read_to_string(std::path::Path::new(&root).join("bert_tokenizer/config.pbtxt"))
             .expect("config");
     let mut cfg = tern_core::config::parse_pbtxt(&text).expect("config parses");
-    tern_core::config::validate::normalize(&mut cfg, 0);
+    tern_core::config::defaults::normalize(&mut cfg, 0);
     let wasm = Registry::default().get("wasm").expect("wasm backend");
     let model = common::load(&wasm, &repo, Path::new(&root), &cfg, &settings);
     let mut inst = model

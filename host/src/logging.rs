@@ -110,13 +110,19 @@ fn state() -> &'static Mutex<State> {
 
 /// The current settings.
 pub fn settings() -> Settings {
-    state().lock().expect("logging lock").settings.clone()
+    state()
+        .lock()
+        .expect("logging lock poisoned: nothing panics while holding it")
+        .settings
+        .clone()
 }
 
 /// Applies changes to the run-time settings (the logging extension); unknown
 /// names, wrong types and a changed `log_file` are errors and change nothing.
 pub fn update(changes: &[(String, ControlValue)]) -> Result<Settings> {
-    let mut st = state().lock().expect("logging lock");
+    let mut st = state()
+        .lock()
+        .expect("logging lock poisoned: nothing panics while holding it");
     let mut new = st.settings.clone();
     for (key, value) in changes {
         let bool_value = || match value {
@@ -293,7 +299,9 @@ pub fn init(settings: Settings, file: Option<&std::path::Path>) -> Result<LogGua
         }
     };
     ISO.store(settings.log_format == "ISO8601", Ordering::Relaxed);
-    let mut st = state().lock().expect("logging lock");
+    let mut st = state()
+        .lock()
+        .expect("logging lock poisoned: nothing panics while holding it");
     st.settings = settings;
     st.reload = Some(Box::new(move |directive: &str| {
         let f = EnvFilter::try_new(directive)

@@ -45,6 +45,63 @@ pub struct RunningServer {
 pub async fn start(args: &Args) -> Result<RunningServer> {
     let (mode, load_models) = args.model_control()?;
     tracing::info!("{}", crate::version::line());
+    let pools = configure_memory(args);
+    let metrics_settings = args.metrics_settings()?;
+    let infer = Infer::new(repository_options(
+        args,
+        metrics_settings.summary_latencies,
+    )?);
+    let repository = infer.repository().clone();
+    let metrics = args
+        .allow_metrics
+        .then(|| Arc::new(Metrics::new(repository.clone(), metrics_settings, pools)));
+    let initialized = load_startup_models(args, &repository, mode, &load_models).await?;
+    let info = Arc::new(ServerInfo {
+        infer,
+        repository: repository.clone(),
+        server_id: args.id.clone(),
+        strict_readiness: args.strict_readiness,
+        shutting_down: AtomicBool::new(false),
+        control_mode: mode,
+        shm: Arc::new(tern_memory::shm::SharedMemory::new(args.allow_client_shm)),
+        initialized,
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    // SIGINT/SIGTERM stop the server gracefully from the moment clients can
+    // reach it; while the models load, they end the process at once.
+    let signal = Box::pin(shutdown_signal());
+    let frontends = match bind_frontends(args, &info, metrics).await {
+        Ok(f) => f,
+        Err(e) => {
+            repository.shutdown();
+            return Err(e);
+        }
+    };
+    let served = frontends.serve(args, &stop_rx);
+    let stop_polling = Arc::new(AtomicBool::new(false));
+    let mut poller = None;
+    if mode == ControlMode::Poll && initialized {
+        let interval = Duration::from_secs(args.repository_poll_secs);
+        poller = Some(repository.spawn_poller(interval, stop_polling.clone())?);
+        tracing::info!("polling the model repository every {interval:?}");
+    }
+    Ok(RunningServer {
+        http_addr: served.http_addr,
+        grpc_addr: served.grpc_addr,
+        metrics_addr: served.metrics_addr,
+        repository,
+        info,
+        stop,
+        stop_polling,
+        poller,
+        tasks: served.tasks,
+        exit_timeout: Duration::from_secs(args.exit_timeout_secs),
+        signal,
+    })
+}
+
+/// Logs the GPUs and sizes the memory pools the `--*-memory-pool-byte-size` flags ask for.
+fn configure_memory(args: &Args) -> &'static tern_memory::pool::Pools {
     tern_memory::cuda::log_devices();
     if let Some(bad) = args
         .cuda_memory_pool_byte_size
@@ -60,9 +117,12 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         args.pinned_memory_pool_byte_size,
         args.host_memory_pool_byte_size,
         &args.cuda_memory_pool_byte_size,
-    );
-    let metrics_settings = args.metrics_settings()?;
-    let options = RepositoryOptions {
+    )
+}
+
+/// The repository's settings from the command line.
+fn repository_options(args: &Args, summary_latencies: bool) -> Result<RepositoryOptions> {
+    Ok(RepositoryOptions {
         roots: args.model_repository.clone(),
         auto_complete: args.auto_complete(),
         backend: args.backend_settings()?,
@@ -71,16 +131,22 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         load_timeout: (args.model_load_timeout_secs > 0)
             .then(|| Duration::from_secs(args.model_load_timeout_secs)),
         config_name: args.model_config_name.clone(),
-        summary_latencies: args.allow_metrics && metrics_settings.summary_latencies,
-    };
-    let infer = Infer::new(options);
-    let repository = infer.repository().clone();
-    let metrics = args
-        .allow_metrics
-        .then(|| Arc::new(Metrics::new(repository.clone(), metrics_settings)));
-    // As tritonserver: a repository folder that cannot be opened fails startup;
-    // with --exit-on-error=false the server comes up anyway, answering metadata
-    // but neither live nor ready, and loads nothing.
+        summary_latencies: args.allow_metrics && summary_latencies,
+    })
+}
+
+/// Loads the models startup loads (all of them, or the `--load-model` ones)
+/// and logs each version's state. As tritonserver: a repository folder that
+/// cannot be opened fails startup; with `--exit-on-error=false` the server
+/// comes up anyway, answering metadata but neither live nor ready, and
+/// loads nothing (returns `false`, not initialized). A failed load fails
+/// startup under `--exit-on-error`.
+async fn load_startup_models(
+    args: &Args,
+    repository: &Arc<Repository>,
+    mode: ControlMode,
+    load_models: &[String],
+) -> Result<bool> {
     let initialized = match check_roots(&args.model_repository) {
         Ok(()) => true,
         Err(e) if args.exit_on_error => {
@@ -93,13 +159,30 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         }
     };
     let errors = if initialized {
-        let repo = repository.clone();
-        tokio::task::spawn_blocking(move || repo.load_startup(mode, &load_models))
+        let (repo, names) = (repository.clone(), load_models.to_vec());
+        tokio::task::spawn_blocking(move || repo.load_startup(mode, &names))
             .await
             .map_err(|e| Error::internal(format!("model loading panicked: {e}")))??
     } else {
         Vec::new()
     };
+    log_model_states(repository);
+    if !errors.is_empty() && args.exit_on_error {
+        repository.shutdown();
+        return Err(Error::new(
+            errors[0].code,
+            format!(
+                "{} model load error(s), exiting (--exit-on-error=true): {}",
+                errors.len(),
+                errors[0].message
+            ),
+        ));
+    }
+    Ok(initialized)
+}
+
+/// One line per model version: ready at info level, anything else with its reason as a warning.
+fn log_model_states(repository: &Repository) {
     for row in repository.index() {
         let version = row
             .version
@@ -122,137 +205,129 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
             );
         }
     }
-    if !errors.is_empty() && args.exit_on_error {
-        repository.shutdown();
-        return Err(Error::new(
-            errors[0].code,
-            format!(
-                "{} model load error(s), exiting (--exit-on-error=true): {}",
-                errors.len(),
-                errors[0].message
-            ),
-        ));
-    }
+}
+
+/// The frontends, built and bound, not yet serving.
+struct Frontends {
+    http: Option<(Arc<HttpState>, (tokio::net::TcpListener, SocketAddr))>,
+    grpc: Option<(grpc::GrpcServer, (tokio::net::TcpListener, SocketAddr))>,
+    metrics: Option<(Arc<Metrics>, (tokio::net::TcpListener, SocketAddr))>,
+}
+
+/// What the serving frontends listen on, and their tasks.
+struct Served {
+    http_addr: Option<SocketAddr>,
+    grpc_addr: Option<SocketAddr>,
+    metrics_addr: Option<SocketAddr>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Builds the frontends (bad flags or TLS material fail here, before
+/// anything listens) and binds them in tritonserver's order (gRPC, HTTP,
+/// metrics), so a busy port is reported as it would be, and before any is
+/// served, so none is left open.
+async fn bind_frontends(
+    args: &Args,
+    info: &Arc<ServerInfo>,
+    metrics: Option<Arc<Metrics>>,
+) -> Result<Frontends> {
     let grpc_settings = args.grpc_settings()?;
-    let info = Arc::new(ServerInfo {
-        infer,
-        repository: repository.clone(),
-        server_id: args.id.clone(),
-        strict_readiness: args.strict_readiness,
-        shutting_down: AtomicBool::new(false),
-        control_mode: mode,
-        shm: Arc::new(tern_memory::shm::SharedMemory::new(args.allow_client_shm)),
-        initialized,
-    });
-    let (stop, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
-    // Parsed and built before anything listens, so bad flags or TLS material fail startup cleanly.
-    let http_restrictions =
-        Restrictions::parse(&args.http_restricted_api, "--http-restricted-api")?;
+    let restrictions = Restrictions::parse(&args.http_restricted_api, "--http-restricted-api")?;
     let grpc_router = if args.allow_grpc {
         Some(grpc::build(info.clone(), &grpc_settings)?)
     } else {
         None
     };
-    // SIGINT/SIGTERM stop the server gracefully from the moment clients can
-    // reach it; while the models load, they end the process at once.
-    let signal = Box::pin(shutdown_signal());
-    // Bound in tritonserver's order (gRPC, HTTP, metrics) so a busy port is
-    // reported as it would be, and before any is served so none is left open.
-    let bound = async {
-        let grpc = match &grpc_router {
-            Some(_) => Some(bind("GRPC", &args.grpc_address, args.grpc_port).await?),
-            None => None,
-        };
-        let http = match args.allow_http {
-            true => Some(bind("HTTP", &args.http_address, args.http_port).await?),
-            false => None,
-        };
-        let metrics_l = match &metrics {
-            Some(_) => Some(bind("Metrics", &args.metrics_address, args.metrics_port).await?),
-            None => None,
-        };
-        Ok::<_, Error>((grpc, http, metrics_l))
-    }
-    .await;
-    let (grpc_listener, http_bound, metrics_listener) = match bound {
-        Ok(b) => b,
-        Err(e) => {
-            repository.shutdown();
-            return Err(e);
-        }
+    let grpc = match grpc_router {
+        Some(router) => Some((
+            router,
+            bind("GRPC", &args.grpc_address, args.grpc_port).await?,
+        )),
+        None => None,
     };
-    let grpc_bound = grpc_router.zip(grpc_listener);
-    let metrics_bound = metrics.zip(metrics_listener);
-    let mut tasks = Vec::new();
-    let mut http_addr = None;
-    if let Some((listener, addr)) = http_bound {
-        http_addr = Some(addr);
-        let read_timeout = (args.http_read_timeout_secs > 0)
-            .then(|| Duration::from_secs(args.http_read_timeout_secs));
-        let app = HttpService::new(Arc::new(HttpState {
-            info: info.clone(),
-            max_input_size: args.http_max_input_size,
-            read_timeout,
-            restrictions: http_restrictions,
-        }));
-        tasks.push(serve_http(
-            "HTTP",
-            listener,
-            app,
-            read_timeout,
-            stopped(stop_rx.clone()),
-        ));
-        tracing::info!("started HTTP service at {addr}");
-    }
-    let mut grpc_addr = None;
-    if let Some((router, (listener, addr))) = grpc_bound {
-        grpc_addr = Some(addr);
-        let shutdown = stopped(stop_rx.clone());
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = grpc::serve(router, listener, shutdown).await {
-                tracing::error!("gRPC server error: {e}");
-            }
-        }));
-        tracing::info!("started GRPCInferenceService at {addr}");
-    }
-    let mut metrics_addr = None;
-    if let Some((metrics, (listener, addr))) = metrics_bound {
-        metrics_addr = Some(addr);
-        let app = TowerToHyperService::new(crate::frontend::metrics::router(metrics));
-        tasks.push(serve_http(
-            "metrics",
-            listener,
-            app,
-            // Longer than Prometheus' default 1 min scrape interval, so its kept-alive
-            // connection is not closed just as the next scrape starts.
-            Some(Duration::from_secs(300)),
-            stopped(stop_rx.clone()),
-        ));
-        tracing::info!("started Metrics Service at {addr}");
-    }
-    let stop_polling = Arc::new(AtomicBool::new(false));
-    let mut poller = None;
-    if mode == ControlMode::Poll && initialized {
-        let interval = Duration::from_secs(args.repository_poll_secs);
-        poller = Some(repository.spawn_poller(interval, stop_polling.clone())?);
-        tracing::info!("polling the model repository every {interval:?}");
-    }
-    Ok(RunningServer {
-        http_addr,
-        grpc_addr,
-        metrics_addr,
-        repository,
-        info,
-        stop,
-        stop_polling,
-        poller,
-        tasks,
-        exit_timeout: Duration::from_secs(args.exit_timeout_secs),
-        signal,
+    let http = match args.allow_http {
+        true => {
+            let state = Arc::new(HttpState {
+                info: info.clone(),
+                max_input_size: args.http_max_input_size,
+                read_timeout: http_read_timeout(args),
+                restrictions,
+            });
+            Some((
+                state,
+                bind("HTTP", &args.http_address, args.http_port).await?,
+            ))
+        }
+        false => None,
+    };
+    let metrics = match metrics {
+        Some(m) => Some((
+            m,
+            bind("Metrics", &args.metrics_address, args.metrics_port).await?,
+        )),
+        None => None,
+    };
+    Ok(Frontends {
+        http,
+        grpc,
+        metrics,
     })
+}
+
+fn http_read_timeout(args: &Args) -> Option<Duration> {
+    (args.http_read_timeout_secs > 0).then(|| Duration::from_secs(args.http_read_timeout_secs))
+}
+
+impl Frontends {
+    /// Serves every bound frontend until `stop` turns true.
+    fn serve(self, args: &Args, stop: &watch::Receiver<bool>) -> Served {
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|v| *v).await;
+        };
+        let mut served = Served {
+            http_addr: None,
+            grpc_addr: None,
+            metrics_addr: None,
+            tasks: Vec::new(),
+        };
+        if let Some((state, (listener, addr))) = self.http {
+            served.http_addr = Some(addr);
+            let app = HttpService::new(state);
+            served.tasks.push(serve_http(
+                "HTTP",
+                listener,
+                app,
+                http_read_timeout(args),
+                stopped(stop.clone()),
+            ));
+            tracing::info!("started HTTP service at {addr}");
+        }
+        if let Some((router, (listener, addr))) = self.grpc {
+            served.grpc_addr = Some(addr);
+            let shutdown = stopped(stop.clone());
+            served.tasks.push(tokio::spawn(async move {
+                if let Err(e) = grpc::serve(router, listener, shutdown).await {
+                    tracing::error!("gRPC server error: {e}");
+                }
+            }));
+            tracing::info!("started GRPCInferenceService at {addr}");
+        }
+        if let Some((metrics, (listener, addr))) = self.metrics {
+            served.metrics_addr = Some(addr);
+            let app = TowerToHyperService::new(crate::frontend::metrics::router(metrics));
+            served.tasks.push(serve_http(
+                "metrics",
+                listener,
+                app,
+                // Longer than Prometheus' default 1 min scrape interval, so its kept-alive
+                // connection is not closed just as the next scrape starts.
+                Some(Duration::from_secs(300)),
+                stopped(stop.clone()),
+            ));
+            tracing::info!("started Metrics Service at {addr}");
+        }
+        served
+    }
 }
 
 /// Checks that every repository root is a folder, with tritonserver's errors.

@@ -11,6 +11,8 @@ struct Rules {
     crates: BTreeMap<String, BTreeSet<String>>,
     modules: BTreeMap<String, BTreeSet<String>>,
     acyclic: Vec<String>,
+    /// (module, paths its code must not name).
+    avoid: Vec<(String, Vec<String>)>,
 }
 
 fn workspace() -> PathBuf {
@@ -26,6 +28,7 @@ fn rules() -> Rules {
         crates: BTreeMap::new(),
         modules: BTreeMap::new(),
         acyclic: Vec::new(),
+        avoid: Vec::new(),
     };
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -37,6 +40,16 @@ fn rules() -> Rules {
             .unwrap_or_else(|| panic!("layers.txt:{}: '{line}'", n + 1));
         if kind == "acyclic" {
             r.acyclic.push(rest.trim().to_string());
+            continue;
+        }
+        if kind == "avoid" {
+            let (name, paths) = rest
+                .split_once(':')
+                .unwrap_or_else(|| panic!("layers.txt:{}: no ':'", n + 1));
+            r.avoid.push((
+                name.trim().to_string(),
+                paths.split_whitespace().map(str::to_string).collect(),
+            ));
             continue;
         }
         let (name, allowed) = rest
@@ -247,6 +260,27 @@ fn module_folders_have_no_cycles() {
         }
     }
     assert!(broken.is_empty(), "cycles:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn server_modules_avoid_what_layers_txt_forbids() {
+    let r = rules();
+    let src = workspace().join("host/src");
+    let mut broken = Vec::new();
+    for file in rust_files(&src) {
+        let rel = file.strip_prefix(&src).unwrap();
+        let top = module_of(rel);
+        let code = code(&file);
+        for (module, paths) in &r.avoid {
+            if *module != top {
+                continue;
+            }
+            for path in paths.iter().filter(|p| code.contains(p.as_str())) {
+                broken.push(format!("host/src/{}: '{top}' names {path}", rel.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "layering broken:\n{}", broken.join("\n"));
 }
 
 #[test]

@@ -206,10 +206,8 @@ pub fn numeric_parameter<T: std::str::FromStr>(cfg: &ModelConfig, key: &str) -> 
     match model_parameter(cfg, key) {
         None => Ok(None),
         Some(v) => v.trim().parse().map(Some).map_err(|_| {
-            Error::invalid_arg(format!(
-                "model '{}': parameter '{key}' must be a number, got '{v}'",
-                cfg.name
-            ))
+            Error::invalid_arg(format!("parameter '{key}' must be a number, got '{v}'"))
+                .for_model(&cfg.name)
         }),
     }
 }
@@ -223,10 +221,10 @@ pub fn bool_parameter(cfg: &ModelConfig, key: &str) -> Result<Option<bool>> {
         Some(v) if is(v, ["true", "on", "1"]) => Ok(Some(true)),
         Some(v) if is(v, ["false", "off", "0"]) => Ok(Some(false)),
         Some(v) => Err(Error::invalid_arg(format!(
-            "model '{}': parameter '{key}': failed to convert '{v}' to boolean \
-             (true/on/1 or false/off/0)",
-            cfg.name
-        ))),
+            "parameter '{key}': failed to convert '{v}' to boolean \
+             (true/on/1 or false/off/0)"
+        ))
+        .for_model(&cfg.name)),
     }
 }
 
@@ -239,11 +237,10 @@ pub fn model_file(cfg: &ModelConfig, version_dir: &Path, default: &str) -> Resul
     };
     let path = version_dir.join(name);
     if !path.exists() {
-        return Err(Error::not_found(format!(
-            "model '{}': model file '{}' does not exist",
-            cfg.name,
-            path.display()
-        )));
+        return Err(
+            Error::not_found(format!("model file '{}' does not exist", path.display()))
+                .for_model(&cfg.name),
+        );
     }
     // A named pipe or a device would block the load that opens it.
     crate::files::check_regular(&path, &format!("model '{}': model file", cfg.name))?;

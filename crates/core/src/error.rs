@@ -99,11 +99,55 @@ impl Error {
         self.message = format!("{prefix}: {}", self.message);
         self
     }
+
+    /// Names the model a failure is about: `model '<model>': <message>`.
+    pub fn for_model(self, model: &str) -> Self {
+        self.context(format_args!("model '{model}'"))
+    }
+
+    /// Names the ensemble step a failure happened in:
+    /// `ensemble '<ensemble>' step <step> (model '<model>'): <message>`.
+    pub fn in_step(self, ensemble: &str, step: usize, model: &str) -> Self {
+        self.context(format_args!(
+            "ensemble '{ensemble}' step {step} (model '{model}')"
+        ))
+    }
+}
+
+/// [`Error`]'s context helpers on a `Result`.
+pub trait ResultExt<T> {
+    /// [`Error::for_model`] on the error.
+    fn for_model(self, model: &str) -> Result<T>;
+    /// [`Error::context`] on the error.
+    fn context(self, prefix: impl fmt::Display) -> Result<T>;
+}
+
+impl<T> ResultExt<T> for Result<T> {
+    fn for_model(self, model: &str) -> Result<T> {
+        self.map_err(|e| e.for_model(model))
+    }
+
+    fn context(self, prefix: impl fmt::Display) -> Result<T> {
+        self.map_err(|e| e.context(prefix))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_and_step_context_name_where() {
+        let e = Error::unavailable("gone").for_model("m");
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (Code::Unavailable, "model 'm': gone")
+        );
+        let e = Error::internal("boom").in_step("ens", 2, "net");
+        assert_eq!(e.message, "ensemble 'ens' step 2 (model 'net'): boom");
+        let r: Result<()> = Err(Error::invalid_arg("bad"));
+        assert_eq!(r.for_model("x").unwrap_err().message, "model 'x': bad");
+    }
 
     #[test]
     fn context_keeps_code() {

@@ -24,6 +24,7 @@ pub mod config;
 pub mod dtype;
 pub mod error;
 pub mod files;
+pub mod messages;
 pub mod prometheus;
 pub mod request;
 pub mod router;

@@ -47,6 +47,14 @@ pub fn sample(out: &mut String, name: &str, labels: &str, value: f64) {
     let _ = writeln!(out, "{name}{labels} {value}");
 }
 
+/// Something that renders its own metric families (a backend's counters,
+/// the memory pools): the metrics page asks each owner instead of reading
+/// its internals.
+pub trait Families: Send + Sync {
+    /// Appends the families, with their headers, in the text format.
+    fn render(&self, out: &mut String);
+}
+
 /// Whether `n` is a valid metric or label name.
 pub fn valid_name(n: &str) -> bool {
     let mut chars = n.chars();

@@ -8,9 +8,10 @@
 use std::fmt;
 
 use crate::config::pb::model_sequence_batching::{
-    self, control::Kind, initial_state::StateData, StrategyChoice as Strategy,
+    self, control::Kind, initial_state::StateData, Control, InitialState, State,
+    StrategyChoice as Strategy,
 };
-use crate::config::pb::{model_config::SchedulingChoice, ModelConfig};
+use crate::config::pb::{model_config::SchedulingChoice, ModelConfig, ModelSequenceBatching};
 use crate::error::{Error, Result};
 use crate::request::{InferRequest, Parameter};
 
@@ -176,199 +177,269 @@ pub fn validate_config(cfg: &ModelConfig) -> Result<()> {
     let Some(sb) = batching(cfg) else {
         return Ok(());
     };
-    let m = &cfg.name;
-    let err = |msg: String| Err(Error::invalid_arg(msg));
+    validate_control_inputs(sb, &cfg.name)?;
+    validate_strategy(sb, cfg)?;
+    validate_states(sb, &cfg.name)?;
+    validate_batcher_tensors_not_declared(cfg)
+}
+
+/// The failure every sequence batching rule reports: an invalid argument.
+fn invalid(msg: String) -> Result<()> {
+    Err(Error::invalid_arg(msg))
+}
+
+/// Control inputs: every tensor named, and named once; every control of a
+/// known kind, and each kind given by one tensor only; each control's values
+/// as its kind wants them.
+fn validate_control_inputs(sb: &ModelSequenceBatching, m: &str) -> Result<()> {
     let mut names: Vec<&str> = Vec::new();
     let mut kinds: Vec<i32> = Vec::new();
     for ci in &sb.control_input {
         if ci.name.is_empty() {
-            return err(format!(
+            return invalid(format!(
                 "sequence batching control tensor must have a name for {m}"
             ));
         }
         if names.contains(&ci.name.as_str()) {
-            return err(format!(
+            return invalid(format!(
                 "sequence batching control tensor '{}' is specified for multiple control kinds for {m}",
                 ci.name
             ));
         }
         names.push(&ci.name);
         for c in &ci.control {
-            let k = kind_name(c.kind);
             if Kind::try_from(c.kind).is_err() {
-                return err(format!(
+                return invalid(format!(
                     "sequence batching control tensor '{}' has unknown control kind {} for {m}",
                     ci.name, c.kind
                 ));
             }
             if kinds.contains(&c.kind) {
-                return err(format!(
-                    "sequence batching specifies multiple {k} tensors for {m}"
+                return invalid(format!(
+                    "sequence batching specifies multiple {} tensors for {m}",
+                    kind_name(c.kind)
                 ));
             }
             kinds.push(c.kind);
-            let lists = [
-                ("int32_false_true", c.int32_false_true.len()),
-                ("fp32_false_true", c.fp32_false_true.len()),
-                ("bool_false_true", c.bool_false_true.len()),
-            ];
-            let given: Vec<_> = lists.iter().filter(|(_, n)| *n > 0).collect();
             if c.kind == Kind::ControlSequenceCorrid as i32 {
-                if !given.is_empty() {
-                    return err(format!(
-                        "sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_CORRID for {m}"
-                    ));
-                }
-                use crate::config::pb::DataType as T;
-                let allowed = [
-                    T::TypeUint64,
-                    T::TypeInt64,
-                    T::TypeUint32,
-                    T::TypeInt32,
-                    T::TypeString,
-                ];
-                if !allowed.iter().any(|t| *t as i32 == c.data_type) {
-                    return err(format!(
-                        "unexpected data type for control CONTROL_SEQUENCE_CORRID for {m}. Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING"
-                    ));
-                }
-                continue;
-            }
-            match given.as_slice() {
-                [] => {
-                    return err(format!(
-                        "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for {k} for {m}"
-                    ))
-                }
-                [(list, n)] if *n != 2 => {
-                    return err(format!(
-                        "sequence batching control '{list}' must have exactly 2 entries for {k} for {m}"
-                    ))
-                }
-                [_] => {}
-                _ => {
-                    return err(format!(
-                        "sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' and 'bool_false_true' for {k} for {m}"
-                    ))
-                }
+                validate_corrid_control(c, m)?;
+            } else {
+                validate_flag_control(c, m)?;
             }
         }
     }
+    Ok(())
+}
+
+/// The `*_false_true` lists a control gives, as (field, length); empty ones
+/// left out.
+fn false_true_lists(c: &Control) -> Vec<(&'static str, usize)> {
+    [
+        ("int32_false_true", c.int32_false_true.len()),
+        ("fp32_false_true", c.fp32_false_true.len()),
+        ("bool_false_true", c.bool_false_true.len()),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .collect()
+}
+
+/// A CONTROL_SEQUENCE_CORRID control: no `*_false_true` list, and a
+/// `data_type` a correlation id fits in.
+fn validate_corrid_control(c: &Control, m: &str) -> Result<()> {
+    use crate::config::pb::DataType as T;
+    if !false_true_lists(c).is_empty() {
+        return invalid(format!(
+            "sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_CORRID for {m}"
+        ));
+    }
+    let allowed = [
+        T::TypeUint64,
+        T::TypeInt64,
+        T::TypeUint32,
+        T::TypeInt32,
+        T::TypeString,
+    ];
+    if !allowed.iter().any(|t| *t as i32 == c.data_type) {
+        return invalid(format!(
+            "unexpected data type for control CONTROL_SEQUENCE_CORRID for {m}. Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING"
+        ));
+    }
+    Ok(())
+}
+
+/// A START, END or READY control: exactly one `*_false_true` list, holding
+/// exactly two entries (the "false" and the "true" value).
+fn validate_flag_control(c: &Control, m: &str) -> Result<()> {
+    let k = kind_name(c.kind);
+    match false_true_lists(c).as_slice() {
+        [] => invalid(format!(
+            "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for {k} for {m}"
+        )),
+        [(list, n)] if *n != 2 => invalid(format!(
+            "sequence batching control '{list}' must have exactly 2 entries for {k} for {m}"
+        )),
+        [_] => Ok(()),
+        _ => invalid(format!(
+            "sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' and 'bool_false_true' for {k} for {m}"
+        )),
+    }
+}
+
+/// The scheduling strategy: Direct's `minimum_slot_utilization` within
+/// [0, 1]; Oldest's `max_candidate_sequences` not negative and each preferred
+/// batch size between 1 and `max_batch_size` (1 when the model does not batch).
+fn validate_strategy(sb: &ModelSequenceBatching, cfg: &ModelConfig) -> Result<()> {
+    let m = &cfg.name;
     match &sb.strategy_choice {
         Some(Strategy::Direct(d)) if !(0.0..=1.0).contains(&d.minimum_slot_utilization) => {
-            return err(format!(
+            return invalid(format!(
                 "sequence batching minimum slot utilization must be in range (0.0, 1.0] for {m}"
             ));
         }
-        Some(Strategy::Direct(_)) => {}
+        Some(Strategy::Direct(_)) | None => {}
         Some(Strategy::Oldest(o)) => {
             if o.max_candidate_sequences < 0 {
-                return err(format!(
+                return invalid(format!(
                     "sequence batching max_candidate_sequences must be >= 0 for {m}"
                 ));
             }
             for &p in &o.preferred_batch_size {
                 if p < 1 {
-                    return err(format!(
+                    return invalid(format!(
                         "sequence batching preferred batch size must be positive for {m}"
                     ));
                 }
                 if p > cfg.max_batch_size.max(1) {
-                    return err(format!(
+                    return invalid(format!(
                         "sequence batching preferred batch size must be <= max batch size for {m}"
                     ));
                 }
             }
         }
-        None => {}
     }
+    Ok(())
+}
+
+/// Implicit state: every state names its input and its output, no input
+/// name is used twice, and each state (and its initial state) is well formed.
+fn validate_states(sb: &ModelSequenceBatching, m: &str) -> Result<()> {
     let mut state_inputs: Vec<&str> = Vec::new();
     for s in &sb.state {
         let input = &s.input_name;
         if input.is_empty() || s.output_name.is_empty() {
-            return err(format!(
+            return invalid(format!(
                 "model '{m}': every sequence batching state must have an input_name and an output_name"
             ));
         }
         if state_inputs.contains(&input.as_str()) {
-            return err(format!(
+            return invalid(format!(
                 "State input name '{input}' specified more than once."
             ));
         }
         state_inputs.push(input);
-        if crate::DataType::from_config(s.data_type).is_err() {
-            return err(format!(
-                "model '{m}': state '{input}' has data_type {}, which is not valid",
-                crate::dtype::config_name(s.data_type)
-            ));
-        }
-        if s.dims.is_empty() || s.dims.iter().any(|&d| d < 1 && d != -1) {
-            return err(format!(
-                "model '{m}': state '{input}' dims {} must be non-empty, each >= 1 or -1",
-                crate::tensor::shape_str(&s.dims)
-            ));
-        }
-        if s.initial_state.len() > 1 {
-            return err(format!(
-                "initial_state field for state input '{input}' must contain exactly one or zero element. Found '{}' elements.",
-                s.initial_state.len()
-            ));
-        }
+        validate_state_tensor(s, m)?;
         if let Some(init) = s.initial_state.first() {
-            if init.data_type != s.data_type {
-                return err(format!(
-                    "The data type used for 'initial_state' field of state '{input}' does not match the state data type."
-                ));
-            }
-            if init.name.is_empty() {
-                return err(format!(
-                    "Field 'name' must be set when using initial_state for state input '{input}'."
-                ));
-            }
-            if init.dims.len() != s.dims.len() {
-                return err(format!(
-                    "Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions for state input '{input}'. {} != {}",
-                    init.dims.len(),
-                    s.dims.len()
-                ));
-            }
-            if init.dims.iter().any(|&d| d < 0) {
-                return err(format!(
-                    "'initial_state' field for state input name '{input}' contains variable dimensions."
-                ));
-            }
-            for (&a, &b) in init.dims.iter().zip(&s.dims) {
-                if b != -1 && a != b {
-                    return err(format!(
-                        "'initial_state' dim for input name '{input}' doesn't match 'state' dim description. {a} != {b}"
-                    ));
-                }
-            }
-            match &init.state_data {
-                None | Some(StateData::ZeroData(false)) => {
-                    return err(format!(
-                        "initial_state setting expects state'{input}' to have state_data set"
-                    ))
-                }
-                Some(StateData::DataFile(f)) => {
-                    let inside = !f.is_empty()
-                        && std::path::Path::new(f)
-                            .components()
-                            .all(|c| matches!(c, std::path::Component::Normal(_)));
-                    if !inside {
-                        return err(format!(
-                            "model '{m}': initial_state data_file '{f}' of state '{input}' must be a relative path inside the model's initial_state folder"
-                        ));
-                    }
-                }
-                Some(StateData::ZeroData(true)) => {}
-            }
+            validate_initial_state(init, s, m)?;
         }
     }
-    // The batcher feeds these itself: a client must not be asked for them.
+    Ok(())
+}
+
+/// One state's own description: a valid data type, non-empty dims each
+/// >= 1 or -1, and at most one initial state.
+fn validate_state_tensor(s: &State, m: &str) -> Result<()> {
+    let input = &s.input_name;
+    if crate::DataType::from_config(s.data_type).is_err() {
+        return invalid(format!(
+            "model '{m}': state '{input}' has data_type {}, which is not valid",
+            crate::dtype::config_name(s.data_type)
+        ));
+    }
+    if s.dims.is_empty() || s.dims.iter().any(|&d| d < 1 && d != -1) {
+        return invalid(format!(
+            "model '{m}': state '{input}' dims {} must be non-empty, each >= 1 or -1",
+            crate::tensor::shape_str(&s.dims)
+        ));
+    }
+    if s.initial_state.len() > 1 {
+        return invalid(format!(
+            "initial_state field for state input '{input}' must contain exactly one or zero element. Found '{}' elements.",
+            s.initial_state.len()
+        ));
+    }
+    Ok(())
+}
+
+/// A state's initial state: the state's data type, a name, fixed dims of the
+/// state's rank that agree with the state's fixed dims, and its data.
+fn validate_initial_state(init: &InitialState, s: &State, m: &str) -> Result<()> {
+    let input = &s.input_name;
+    if init.data_type != s.data_type {
+        return invalid(format!(
+            "The data type used for 'initial_state' field of state '{input}' does not match the state data type."
+        ));
+    }
+    if init.name.is_empty() {
+        return invalid(format!(
+            "Field 'name' must be set when using initial_state for state input '{input}'."
+        ));
+    }
+    if init.dims.len() != s.dims.len() {
+        return invalid(format!(
+            "Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions for state input '{input}'. {} != {}",
+            init.dims.len(),
+            s.dims.len()
+        ));
+    }
+    if init.dims.iter().any(|&d| d < 0) {
+        return invalid(format!(
+            "'initial_state' field for state input name '{input}' contains variable dimensions."
+        ));
+    }
+    for (&a, &b) in init.dims.iter().zip(&s.dims) {
+        if b != -1 && a != b {
+            return invalid(format!(
+                "'initial_state' dim for input name '{input}' doesn't match 'state' dim description. {a} != {b}"
+            ));
+        }
+    }
+    validate_initial_state_data(init, input, m)
+}
+
+/// Where an initial state's values come from: `zero_data: true`, or a
+/// `data_file` inside the model's `initial_state` folder (a non-empty path of
+/// plain components only: no root, no `.` or `..`).
+fn validate_initial_state_data(init: &InitialState, input: &str, m: &str) -> Result<()> {
+    match &init.state_data {
+        None | Some(StateData::ZeroData(false)) => invalid(format!(
+            "initial_state setting expects state'{input}' to have state_data set"
+        )),
+        Some(StateData::DataFile(f)) => {
+            let inside = !f.is_empty()
+                && std::path::Path::new(f)
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if inside {
+                Ok(())
+            } else {
+                invalid(format!(
+                    "model '{m}': initial_state data_file '{f}' of state '{input}' must be a relative path inside the model's initial_state folder"
+                ))
+            }
+        }
+        Some(StateData::ZeroData(true)) => Ok(()),
+    }
+}
+
+/// The tensors the batcher feeds (control and state inputs) and takes (state
+/// outputs) itself must not also be the model's declared inputs or outputs:
+/// a client must not be asked for them.
+fn validate_batcher_tensors_not_declared(cfg: &ModelConfig) -> Result<()> {
+    let m = &cfg.name;
     for extra in extra_inputs(cfg) {
         if cfg.input.iter().any(|i| i.name == extra.name) {
-            return err(format!(
+            return invalid(format!(
                 "model '{m}': '{}' is both a model input and a sequence batching control or state input; remove it from 'input'",
                 extra.name
             ));
@@ -376,7 +447,7 @@ pub fn validate_config(cfg: &ModelConfig) -> Result<()> {
     }
     for extra in extra_outputs(cfg) {
         if cfg.output.iter().any(|o| o.name == extra.name) {
-            return err(format!(
+            return invalid(format!(
                 "model '{m}': '{}' is both a model output and a sequence batching state output; remove it from 'output'",
                 extra.name
             ));
@@ -435,5 +506,81 @@ mod tests {
         assert!(with(&[("sequence_start", Parameter::Int(1))])
             .sequence()
             .is_err());
+    }
+
+    #[test]
+    fn strategy_pass_bounds_utilization_candidates_and_preferred_sizes() {
+        use model_sequence_batching::{StrategyDirect, StrategyOldest};
+        let check = |max_batch_size: i32, s: Strategy| {
+            let cfg = ModelConfig {
+                name: "m".into(),
+                max_batch_size,
+                ..Default::default()
+            };
+            let sb = ModelSequenceBatching {
+                strategy_choice: Some(s),
+                ..Default::default()
+            };
+            validate_strategy(&sb, &cfg).map_err(|e| e.message)
+        };
+        let direct = |u: f32| {
+            Strategy::Direct(StrategyDirect {
+                minimum_slot_utilization: u,
+                ..Default::default()
+            })
+        };
+        let oldest = |candidates: i32, preferred: Vec<i32>| {
+            Strategy::Oldest(StrategyOldest {
+                max_candidate_sequences: candidates,
+                preferred_batch_size: preferred,
+                ..Default::default()
+            })
+        };
+        assert!(check(4, direct(0.5)).is_ok());
+        assert!(check(4, direct(1.5))
+            .unwrap_err()
+            .contains("minimum slot utilization must be in range (0.0, 1.0] for m"));
+        assert!(check(4, oldest(2, vec![1, 4])).is_ok());
+        assert!(check(4, oldest(-1, vec![]))
+            .unwrap_err()
+            .contains("max_candidate_sequences must be >= 0"));
+        assert!(check(4, oldest(0, vec![0]))
+            .unwrap_err()
+            .contains("preferred batch size must be positive"));
+        assert!(check(4, oldest(0, vec![5]))
+            .unwrap_err()
+            .contains("must be <= max batch size"));
+        // A model that does not batch still takes a preferred size of 1.
+        assert!(check(0, oldest(0, vec![1])).is_ok());
+        assert!(check(0, oldest(0, vec![2])).is_err());
+    }
+
+    #[test]
+    fn initial_state_data_is_zeros_or_a_file_inside_the_folder() {
+        let check = |data: Option<StateData>| {
+            let init = InitialState {
+                state_data: data,
+                ..Default::default()
+            };
+            validate_initial_state_data(&init, "I", "m").map_err(|e| e.message)
+        };
+        let file = |f: &str| Some(StateData::DataFile(f.into()));
+        assert!(check(Some(StateData::ZeroData(true))).is_ok());
+        assert!(check(file("init.bin")).is_ok());
+        assert!(check(file("sub/init.bin")).is_ok());
+        for missing in [None, Some(StateData::ZeroData(false))] {
+            assert_eq!(
+                check(missing).unwrap_err(),
+                "initial_state setting expects state'I' to have state_data set"
+            );
+        }
+        for outside in ["", "/etc/passwd", "../init.bin", "sub/../../init.bin"] {
+            assert!(
+                check(file(outside))
+                    .unwrap_err()
+                    .contains("must be a relative path inside the model's initial_state folder"),
+                "{outside}"
+            );
+        }
     }
 }

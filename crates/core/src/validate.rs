@@ -5,7 +5,8 @@
 //! request's inputs get their configured `reshape`.
 
 use super::tensor::shape_str;
-use super::{DataType, InferRequest};
+use super::{DataType, InferRequest, RequestedOutput, Tensor};
+use crate::config::pb::{ModelInput, ModelOutput};
 use crate::config::ModelConfig;
 use crate::dtype::config_name;
 use crate::error::{Error, Result};
@@ -19,77 +20,113 @@ fn repeated<T>(before: &[T], name: &str, name_of: impl Fn(&T) -> &String) -> boo
 /// Validates a request for `cfg`; returns the request's batch size (1 when the model does not batch).
 pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> {
     let m = &cfg.name;
-    let batched = cfg.max_batch_size > 0;
     let mut batch_size: Option<i64> = None;
     for (i, t) in req.inputs.iter().enumerate() {
-        if repeated(&req.inputs[..i], &t.name, |p| &p.name) {
-            return Err(Error::invalid_arg(format!(
-                "input '{}' is specified more than once in the request for model '{m}'",
-                t.name
-            )));
-        }
-        let Some(spec) = cfg.input.iter().find(|i| i.name == t.name) else {
-            return Err(Error::invalid_arg(format!(
-                "unexpected inference input '{}' for model '{m}'; the model's inputs are [{}]",
-                t.name,
-                cfg.input
-                    .iter()
-                    .map(|i| format!("'{}'", i.name))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        };
-        if t.dtype.to_config() as i32 != spec.data_type {
-            return Err(Error::invalid_arg(format!(
-                "unexpected datatype {} for inference input '{}', expecting {} for model '{m}'",
-                config_name(t.dtype.to_config() as i32),
-                t.name,
-                config_name(spec.data_type)
-            )));
-        }
-        let expected: Vec<i64> = if batched {
-            std::iter::once(-1)
-                .chain(spec.dims.iter().copied())
-                .collect()
-        } else {
-            spec.dims.clone()
-        };
-        let shape_ok = t.shape.len() == expected.len()
-            && t.shape.iter().all(|&d| d >= 0)
-            && t.shape
-                .iter()
-                .zip(&expected)
-                .all(|(&got, &want)| want == -1 || got == want);
-        if !shape_ok {
-            return Err(Error::invalid_arg(format!(
-                "unexpected shape for input '{}' for model '{m}'. Expected {}, got {}",
-                t.name,
-                shape_str(&expected),
-                shape_str(&t.shape)
-            )));
-        }
-        if batched {
-            let b = t.shape[0];
-            if b < 1 || b > cfg.max_batch_size as i64 {
-                return Err(Error::invalid_arg(format!(
-                    "inference request batch-size must be <= {} for '{m}', got {b} (input '{}')",
-                    cfg.max_batch_size, t.name
-                )));
-            }
-            match batch_size {
-                None => batch_size = Some(b),
-                Some(prev) if prev != b => {
-                    return Err(Error::invalid_arg(format!(
-                        "input '{}' has batch size {b} but other inputs have batch size {prev} for model '{m}'",
-                        t.name
-                    )))
-                }
-                _ => {}
-            }
+        let spec = input_spec(cfg, &req.inputs[..i], t)?;
+        check_input_datatype(m, spec, t)?;
+        check_input_shape(cfg, spec, t)?;
+        if cfg.max_batch_size > 0 {
+            batch_size = Some(check_batch_size(cfg, t, batch_size)?);
         }
         t.check_data_size()
             .map_err(|e| e.context(format!("model '{m}'")))?;
     }
+    check_required_inputs(cfg, req)?;
+    for (i, o) in req.outputs.iter().enumerate() {
+        check_requested_output(cfg, &req.outputs[..i], o)?;
+    }
+    Ok(batch_size.unwrap_or(1) as usize)
+}
+
+/// The configured input a request input `t` feeds: `t` must not repeat a
+/// name among the inputs `before` it, and must be one of the model's inputs.
+fn input_spec<'c>(cfg: &'c ModelConfig, before: &[Tensor], t: &Tensor) -> Result<&'c ModelInput> {
+    let m = &cfg.name;
+    if repeated(before, &t.name, |p| &p.name) {
+        return Err(Error::invalid_arg(format!(
+            "input '{}' is specified more than once in the request for model '{m}'",
+            t.name
+        )));
+    }
+    cfg.input.iter().find(|i| i.name == t.name).ok_or_else(|| {
+        Error::invalid_arg(format!(
+            "unexpected inference input '{}' for model '{m}'; the model's inputs are [{}]",
+            t.name,
+            cfg.input
+                .iter()
+                .map(|i| format!("'{}'", i.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
+}
+
+/// An input's data type is the configured one.
+fn check_input_datatype(m: &str, spec: &ModelInput, t: &Tensor) -> Result<()> {
+    if t.dtype.to_config() as i32 != spec.data_type {
+        return Err(Error::invalid_arg(format!(
+            "unexpected datatype {} for inference input '{}', expecting {} for model '{m}'",
+            config_name(t.dtype.to_config() as i32),
+            t.name,
+            config_name(spec.data_type)
+        )));
+    }
+    Ok(())
+}
+
+/// An input's shape matches the configured dims (each `-1` taking any size),
+/// after a leading batch dimension of any size when the model batches; no
+/// dim is negative.
+fn check_input_shape(cfg: &ModelConfig, spec: &ModelInput, t: &Tensor) -> Result<()> {
+    let m = &cfg.name;
+    let expected: Vec<i64> = if cfg.max_batch_size > 0 {
+        std::iter::once(-1)
+            .chain(spec.dims.iter().copied())
+            .collect()
+    } else {
+        spec.dims.clone()
+    };
+    let shape_ok = t.shape.len() == expected.len()
+        && t.shape.iter().all(|&d| d >= 0)
+        && t.shape
+            .iter()
+            .zip(&expected)
+            .all(|(&got, &want)| want == -1 || got == want);
+    if !shape_ok {
+        return Err(Error::invalid_arg(format!(
+            "unexpected shape for input '{}' for model '{m}'. Expected {}, got {}",
+            t.name,
+            shape_str(&expected),
+            shape_str(&t.shape)
+        )));
+    }
+    Ok(())
+}
+
+/// The batch size of an input of a batching model (its shape checked, so
+/// with a first dim): between 1 and `max_batch_size`, and the same as
+/// `earlier`, the batch size of the inputs before it, if any; returns it.
+fn check_batch_size(cfg: &ModelConfig, t: &Tensor, earlier: Option<i64>) -> Result<i64> {
+    let m = &cfg.name;
+    let b = t.shape[0];
+    if b < 1 || b > cfg.max_batch_size as i64 {
+        return Err(Error::invalid_arg(format!(
+            "inference request batch-size must be <= {} for '{m}', got {b} (input '{}')",
+            cfg.max_batch_size, t.name
+        )));
+    }
+    match earlier {
+        Some(prev) if prev != b => Err(Error::invalid_arg(format!(
+            "input '{}' has batch size {b} but other inputs have batch size {prev} for model '{m}'",
+            t.name
+        ))),
+        _ => Ok(b),
+    }
+}
+
+/// Every input the config does not mark `optional` is in the request.
+fn check_required_inputs(cfg: &ModelConfig, req: &InferRequest) -> Result<()> {
+    let m = &cfg.name;
     let missing: Vec<String> = cfg
         .input
         .iter()
@@ -106,38 +143,52 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
             missing.join(", ")
         )));
     }
-    for (i, o) in req.outputs.iter().enumerate() {
-        if repeated(&req.outputs[..i], &o.name, |p| &p.name) {
-            return Err(Error::invalid_arg(format!(
-                "output '{}' is requested more than once for model '{m}'",
-                o.name
-            )));
-        }
-        let Some(spec) = cfg.output.iter().find(|s| s.name == o.name) else {
-            return Err(Error::invalid_arg(format!(
-                "unexpected inference output '{}' for model '{m}'",
-                o.name
-            )));
-        };
-        if let Some(n) = o.classification {
-            let numeric = DataType::from_config(spec.data_type)
-                .map(|d| d != DataType::Bytes)
-                .unwrap_or(false);
-            if !numeric {
-                return Err(Error::invalid_arg(format!(
-                    "classification is not supported for output '{}' of model '{m}': it is not numeric",
-                    o.name
-                )));
-            }
-            if n == 0 {
-                return Err(Error::invalid_arg(format!(
-                    "classification count for output '{}' must be >= 1",
-                    o.name
-                )));
-            }
-        }
+    Ok(())
+}
+
+/// A requested output: not requested among the outputs `before` it, one of
+/// the model's outputs, and classifiable when it asks for classification.
+fn check_requested_output(
+    cfg: &ModelConfig,
+    before: &[RequestedOutput],
+    o: &RequestedOutput,
+) -> Result<()> {
+    let m = &cfg.name;
+    if repeated(before, &o.name, |p| &p.name) {
+        return Err(Error::invalid_arg(format!(
+            "output '{}' is requested more than once for model '{m}'",
+            o.name
+        )));
     }
-    Ok(batch_size.unwrap_or(1) as usize)
+    let Some(spec) = cfg.output.iter().find(|s| s.name == o.name) else {
+        return Err(Error::invalid_arg(format!(
+            "unexpected inference output '{}' for model '{m}'",
+            o.name
+        )));
+    };
+    match o.classification {
+        Some(n) => check_classification(m, spec, &o.name, n),
+        None => Ok(()),
+    }
+}
+
+/// Classification (top `n` classes) of output `name`: the output is numeric
+/// (not BYTES) and `n` is at least 1.
+fn check_classification(m: &str, spec: &ModelOutput, name: &str, n: usize) -> Result<()> {
+    let numeric = DataType::from_config(spec.data_type)
+        .map(|d| d != DataType::Bytes)
+        .unwrap_or(false);
+    if !numeric {
+        return Err(Error::invalid_arg(format!(
+            "classification is not supported for output '{name}' of model '{m}': it is not numeric"
+        )));
+    }
+    if n == 0 {
+        return Err(Error::invalid_arg(format!(
+            "classification count for output '{name}' must be >= 1"
+        )));
+    }
+    Ok(())
 }
 
 /// Applies the config's input `reshape`s to a validated request, as Triton's
@@ -430,5 +481,31 @@ mod tests {
             ..Default::default()
         });
         assert!(err(r).contains("not numeric"));
+    }
+
+    #[test]
+    fn requested_outputs_are_unique_and_classify_at_least_one_class() {
+        let out = |name: &str, classification: Option<usize>| RequestedOutput {
+            name: name.into(),
+            classification,
+            ..Default::default()
+        };
+        let with_outputs = |outputs: Vec<RequestedOutput>| InferRequest {
+            outputs,
+            ..req(vec![
+                int_input("INPUT0", vec![2, 16]),
+                int_input("INPUT1", vec![2, 16]),
+            ])
+        };
+        let r = with_outputs(vec![out("OUTPUT0", Some(3)), out("S", None)]);
+        assert_eq!(validate_request(&simple(), &r).unwrap(), 2);
+        assert_eq!(
+            err(with_outputs(vec![out("S", None), out("S", None)])),
+            "output 'S' is requested more than once for model 'simple'"
+        );
+        assert_eq!(
+            err(with_outputs(vec![out("OUTPUT0", Some(0))])),
+            "classification count for output 'OUTPUT0' must be >= 1"
+        );
     }
 }

@@ -259,6 +259,69 @@ pub struct Pools {
     pub host: Arc<Pool>,
 }
 
+/// The pinned, host and CUDA memory pools' sizes and use.
+impl tern_core::prometheus::Families for Pools {
+    fn render(&self, out: &mut String) {
+        use tern_core::prometheus::{header, labels, sample};
+        let pools = self;
+        let pinned = pools.pinned.as_ref();
+        for (name, help, value) in [
+            (
+                "nv_pinned_memory_pool_total_bytes",
+                "Pinned memory pool total memory size, in bytes",
+                pinned.map_or(0, |p| p.capacity()),
+            ),
+            (
+                "nv_pinned_memory_pool_used_bytes",
+                "Pinned memory pool used memory size, in bytes",
+                pinned.map_or(0, |p| p.used()),
+            ),
+            (
+                "tern_host_memory_pool_total_bytes",
+                "Recycled host memory pool size (--host-memory-pool-byte-size), in bytes",
+                pools.host.capacity(),
+            ),
+            (
+                "tern_host_memory_pool_used_bytes",
+                "Host memory pool bytes in use by requests",
+                pools.host.used(),
+            ),
+        ] {
+            header(out, name, "gauge", help);
+            sample(out, name, "", value as f64);
+        }
+        if !pools.device.is_empty() {
+            for (name, help, pick) in [
+                (
+                    "tern_cuda_memory_pool_total_bytes",
+                    "CUDA memory pool size per GPU, in bytes",
+                    Pool::capacity as fn(&Pool) -> usize,
+                ),
+                (
+                    "tern_cuda_memory_pool_used_bytes",
+                    "CUDA memory pool bytes in use per GPU",
+                    Pool::used,
+                ),
+                (
+                    "tern_cuda_memory_pool_reserved_bytes",
+                    "CUDA memory pool bytes allocated from the GPU so far (in use or cached) per GPU",
+                    Pool::reserved,
+                ),
+            ] {
+                header(out, name, "gauge", help);
+                for (i, p) in pools.device.iter().enumerate() {
+                    sample(
+                        out,
+                        name,
+                        &labels(&[("gpu", i.to_string())]),
+                        pick(p) as f64,
+                    );
+                }
+            }
+        }
+    }
+}
+
 static POOLS: OnceLock<Pools> = OnceLock::new();
 
 /// Sets the pool sizes (once, at startup). `cuda_sizes` lists `(gpu, bytes)`

@@ -29,11 +29,11 @@ pub fn providers(cfg: &ModelConfig, device: DeviceKind) -> Result<Vec<ExecutionP
     match device {
         #[cfg(not(feature = "cuda"))]
         DeviceKind::Gpu(_) => {
-            return Err(Error::unsupported(format!(
-                "model '{}': GPU instances need CUDA: this build has no CUDA support \
+            return Err(Error::unsupported(
+                "GPU instances need CUDA: this build has no CUDA support \
                  (built without the 'cuda' feature)",
-                cfg.name
-            )))
+            )
+            .for_model(&cfg.name))
         }
         #[cfg(feature = "cuda")]
         DeviceKind::Gpu(id) => {
@@ -51,10 +51,10 @@ pub fn providers(cfg: &ModelConfig, device: DeviceKind) -> Result<Vec<ExecutionP
                     }
                     other => {
                         return Err(Error::unsupported(format!(
-                            "model '{}': gpu_execution_accelerator '{other}' is not supported \
-                             (supported: tensorrt, cuda)",
-                            cfg.name
-                        )))
+                            "gpu_execution_accelerator '{other}' is not supported \
+                             (supported: tensorrt, cuda)"
+                        ))
+                        .for_model(&cfg.name))
                     }
                 }
             }
@@ -74,10 +74,7 @@ pub fn providers(cfg: &ModelConfig, device: DeviceKind) -> Result<Vec<ExecutionP
                         out.push(ov.build().error_on_failure());
                     }
                     other => {
-                        return Err(Error::unsupported(format!(
-                            "model '{}': cpu_execution_accelerator '{other}' is not supported (supported: openvino)",
-                            cfg.name
-                        )))
+                        return Err(Error::unsupported(format!("cpu_execution_accelerator '{other}' is not supported (supported: openvino)")).for_model(&cfg.name))
                     }
                 }
             }
@@ -97,9 +94,9 @@ fn tensorrt(
     for (k, v) in params {
         let bad = || {
             Error::invalid_arg(format!(
-                "model '{}': tensorrt parameter '{k}' has an invalid value '{v}'",
-                cfg.name
+                "tensorrt parameter '{k}' has an invalid value '{v}'"
             ))
+            .for_model(&cfg.name)
         };
         trt = match k.as_str() {
             "precision_mode" => match v.as_str() {

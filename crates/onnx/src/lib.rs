@@ -131,7 +131,11 @@ fn describe(outlet: &ort::value::Outlet, model: &str) -> Result<(String, DataTyp
     match outlet.dtype() {
         ValueType::Tensor { ty, shape, .. } => {
             let dt = from_ort_type(*ty).ok_or_else(|| {
-                Error::unsupported(format!("model '{model}': tensor '{}' has ONNX type {ty:?}, which Tern does not support", outlet.name()))
+                Error::unsupported(format!(
+                    "tensor '{}' has ONNX type {ty:?}, which Tern does not support",
+                    outlet.name()
+                ))
+                .for_model(model)
             })?;
             Ok((
                 outlet.name().to_string(),
@@ -140,9 +144,10 @@ fn describe(outlet: &ort::value::Outlet, model: &str) -> Result<(String, DataTyp
             ))
         }
         other => Err(Error::unsupported(format!(
-            "model '{model}': '{}' is a {other:?}; only tensor inputs and outputs are supported",
+            "'{}' is a {other:?}; only tensor inputs and outputs are supported",
             outlet.name()
-        ))),
+        ))
+        .for_model(model)),
     }
 }
 
@@ -181,9 +186,9 @@ fn run_options(cfg: &ModelConfig, device: DeviceKind) -> Result<Option<RunOption
     };
     let bad = |why: String| {
         Error::invalid_arg(format!(
-            "model '{}': parameter '{ARENA_SHRINKAGE}' {why}, got '{value}'",
-            cfg.name
+            "parameter '{ARENA_SHRINKAGE}' {why}, got '{value}'"
         ))
+        .for_model(&cfg.name)
     };
     let arena_off = bool_parameter(cfg, "enable_mem_arena")? == Some(false);
     for entry in value.split(';').map(str::trim) {
@@ -219,10 +224,10 @@ fn run_options(cfg: &ModelConfig, device: DeviceKind) -> Result<Option<RunOption
         }
     }
     let mut options = RunOptions::new()
-        .map_err(|e| Error::internal(format!("model '{}': run options: {e}", cfg.name)))?;
+        .map_err(|e| Error::internal(format!("run options: {e}")).for_model(&cfg.name))?;
     options
         .set(ARENA_SHRINKAGE, value.trim())
-        .map_err(|e| Error::internal(format!("model '{}': {ARENA_SHRINKAGE}: {e}", cfg.name)))?;
+        .map_err(|e| Error::internal(format!("{ARENA_SHRINKAGE}: {e}")).for_model(&cfg.name))?;
     Ok(Some(options))
 }
 
@@ -234,7 +239,7 @@ fn open_session(
 ) -> Result<Session> {
     let env = environment(settings).map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
     let fail =
-        |what: &str, e: ort::Error| Error::internal(format!("model '{}': {what}: {e}", cfg.name));
+        |what: &str, e: ort::Error| Error::internal(format!("{what}: {e}")).for_model(&cfg.name);
     let mut builder = Session::builder(env).map_err(|e| fail("creating a session", e))?;
     if let Some(n) = numeric_parameter::<usize>(cfg, "intra_op_thread_count")? {
         builder = builder
@@ -265,10 +270,10 @@ fn open_session(
             1 => true,
             other => {
                 return Err(Error::invalid_arg(format!(
-                    "model '{}': invalid configuration value provided; expected values for \
-                     execution_mode are 0 or 1 but got {other}",
-                    cfg.name
-                )))
+                    "invalid configuration value provided; expected values for \
+                     execution_mode are 0 or 1 but got {other}"
+                ))
+                .for_model(&cfg.name))
             }
         };
         builder = builder
@@ -302,23 +307,19 @@ fn open_session(
     if !providers.is_empty() {
         builder = builder.with_execution_providers(providers).map_err(|e| {
             Error::unavailable(format!(
-                "model '{}': execution provider for {}: {e}",
-                cfg.name,
+                "execution provider for {}: {e}",
                 match device {
                     DeviceKind::Gpu(id) => format!("GPU {id}"),
                     DeviceKind::Cpu => "CPU".into(),
                 }
             ))
+            .for_model(&cfg.name)
         })?;
     }
     let path = device::model_path(cfg, path, device);
     let path = path.as_path();
     builder.commit_from_file(path).map_err(|e| {
-        Error::invalid_arg(format!(
-            "model '{}': failed to load '{}': {e}",
-            cfg.name,
-            path.display()
-        ))
+        Error::invalid_arg(format!("failed to load '{}': {e}", path.display())).for_model(&cfg.name)
     })
 }
 
@@ -437,21 +438,26 @@ impl Backend for OnnxBackend {
             let found = session.inputs().iter().find(|o| o.name() == input.name);
             let Some(outlet) = found else {
                 return Err(Error::invalid_arg(format!(
-                    "model '{}': input '{}' is in the config but not in the ONNX model (model inputs: {})",
-                    cfg.name,
+                    "input '{}' is in the config but not in the ONNX model (model inputs: {})",
                     input.name,
-                    session.inputs().iter().map(|o| o.name().to_string()).collect::<Vec<_>>().join(", ")
-                )));
+                    session
+                        .inputs()
+                        .iter()
+                        .map(|o| o.name().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+                .for_model(&cfg.name));
             };
             let (_, dt, shape) = describe(outlet, &cfg.name)?;
             if dt.to_config() as i32 != input.data_type {
                 return Err(Error::invalid_arg(format!(
-                    "model '{}': input '{}' has data type {} in the config but {} in the ONNX model",
-                    cfg.name,
+                    "input '{}' has data type {} in the config but {} in the ONNX model",
                     input.name,
                     tern_core::dtype::config_name(input.data_type),
                     tern_core::dtype::config_name(dt.to_config() as i32)
-                )));
+                ))
+                .for_model(&cfg.name));
             }
             compare_dims(
                 cfg,
@@ -466,37 +472,38 @@ impl Backend for OnnxBackend {
             let found = session.inputs().iter().find(|o| o.name() == extra.name);
             let Some(outlet) = found else {
                 return Err(Error::invalid_arg(format!(
-                    "model '{}': sequence batching input '{}' is not in the ONNX model (model inputs: {})",
-                    cfg.name,
+                    "sequence batching input '{}' is not in the ONNX model (model inputs: {})",
                     extra.name,
-                    session.inputs().iter().map(|o| o.name().to_string()).collect::<Vec<_>>().join(", ")
-                )));
+                    session
+                        .inputs()
+                        .iter()
+                        .map(|o| o.name().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+                .for_model(&cfg.name));
             };
             let (_, dt, _) = describe(outlet, &cfg.name)?;
             if dt.to_config() as i32 != extra.data_type {
-                return Err(Error::invalid_arg(format!(
-                    "model '{}': sequence batching input '{}' has data type {} in the config but {} in the ONNX model",
-                    cfg.name,
-                    extra.name,
-                    tern_core::dtype::config_name(extra.data_type),
-                    tern_core::dtype::config_name(dt.to_config() as i32)
-                )));
+                return Err(Error::invalid_arg(format!("sequence batching input '{}' has data type {} in the config but {} in the ONNX model", extra.name, tern_core::dtype::config_name(extra.data_type), tern_core::dtype::config_name(dt.to_config() as i32))).for_model(&cfg.name));
             }
         }
         for extra in tern_core::sequence::extra_outputs(cfg) {
             if !session.outputs().iter().any(|o| o.name() == extra.name) {
                 return Err(Error::invalid_arg(format!(
-                    "model '{}': state output '{}' is not in the ONNX model",
-                    cfg.name, extra.name
-                )));
+                    "state output '{}' is not in the ONNX model",
+                    extra.name
+                ))
+                .for_model(&cfg.name));
             }
         }
         for output in &cfg.output {
             let Some(outlet) = session.outputs().iter().find(|o| o.name() == output.name) else {
                 return Err(Error::invalid_arg(format!(
-                    "model '{}': output '{}' is in the config but not in the ONNX model",
-                    cfg.name, output.name
-                )));
+                    "output '{}' is in the config but not in the ONNX model",
+                    output.name
+                ))
+                .for_model(&cfg.name));
             };
             let (_, _, shape) = describe(outlet, &cfg.name)?;
             compare_dims(
@@ -719,7 +726,7 @@ impl OnnxInstance {
             None => self.session.run(inputs),
         };
         let mut outputs = outputs.map_err(|e| {
-            Error::internal(format!("model '{}': onnx runtime error: {e}", cfg.name))
+            Error::internal(format!("onnx runtime error: {e}")).for_model(&cfg.name)
         })?;
         timing.infer_done = Some(std::time::Instant::now());
         drop(staging);
@@ -734,19 +741,17 @@ impl OnnxInstance {
             .chain(self.states.iter().map(|(n, dt)| (n, *dt, None)));
         for (name, data_type, output) in wanted {
             let value = outputs.remove(name.as_str()).ok_or_else(|| {
-                Error::internal(format!(
-                    "model '{}': the model did not produce output '{name}'",
-                    cfg.name
-                ))
+                Error::internal(format!("the model did not produce output '{name}'"))
+                    .for_model(&cfg.name)
             })?;
             let mut t = io::output(name, value)?;
             if data_type != t.dtype.to_config() as i32 {
                 return Err(Error::internal(format!(
-                    "model '{}': output '{name}' has type {} but the config declares {}",
-                    cfg.name,
+                    "output '{name}' has type {} but the config declares {}",
                     t.dtype,
                     tern_core::dtype::config_name(data_type)
-                )));
+                ))
+                .for_model(&cfg.name));
             }
             if let Some(output) = output.filter(|o| o.reshape.is_some()) {
                 t.shape = tern_core::tensor::unreshape(

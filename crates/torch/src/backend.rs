@@ -51,16 +51,15 @@ fn device_for(model: &str, device: DeviceKind) -> Result<Device> {
         DeviceKind::Cpu => Ok(Device::Cpu),
         DeviceKind::Gpu(id) => {
             if !shim::cuda_linked() {
-                return Err(Error::unavailable(format!(
-                    "model '{model}': KIND_GPU instances need LibTorch's CUDA library, and this build's pytorch \
-                     backend has CPU LibTorch only (build with the 'torch-cuda' feature: make torch-cuda)"
-                )));
+                return Err(Error::unavailable("KIND_GPU instances need LibTorch's CUDA library, and this build's pytorch \
+                     backend has CPU LibTorch only (build with the 'torch-cuda' feature: make torch-cuda)").for_model(&model));
             }
             let count = tch::Cuda::device_count();
             if id < 0 || i64::from(id) >= count {
                 return Err(Error::unavailable(format!(
-                    "model '{model}': LibTorch sees {count} CUDA device(s), so it cannot use GPU {id}"
-                )));
+                    "LibTorch sees {count} CUDA device(s), so it cannot use GPU {id}"
+                ))
+                .for_model(&model));
             }
             Ok(Device::Cuda(id as usize))
         }

@@ -123,13 +123,15 @@ pub fn bind_inputs(model: &str, inputs: &[String], sig: &Signature) -> Result<In
         // Triton writes past its argument vector here; Tern names the problem.
         let slot = order.get_mut(i).ok_or_else(|| {
             Error::invalid_arg(format!(
-                "model '{model}': input '{name}' names argument index {i}, but forward takes {n} argument(s)"
+                "input '{name}' names argument index {i}, but forward takes {n} argument(s)"
             ))
+            .for_model(model)
         })?;
         if let Some(other) = slot.replace(name.clone()) {
             return Err(Error::invalid_arg(format!(
-                "model '{model}': inputs '{other}' and '{name}' both name argument index {i}"
-            )));
+                "inputs '{other}' and '{name}' both name argument index {i}"
+            ))
+            .for_model(model));
         }
     }
     Ok(InputBinding::Positional(

@@ -40,15 +40,15 @@ fn parse_threads(cfg: &ModelConfig, key: &str) -> Result<Option<i32>> {
     // Triton's std::stoi accepts "4x" and overflows silently; Tern wants the whole value.
     let n: i64 = v.trim().parse().map_err(|_| {
         Error::invalid_arg(format!(
-            "model '{}': parameter '{key}': failed to convert '{v}' to integral number",
-            cfg.name
+            "parameter '{key}': failed to convert '{v}' to integral number"
         ))
+        .for_model(&cfg.name)
     })?;
     if n > 1024 {
-        return Err(Error::invalid_arg(format!(
-            "model '{}': parameter '{key}' is {n}; at most 1024 threads",
-            cfg.name
-        )));
+        return Err(
+            Error::invalid_arg(format!("parameter '{key}' is {n}; at most 1024 threads"))
+                .for_model(&cfg.name),
+        );
     }
     Ok((n > 0).then_some(n as i32))
 }

@@ -403,6 +403,9 @@ impl Instance for WasmInstance {
     }
 }
 
+/// What a plugin's `execute` returns: a result per request.
+type Answers = Vec<std::result::Result<wit::Response, wit::Error>>;
+
 impl WasmInstance {
     /// One `execute` call into the plugin, with its failures handled.
     fn run(
@@ -423,52 +426,8 @@ impl WasmInstance {
                 )),
             );
         };
-        let requests: Vec<wit::Request> = batch.iter().map(request_to_wit).collect();
-        let mut chain: Vec<String> = Vec::new();
-        for r in batch {
-            for c in &r.callers {
-                if !chain.contains(c) {
-                    chain.push(c.clone());
-                }
-            }
-        }
-        chain.push(m.name.clone());
-        let batch_size = |req: &InferRequest| match req.inputs.first().and_then(|t| t.shape.first())
-        {
-            Some(&b) if m.config.max_batch_size > 0 => b as usize,
-            _ => 1,
-        };
-        {
-            let state = store.data_mut();
-            state.running = batch
-                .iter()
-                .map(|r| Running {
-                    id: r.id.clone(),
-                    batch_size: batch_size(r),
-                    responder: r.responder.clone(),
-                    inputs: r.inputs.clone(),
-                    outputs: Vec::new(),
-                })
-                .collect();
-            state.chain = chain;
-            state.panic = None;
-            state.deadline = Some(Instant::now() + m.sandbox.timeout);
-            state.limits.hit = false;
-        }
-        store.set_epoch_deadline(ticks(m.sandbox.timeout));
-        timing.input_done = Some(Instant::now());
-        let ticking = Ticking::start();
-        let result = plugin
-            .tern_plugin_model()
-            .call_execute(&mut *store, &requests);
-        drop(ticking);
-        timing.infer_done = Some(Instant::now());
-        // Outputs the plugin made with `ops.set-output`, per request.
-        let mut extra: Vec<Vec<Tensor>> = std::mem::take(&mut store.data_mut().running)
-            .into_iter()
-            .map(|r| r.outputs)
-            .collect();
-        let mut extra = move |i: usize| extra.get_mut(i).map(std::mem::take).unwrap_or_default();
+        let result = call_execute(&m, store, plugin, batch, timing);
+        let mut extra = take_set_outputs(store);
         if m.decoupled {
             if let Ok(results) = &result {
                 if results.is_empty() || results.len() == batch.len() {
@@ -477,37 +436,12 @@ impl WasmInstance {
             }
         }
         match result {
-            // The plugin survived a refused memory.grow (Python's MemoryError,
-            // a NULL from malloc): its answers stand, failures say why, and the
-            // instance restarts because its memory is now at the cap for good.
             Ok(results) if results.len() == batch.len() && store.data().limits.hit => {
-                let why = format!(
-                    "model '{}' instance '{}' hit its memory cap of {} bytes (max_memory_bytes); the instance was restarted",
-                    m.name, self.spec.name, m.sandbox.max_memory
-                );
-                let out = results
-                    .into_iter()
-                    .zip(batch)
-                    .enumerate()
-                    .map(|(i, (r, req))| {
-                        let r = r.map_err(|mut e| {
-                            e.message = format!("{why}: {}", e.message);
-                            e
-                        });
-                        response(&m, req, r, extra(i))
-                    })
-                    .collect();
-                m.counters.record(true, false);
-                tracing::error!(model = %m.name, instance = %self.spec.name, "plugin hit its memory cap; restarting the instance");
-                self.restart();
-                out
+                self.answered_at_memory_cap(&m, batch, results, &mut extra)
             }
-            Ok(results) if results.len() == batch.len() => results
-                .into_iter()
-                .zip(batch)
-                .enumerate()
-                .map(|(i, (r, req))| response(&m, req, r, extra(i)))
-                .collect(),
+            Ok(results) if results.len() == batch.len() => {
+                responses(&m, batch, results, &mut extra)
+            }
             Ok(results) => self.fail_all(
                 batch.len(),
                 Error::internal(format!(
@@ -520,18 +454,153 @@ impl WasmInstance {
             Err(e) => {
                 let what = describe(store, &e, m.sandbox);
                 m.counters.record(store.data().limits.hit, timed_out(&e));
-                tracing::error!(model = %m.name, instance = %self.spec.name, "plugin {what}; restarting the instance");
-                tracing::debug!(model = %m.name, "plugin failure details: {e:?}");
-                self.restart();
-                self.fail_all(
-                    batch.len(),
-                    Error::internal(format!(
-                        "model '{}' instance '{}' {what}; the instance was restarted",
-                        m.name, self.spec.name
-                    )),
-                )
+                self.restart_after_trap(&m, batch.len(), &what, &e)
             }
         }
+    }
+
+    /// The plugin survived a refused memory.grow (Python's MemoryError, a
+    /// NULL from malloc): its answers stand, failures say why, and the
+    /// instance restarts because its memory is now at the cap for good.
+    fn answered_at_memory_cap(
+        &mut self,
+        m: &WasmModel,
+        batch: &[InferRequest],
+        results: Answers,
+        extra: &mut dyn FnMut(usize) -> Vec<Tensor>,
+    ) -> Vec<Result<InferResponse>> {
+        let why = format!(
+            "model '{}' instance '{}' hit its memory cap of {} bytes (max_memory_bytes); the instance was restarted",
+            m.name, self.spec.name, m.sandbox.max_memory
+        );
+        let results = results
+            .into_iter()
+            .map(|r| {
+                r.map_err(|mut e| {
+                    e.message = format!("{why}: {}", e.message);
+                    e
+                })
+            })
+            .collect();
+        let out = responses(m, batch, results, extra);
+        m.counters.record(true, false);
+        tracing::error!(model = %m.name, instance = %self.spec.name, "plugin hit its memory cap; restarting the instance");
+        self.restart();
+        out
+    }
+
+    /// The plugin trapped, ran out of time or hit its memory cap (`what`
+    /// says which): the instance restarts and the whole batch fails.
+    fn restart_after_trap(
+        &mut self,
+        m: &WasmModel,
+        n: usize,
+        what: &str,
+        e: &wasmtime::Error,
+    ) -> Vec<Result<InferResponse>> {
+        tracing::error!(model = %m.name, instance = %self.spec.name, "plugin {what}; restarting the instance");
+        tracing::debug!(model = %m.name, "plugin failure details: {e:?}");
+        self.restart();
+        self.fail_all(
+            n,
+            Error::internal(format!(
+                "model '{}' instance '{}' {what}; the instance was restarted",
+                m.name, self.spec.name
+            )),
+        )
+    }
+}
+
+/// The models a batch's requests passed through to get here (ensembles,
+/// BLS callers), each once, in order of first appearance, then this model:
+/// what the plugin's own BLS calls are checked against (cycles, depth).
+fn call_chain(batch: &[InferRequest], model: &str) -> Vec<String> {
+    let mut chain: Vec<String> = Vec::new();
+    for r in batch {
+        for c in &r.callers {
+            if !chain.contains(c) {
+                chain.push(c.clone());
+            }
+        }
+    }
+    chain.push(model.to_string());
+    chain
+}
+
+/// Readies a store for one `execute` call: the batch's requests as the
+/// running ones, the call chain, no panic or memory-cap hit recorded, and a
+/// fresh deadline.
+fn begin_call(m: &WasmModel, store: &mut Store<HostState>, batch: &[InferRequest]) {
+    let state = store.data_mut();
+    state.running = batch
+        .iter()
+        .map(|r| Running {
+            id: r.id.clone(),
+            batch_size: request_batch_size(m, r),
+            responder: r.responder.clone(),
+            inputs: r.inputs.clone(),
+            outputs: Vec::new(),
+        })
+        .collect();
+    state.chain = call_chain(batch, &m.name);
+    state.panic = None;
+    state.deadline = Some(Instant::now() + m.sandbox.timeout);
+    state.limits.hit = false;
+    store.set_epoch_deadline(ticks(m.sandbox.timeout));
+}
+
+/// Calls the plugin's `execute` on `batch`, with the store readied, the
+/// epoch ticking, and `timing` marked on either side of the call.
+fn call_execute(
+    m: &WasmModel,
+    store: &mut Store<HostState>,
+    plugin: &Plugin,
+    batch: &[InferRequest],
+    timing: &mut ExecTiming,
+) -> wasmtime::Result<Answers> {
+    let requests: Vec<wit::Request> = batch.iter().map(request_to_wit).collect();
+    begin_call(m, store, batch);
+    timing.input_done = Some(Instant::now());
+    let ticking = Ticking::start();
+    let result = plugin
+        .tern_plugin_model()
+        .call_execute(&mut *store, &requests);
+    drop(ticking);
+    timing.infer_done = Some(Instant::now());
+    result
+}
+
+/// Takes the outputs the plugin made with `ops.set-output` during the call;
+/// the returned function hands out request `i`'s (once; empty after).
+fn take_set_outputs(store: &mut Store<HostState>) -> impl FnMut(usize) -> Vec<Tensor> {
+    let mut extra: Vec<Vec<Tensor>> = std::mem::take(&mut store.data_mut().running)
+        .into_iter()
+        .map(|r| r.outputs)
+        .collect();
+    move |i: usize| extra.get_mut(i).map(std::mem::take).unwrap_or_default()
+}
+
+/// The responses to a batch the plugin answered request for request.
+fn responses(
+    m: &WasmModel,
+    batch: &[InferRequest],
+    results: Answers,
+    extra: &mut dyn FnMut(usize) -> Vec<Tensor>,
+) -> Vec<Result<InferResponse>> {
+    results
+        .into_iter()
+        .zip(batch)
+        .enumerate()
+        .map(|(i, (r, req))| response(m, req, r, extra(i)))
+        .collect()
+}
+
+/// A request's batch size: its first input's first dim when the model
+/// batches, else 1.
+fn request_batch_size(m: &WasmModel, req: &InferRequest) -> usize {
+    match req.inputs.first().and_then(|t| t.shape.first()) {
+        Some(&b) if m.config.max_batch_size > 0 => b as usize,
+        _ => 1,
     }
 }
 
@@ -542,11 +611,8 @@ fn response(
     extra: Vec<Tensor>,
 ) -> Result<InferResponse> {
     let r = r.map_err(error_from_wit)?;
-    let batch_size = match req.inputs.first().and_then(|t| t.shape.first()) {
-        Some(&b) if m.config.max_batch_size > 0 => b as usize,
-        _ => 1,
-    };
-    m.shape.response(&req.id, batch_size, r, extra)
+    m.shape
+        .response(&req.id, request_batch_size(m, req), r, extra)
 }
 
 /// What a decoupled plugin's `execute` returned: a result it gave for a
@@ -556,7 +622,7 @@ fn response(
 fn decoupled_results(
     m: &WasmModel,
     batch: &[InferRequest],
-    results: Vec<std::result::Result<wit::Response, wit::Error>>,
+    results: Answers,
     extra: &mut dyn FnMut(usize) -> Vec<Tensor>,
 ) -> Vec<Result<InferResponse>> {
     let mut results = results.into_iter();
@@ -664,5 +730,16 @@ mod tests {
             )
             .unwrap_err();
         assert!(e.message.contains("must declare its inputs and outputs"));
+    }
+
+    #[test]
+    fn call_chain_lists_each_caller_once_then_the_model() {
+        let from = |callers: &[&str]| InferRequest {
+            callers: callers.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        };
+        let batch = [from(&["ens", "bls"]), from(&[]), from(&["bls", "other"])];
+        assert_eq!(call_chain(&batch, "p"), ["ens", "bls", "other", "p"]);
+        assert_eq!(call_chain(&[], "p"), ["p"]);
     }
 }

@@ -228,18 +228,18 @@ impl HostState {
         let target = req.model_name.clone();
         if self.chain.contains(&target) {
             return Err(Error::unavailable(format!(
-                "model '{}': BLS call to '{target}' would wait on itself (call chain: {} -> {target}); \
+                "BLS call to '{target}' would wait on itself (call chain: {} -> {target}); \
                  a plugin cannot call itself or a model that is calling it",
-                self.model,
                 self.chain.join(" -> ")
-            )));
+            ))
+            .for_model(&self.model));
         }
         if self.chain.len() >= MAX_BLS_DEPTH {
             return Err(Error::unavailable(format!(
-                "model '{}': BLS calls nested deeper than {MAX_BLS_DEPTH} (call chain: {})",
-                self.model,
+                "BLS calls nested deeper than {MAX_BLS_DEPTH} (call chain: {})",
                 self.chain.join(" -> ")
-            )));
+            ))
+            .for_model(&self.model));
         }
         let router = self
             .models
@@ -271,9 +271,9 @@ impl HostState {
         let (router, request) = self.bls_request(req)?;
         block_on(router.infer(request)?, self.deadline).unwrap_or_else(|| {
             Err(Error::unavailable(format!(
-                "model '{}': BLS call to '{target}' did not finish before the plugin's execution deadline",
-                self.model
-            )))
+                "BLS call to '{target}' did not finish before the plugin's execution deadline"
+            ))
+            .for_model(&self.model))
         })
     }
 }
@@ -356,10 +356,7 @@ impl responses::HostResponseStream for HostState {
             return None;
         }
         let Some(item) = block_on(h.stream.next(), deadline) else {
-            return Some(Err(error_to_wit(&Error::unavailable(format!(
-                "model '{model}': streaming BLS call to '{}' sent nothing more before the plugin's execution deadline",
-                h.target
-            )))));
+            return Some(Err(error_to_wit(&Error::unavailable(format!("streaming BLS call to '{}' sent nothing more before the plugin's execution deadline", h.target)).for_model(&model))));
         };
         let Some(item) = item else {
             h.ended = true;

@@ -92,7 +92,10 @@ impl MetricRegistry {
         let mut bounds: Vec<f64> = buckets.iter().copied().filter(|b| b.is_finite()).collect();
         bounds.sort_by(f64::total_cmp);
         bounds.dedup();
-        let mut r = self.families.lock().expect("metrics lock");
+        let mut r = self
+            .families
+            .lock()
+            .expect("metrics lock poisoned: nothing panics while holding it");
         if let Some(i) = r.iter().position(|f| f.name == name) {
             if r[i].kind != kind {
                 return Err(Error::new(
@@ -133,7 +136,10 @@ impl MetricRegistry {
                 )));
             }
         }
-        let mut r = self.families.lock().expect("metrics lock");
+        let mut r = self
+            .families
+            .lock()
+            .expect("metrics lock poisoned: nothing panics while holding it");
         let fam = r
             .get_mut(id as usize)
             .ok_or_else(|| Error::not_found(format!("no metric family with handle {id}")))?;
@@ -205,7 +211,10 @@ impl MetricRegistry {
 
     /// All plugin metric families in Prometheus text format.
     pub fn render(&self) -> String {
-        let r = self.families.lock().expect("metrics lock");
+        let r = self
+            .families
+            .lock()
+            .expect("metrics lock poisoned: nothing panics while holding it");
         let mut out = String::new();
         for f in r.iter() {
             let kind = match f.kind {

@@ -38,11 +38,14 @@ impl HostState {
     fn hold(&mut self, a: Array) -> Out<Resource<ArrayHandle>> {
         let size = a.byte_len();
         if size > self.ops_budget() {
-            return Err(wit_err(Error::unavailable(format!(
-                "model '{}': an array of {size} bytes would pass the plugin's memory cap of {} bytes \
+            return Err(wit_err(
+                Error::unavailable(format!(
+                    "an array of {size} bytes would pass the plugin's memory cap of {} bytes \
                  (max_memory_bytes; {} bytes of linear memory and {} bytes of arrays in use)",
-                self.model, self.limits.max_memory, self.limits.linear, self.limits.host
-            ))));
+                    self.limits.max_memory, self.limits.linear, self.limits.host
+                ))
+                .for_model(&self.model),
+            ));
         }
         let r = self
             .table
@@ -542,10 +545,7 @@ impl HostState {
     fn check_budget(&self, need: u64, what: &str) -> Out<()> {
         let left = self.ops_budget() as u64;
         if need > left {
-            return Err(wit_err(Error::unavailable(format!(
-                "model '{}': {what} needs {need} bytes, more than the {left} bytes left under the plugin's memory cap (max_memory_bytes)",
-                self.model
-            ))));
+            return Err(wit_err(Error::unavailable(format!("{what} needs {need} bytes, more than the {left} bytes left under the plugin's memory cap (max_memory_bytes)")).for_model(&self.model)));
         }
         Ok(())
     }

@@ -57,7 +57,7 @@ impl PluginTelemetry {
     pub fn counters(&self, model: &str) -> Arc<PluginCounters> {
         self.counters
             .lock()
-            .expect("plugin counters lock")
+            .expect("plugin counters lock poisoned: nothing panics while holding it")
             .entry(model.to_string())
             .or_default()
             .clone()
@@ -68,7 +68,7 @@ impl PluginTelemetry {
         let mut v: Vec<(String, Arc<PluginCounters>)> = self
             .counters
             .lock()
-            .expect("plugin counters lock")
+            .expect("plugin counters lock poisoned: nothing panics while holding it")
             .iter()
             .map(|(k, c)| (k.clone(), c.clone()))
             .collect();
@@ -91,6 +91,89 @@ impl PluginTelemetry {
             self.cache_hits.load(Ordering::Relaxed),
             self.cache_misses.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// The plugin counters per model, the `.cwasm` cache counts and the
+/// families plugins declared.
+impl tern_core::prometheus::Families for PluginTelemetry {
+    fn render(&self, out: &mut String) {
+        use tern_core::prometheus::{header, labels, sample};
+        let plugins = self.all_counters();
+        type Read = fn(&PluginCounters) -> u64;
+        let plugin_families: [(&str, &str, Read); 5] = [
+            (
+                "tern_plugin_traps_total",
+                "Plugin executions that trapped (panics, faults), per model",
+                |c| c.traps.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            (
+                "tern_plugin_timeouts_total",
+                "Plugin executions stopped at execution_timeout_ms, per model",
+                |c| c.timeouts.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            (
+                "tern_plugin_memory_cap_hits_total",
+                "Plugin executions stopped at max_memory_bytes, per model",
+                |c| c.memory_cap_hits.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            (
+                "tern_plugin_restarts_total",
+                "Plugin instances re-instantiated after a fault, per model",
+                |c| c.restarts.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            (
+                "tern_plugin_log_lines_dropped_total",
+                "Plugin log lines dropped by the per-instance rate limit, per model",
+                |c| {
+                    c.log_lines_dropped
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                },
+            ),
+        ];
+        for (name, help, read) in plugin_families {
+            header(out, name, "counter", help);
+            for (model, c) in &plugins {
+                sample(
+                    out,
+                    name,
+                    &labels(&[("model", model.as_str())]),
+                    read(c) as f64,
+                );
+            }
+        }
+        let name = "tern_plugin_memory_bytes";
+        header(
+            out,
+            name,
+            "gauge",
+            "Linear memory of the plugin's live instances, summed, per model",
+        );
+        for (model, c) in &plugins {
+            sample(
+                out,
+                name,
+                &labels(&[("model", model.as_str())]),
+                c.memory_bytes.load(std::sync::atomic::Ordering::Relaxed) as f64,
+            );
+        }
+        let (hits, misses) = self.cache_counts();
+        for (name, help, v) in [
+            (
+                "tern_wasm_cache_hits_total",
+                "Plugin components loaded from the .cwasm cache",
+                hits,
+            ),
+            (
+                "tern_wasm_cache_misses_total",
+                "Plugin components compiled because the .cwasm cache had no usable entry",
+                misses,
+            ),
+        ] {
+            header(out, name, "counter", help);
+            sample(out, name, "", v as f64);
+        }
+        out.push_str(&self.metrics.render());
     }
 }
 

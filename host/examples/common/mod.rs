@@ -95,7 +95,7 @@ pub fn simple_instance_with(root: &Path, backend: &str, extra: &str) -> Box<dyn 
     text.push_str(extra);
     let mut cfg = tern_core::config::parse_pbtxt(&text).expect("config parses");
     cfg.backend = backend.into();
-    tern_core::config::validate::normalize(&mut cfg, 0);
+    tern_core::config::defaults::normalize(&mut cfg, 0);
     let found = Registry::default().get(backend).expect("backend");
     load(&found, &repo, root, &cfg, &settings)
         .create_instance(&InstanceSpec {

@@ -39,19 +39,20 @@ impl Backend for IdentityBackend {
         let cfg = ctx.config;
         if cfg.input.len() != cfg.output.len() {
             return Err(Error::invalid_arg(format!(
-                "model '{}': the identity backend needs as many outputs as inputs ({} inputs, {} outputs)",
-                cfg.name,
+                "the identity backend needs as many outputs as inputs ({} inputs, {} outputs)",
                 cfg.input.len(),
                 cfg.output.len()
-            )));
+            ))
+            .for_model(&cfg.name));
         }
         let mut pairs = Vec::new();
         for (i, o) in cfg.input.iter().zip(&cfg.output) {
             if i.data_type != o.data_type {
                 return Err(Error::invalid_arg(format!(
-                    "model '{}': identity output '{}' must have the data type of input '{}'",
-                    cfg.name, o.name, i.name
-                )));
+                    "identity output '{}' must have the data type of input '{}'",
+                    o.name, i.name
+                ))
+                .for_model(&cfg.name));
             }
             pairs.push((
                 i.name.clone(),

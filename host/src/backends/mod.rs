@@ -73,9 +73,10 @@ impl Default for Registry {
 }
 
 impl Registry {
-    /// What the `wasm` backend's plugins counted (for the metrics endpoint).
-    pub fn plugin_telemetry(&self) -> &Arc<tern_wasm::PluginTelemetry> {
-        &self.plugins
+    /// The metric families the backends keep themselves (the `wasm`
+    /// backend's plugin counters, cache counts and plugin-declared families).
+    pub fn families(&self) -> Vec<Arc<dyn tern_core::prometheus::Families>> {
+        vec![self.plugins.clone()]
     }
 
     /// Finds a backend by name.
@@ -95,9 +96,10 @@ impl Registry {
             if let Some(b) = self.get(&cfg.backend) {
                 if !cfg.platform.is_empty() && cfg.platform != b.platform() {
                     return Err(Error::invalid_arg(format!(
-                        "model '{m}': platform '{}' does not match backend '{}'",
+                        "platform '{}' does not match backend '{}'",
                         cfg.platform, cfg.backend
-                    )));
+                    ))
+                    .for_model(m));
                 }
                 return Ok(b);
             }
@@ -136,10 +138,11 @@ impl Registry {
             .filter_map(|b| Some(format!("'{}'", b.default_filename()?)))
             .collect();
         Err(Error::invalid_arg(format!(
-            "model '{m}': no 'backend' or 'platform' is set and none can be inferred from the model files \
+            "no 'backend' or 'platform' is set and none can be inferred from the model files \
              (Tern recognises {})",
             files.join(" and ")
-        )))
+        ))
+        .for_model(m))
     }
 
     /// The error for a backend or platform this build does not serve.
@@ -160,12 +163,13 @@ impl Registry {
                 None => "custom logic runs as WebAssembly plugins, backend: \"wasm\"".to_string(),
             };
             Error::unsupported(format!(
-                "model '{model}': {field} '{value}' is a Triton {field} that Tern does not provide \
+                "{field} '{value}' is a Triton {field} that Tern does not provide \
                  (this build serves {}); {what_to_do}",
                 names.join(", ")
             ))
+            .for_model(model)
         } else {
-            Error::invalid_arg(format!("model '{model}': unknown {field} '{value}'"))
+            Error::invalid_arg(format!("unknown {field} '{value}'")).for_model(model)
         }
     }
 
@@ -215,13 +219,14 @@ struct LeftOut {
 impl LeftOut {
     fn for_model(&self, model: &str) -> Error {
         Error::unsupported(format!(
-            "model '{model}': this build has no {what} (built without the '{feature}' feature), \
+            "this build has no {what} (built without the '{feature}' feature), \
              so it cannot serve '{backend}' models; {how}",
             what = self.what,
             how = self.how,
             feature = self.feature,
-            backend = self.backend,
+            backend = self.backend
         ))
+        .for_model(model)
     }
 }
 

@@ -173,9 +173,7 @@ fn check_control(info: &ServerInfo) -> Result<()> {
     if info.control_mode == ControlMode::Explicit {
         Ok(())
     } else {
-        Err(tern_core::error::Error::unavailable(
-            "explicit model load / unload is not allowed if polling is enabled",
-        ))
+        Err(tern_core::messages::control_while_polling())
     }
 }
 

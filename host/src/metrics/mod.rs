@@ -18,7 +18,7 @@ use crate::repository::Repository;
 use crate::scheduler::stats::{FailReason, SUMMARY_KINDS};
 use crate::scheduler::ModelHandle;
 use tern_core::error::{Error, Result};
-use tern_core::prometheus::{self as text, header, labels, sample};
+use tern_core::prometheus::{self as text, header, labels, sample, Families};
 
 /// `--metrics-*` settings.
 #[derive(Debug, Clone)]
@@ -107,6 +107,8 @@ pub struct Metrics {
     repository: Arc<Repository>,
     settings: MetricsSettings,
     sampler: Option<system::Sampler>,
+    /// The memory pools' families (pinned, host, CUDA).
+    pools: &'static dyn Families,
 }
 
 /// A per-model counter family: name, help and the value for one version.
@@ -170,10 +172,21 @@ const SUMMARY_HELP: [&str; 5] = [
     "Summary of compute output duration in microseconds (does not include cached requests)",
 ];
 
+/// One model version's labels, handle and statistics, as the families render them.
+type Row<'a> = (
+    String,
+    &'a Arc<ModelHandle>,
+    crate::scheduler::stats::Snapshot,
+);
+
 impl Metrics {
     /// Starts the CPU sampler (when enabled). Latency summaries are kept by the
     /// models when `RepositoryOptions::summary_latencies` is set.
-    pub fn new(repository: Arc<Repository>, settings: MetricsSettings) -> Metrics {
+    pub fn new(
+        repository: Arc<Repository>,
+        settings: MetricsSettings,
+        pools: &'static dyn Families,
+    ) -> Metrics {
         let sampler = settings
             .cpu
             .then(|| system::Sampler::start(settings.interval));
@@ -184,6 +197,7 @@ impl Metrics {
             repository,
             settings,
             sampler,
+            pools,
         }
     }
 
@@ -191,10 +205,33 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let handles = self.repository.handles(None, None).unwrap_or_default();
-        let rows: Vec<(String, &Arc<ModelHandle>, crate::scheduler::stats::Snapshot)> = handles
+        let rows: Vec<Row> = handles
             .iter()
             .map(|h| (model_labels(h), h, h.stats()))
             .collect();
+        self.render_model_counters(&mut out, &rows);
+        if self.settings.summary_latencies {
+            self.render_summaries(&mut out, &rows);
+        }
+        if self.settings.histogram_latencies {
+            render_first_response(&mut out, &rows);
+        }
+        self.render_load_durations(&mut out);
+        self.render_system(&mut out);
+        if self.settings.gpu {
+            gpu::render(&mut out);
+        }
+        self.pools.render(&mut out);
+        self.render_tern(&mut out);
+        for families in self.repository.backend_families() {
+            families.render(&mut out);
+        }
+        out
+    }
+
+    /// Triton's per-model counters (requests, executions, durations), failures by reason, and
+    /// pending requests.
+    fn render_model_counters(&self, out: &mut String, rows: &[Row]) {
         let latencies: &[Family] = if self.settings.counter_latencies {
             LATENCY_COUNTERS
         } else {
@@ -202,51 +239,48 @@ impl Metrics {
         };
         let families = COUNTERS.iter().chain(latencies);
         for (name, help, value) in families {
-            header(&mut out, name, "counter", help);
-            for (l, _, snap) in &rows {
-                sample(&mut out, name, l, value(snap) as f64);
+            header(out, name, "counter", help);
+            for (l, _, snap) in rows {
+                sample(out, name, l, value(snap) as f64);
             }
         }
         let name = "nv_inference_request_failure";
         header(
-            &mut out,
+            out,
             name,
             "counter",
             "Number of failed inference requests, all batch sizes",
         );
-        for (_, h, snap) in &rows {
+        for (_, h, snap) in rows {
             for reason in FailReason::ALL {
                 let l = with_model(h, &[("reason", reason.as_str())]);
-                sample(
-                    &mut out,
-                    name,
-                    &l,
-                    snap.fail_reasons[reason as usize] as f64,
-                );
+                sample(out, name, &l, snap.fail_reasons[reason as usize] as f64);
             }
         }
         let name = "nv_inference_pending_request_count";
         header(
-            &mut out,
+            out,
             name,
             "gauge",
             "Instantaneous number of pending requests awaiting execution per-model.",
         );
-        for (l, h, _) in &rows {
-            sample(&mut out, name, l, h.pending() as f64);
+        for (l, h, _) in rows {
+            sample(out, name, l, h.pending() as f64);
         }
-        if self.settings.summary_latencies {
-            self.render_summaries(&mut out, &rows);
-        }
-        if self.settings.histogram_latencies {
-            render_first_response(&mut out, &rows);
-        }
+    }
+
+    /// `nv_model_load_duration_secs` per model version.
+    fn render_load_durations(&self, out: &mut String) {
         let name = "nv_model_load_duration_secs";
-        header(&mut out, name, "gauge", "Model load time in seconds");
+        header(out, name, "gauge", "Model load time in seconds");
         for (model, version, secs) in self.repository.load_durations() {
             let l = labels(&[("model", model.as_str()), ("version", &version.to_string())]);
-            sample(&mut out, name, &l, secs);
+            sample(out, name, &l, secs);
         }
+    }
+
+    /// Triton's CPU gauges, from the sampler when one runs.
+    fn render_system(&self, out: &mut String) {
         if let Some(s) = &self.sampler {
             let v = s.latest();
             let gauges = [
@@ -267,79 +301,13 @@ impl Metrics {
                 ),
             ];
             for (name, help, value) in gauges {
-                header(&mut out, name, "gauge", help);
-                sample(&mut out, name, "", value);
+                header(out, name, "gauge", help);
+                sample(out, name, "", value);
             }
         }
-        if self.settings.gpu {
-            gpu::render(&mut out);
-        }
-        let pools = tern_memory::pool::pools();
-        let pinned = pools.pinned.as_ref();
-        for (name, help, value) in [
-            (
-                "nv_pinned_memory_pool_total_bytes",
-                "Pinned memory pool total memory size, in bytes",
-                pinned.map_or(0, |p| p.capacity()),
-            ),
-            (
-                "nv_pinned_memory_pool_used_bytes",
-                "Pinned memory pool used memory size, in bytes",
-                pinned.map_or(0, |p| p.used()),
-            ),
-            (
-                "tern_host_memory_pool_total_bytes",
-                "Recycled host memory pool size (--host-memory-pool-byte-size), in bytes",
-                pools.host.capacity(),
-            ),
-            (
-                "tern_host_memory_pool_used_bytes",
-                "Host memory pool bytes in use by requests",
-                pools.host.used(),
-            ),
-        ] {
-            header(&mut out, name, "gauge", help);
-            sample(&mut out, name, "", value as f64);
-        }
-        if !pools.device.is_empty() {
-            for (name, help, pick) in [
-                (
-                    "tern_cuda_memory_pool_total_bytes",
-                    "CUDA memory pool size per GPU, in bytes",
-                    tern_memory::pool::Pool::capacity as fn(&tern_memory::pool::Pool) -> usize,
-                ),
-                (
-                    "tern_cuda_memory_pool_used_bytes",
-                    "CUDA memory pool bytes in use per GPU",
-                    tern_memory::pool::Pool::used,
-                ),
-                (
-                    "tern_cuda_memory_pool_reserved_bytes",
-                    "CUDA memory pool bytes allocated from the GPU so far (in use or cached) per GPU",
-                    tern_memory::pool::Pool::reserved,
-                ),
-            ] {
-                header(&mut out, name, "gauge", help);
-                for (i, p) in pools.device.iter().enumerate() {
-                    sample(
-                        &mut out,
-                        name,
-                        &labels(&[("gpu", i.to_string())]),
-                        pick(p) as f64,
-                    );
-                }
-            }
-        }
-        self.render_tern(&mut out);
-        out.push_str(&self.repository.plugin_telemetry().metrics.render());
-        out
     }
 
-    fn render_summaries(
-        &self,
-        out: &mut String,
-        rows: &[(String, &Arc<ModelHandle>, crate::scheduler::stats::Snapshot)],
-    ) {
+    fn render_summaries(&self, out: &mut String, rows: &[Row]) {
         for (kind, help) in SUMMARY_KINDS.iter().zip(SUMMARY_HELP) {
             let name = format!("nv_inference_{kind}_summary_us");
             header(out, &name, "summary", help);
@@ -365,50 +333,6 @@ impl Metrics {
 
     /// Tern's own families.
     fn render_tern(&self, out: &mut String) {
-        let telemetry = self.repository.plugin_telemetry();
-        let plugins = telemetry.all_counters();
-        type Read = fn(&tern_wasm::PluginCounters) -> u64;
-        let plugin_families: [(&str, &str, Read); 5] = [
-            (
-                "tern_plugin_traps_total",
-                "Plugin executions that trapped (panics, faults), per model",
-                |c| c.traps.load(std::sync::atomic::Ordering::Relaxed),
-            ),
-            (
-                "tern_plugin_timeouts_total",
-                "Plugin executions stopped at execution_timeout_ms, per model",
-                |c| c.timeouts.load(std::sync::atomic::Ordering::Relaxed),
-            ),
-            (
-                "tern_plugin_memory_cap_hits_total",
-                "Plugin executions stopped at max_memory_bytes, per model",
-                |c| c.memory_cap_hits.load(std::sync::atomic::Ordering::Relaxed),
-            ),
-            (
-                "tern_plugin_restarts_total",
-                "Plugin instances re-instantiated after a fault, per model",
-                |c| c.restarts.load(std::sync::atomic::Ordering::Relaxed),
-            ),
-            (
-                "tern_plugin_log_lines_dropped_total",
-                "Plugin log lines dropped by the per-instance rate limit, per model",
-                |c| {
-                    c.log_lines_dropped
-                        .load(std::sync::atomic::Ordering::Relaxed)
-                },
-            ),
-        ];
-        for (name, help, read) in plugin_families {
-            header(out, name, "counter", help);
-            for (model, c) in &plugins {
-                sample(
-                    out,
-                    name,
-                    &labels(&[("model", model.as_str())]),
-                    read(c) as f64,
-                );
-            }
-        }
         let name = "tern_log_lines_dropped_total";
         header(
             out,
@@ -417,37 +341,6 @@ impl Metrics {
             "Server log lines dropped because the queue to the log writer was full",
         );
         sample(out, name, "", crate::logging::dropped_lines() as f64);
-        let name = "tern_plugin_memory_bytes";
-        header(
-            out,
-            name,
-            "gauge",
-            "Linear memory of the plugin's live instances, summed, per model",
-        );
-        for (model, c) in &plugins {
-            sample(
-                out,
-                name,
-                &labels(&[("model", model.as_str())]),
-                c.memory_bytes.load(std::sync::atomic::Ordering::Relaxed) as f64,
-            );
-        }
-        let (hits, misses) = telemetry.cache_counts();
-        for (name, help, v) in [
-            (
-                "tern_wasm_cache_hits_total",
-                "Plugin components loaded from the .cwasm cache",
-                hits,
-            ),
-            (
-                "tern_wasm_cache_misses_total",
-                "Plugin components compiled because the .cwasm cache had no usable entry",
-                misses,
-            ),
-        ] {
-            header(out, name, "counter", help);
-            sample(out, name, "", v as f64);
-        }
         let name = "tern_model_load_failures_total";
         header(
             out,
@@ -464,10 +357,7 @@ impl Metrics {
 /// `{model="m",version="1"}` plus the config's `metric_tags`, all sorted by
 /// label name as Triton prints them (see [`text::labels`]).
 /// Triton's `nv_inference_first_response_histogram_ms`, for decoupled models only.
-fn render_first_response(
-    out: &mut String,
-    rows: &[(String, &Arc<ModelHandle>, crate::scheduler::stats::Snapshot)],
-) {
+fn render_first_response(out: &mut String, rows: &[Row]) {
     use crate::scheduler::stats::FIRST_RESPONSE_BUCKETS_MS;
     let name = "nv_inference_first_response_histogram_ms";
     header(

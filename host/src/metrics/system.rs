@@ -34,7 +34,9 @@ impl Sampler {
         let mut sys = System::new();
         sys.refresh_cpu_usage();
         sys.refresh_memory();
-        *latest.lock().expect("sample lock") = read(&sys);
+        *latest
+            .lock()
+            .expect("sample lock poisoned: nothing panics while holding it") = read(&sys);
         let l = latest.clone();
         // One wake-up per interval; dropping the sampler disconnects the
         // channel and ends the wait at once.
@@ -44,7 +46,9 @@ impl Sampler {
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
                     sys.refresh_cpu_usage();
                     sys.refresh_memory();
-                    *l.lock().expect("sample lock") = read(&sys);
+                    *l.lock()
+                        .expect("sample lock poisoned: nothing panics while holding it") =
+                        read(&sys);
                 }
             });
         if let Err(e) = spawned {
@@ -60,7 +64,10 @@ impl Sampler {
 
     /// The latest sample.
     pub fn latest(&self) -> Sample {
-        *self.latest.lock().expect("sample lock")
+        *self
+            .latest
+            .lock()
+            .expect("sample lock poisoned: nothing panics while holding it")
     }
 }
 

@@ -131,7 +131,11 @@ struct Claim<'a, 'n> {
 
 impl Drop for Claim<'_, '_> {
     fn drop(&mut self) {
-        let mut control = self.repo.control.lock().expect("control lock");
+        let mut control = self
+            .repo
+            .control
+            .lock()
+            .expect("control lock poisoned: nothing panics while holding it");
         for n in self.names {
             control.busy.remove(n);
         }
@@ -150,14 +154,22 @@ impl Repository {
         work: impl FnOnce() -> R,
     ) -> (ControlGuard<'a>, R) {
         while names.iter().any(|n| guard.busy.contains(n)) {
-            guard = self.control_done.wait(guard).expect("control lock");
+            guard = self
+                .control_done
+                .wait(guard)
+                .expect("control lock poisoned: nothing panics while holding it");
         }
         guard.busy.extend(names.iter().cloned());
         drop(guard);
         let claim = Claim { repo: self, names };
         let result = work();
         drop(claim);
-        (self.control.lock().expect("control lock"), result)
+        (
+            self.control
+                .lock()
+                .expect("control lock poisoned: nothing panics while holding it"),
+            result,
+        )
     }
 
     /// Scans every root and loads every model; returns the load errors (one per failed model or version).
@@ -168,7 +180,10 @@ impl Repository {
     /// The startup load for a control mode: every model, or in explicit mode
     /// only `load_models` (`*` = every model) and the models their ensembles call.
     pub fn load_startup(&self, mode: ControlMode, load_models: &[String]) -> Result<Vec<Error>> {
-        let control = self.control.lock().expect("control lock");
+        let control = self
+            .control
+            .lock()
+            .expect("control lock poisoned: nothing panics while holding it");
         let found = self.scan()?;
         let wanted: Vec<String> =
             if mode != ControlMode::Explicit || load_models.iter().any(|m| m == "*") {
@@ -282,10 +297,16 @@ impl Repository {
     /// with `unload_dependents`, the ensembles that call it). In-flight
     /// requests finish first; the instances are stopped when this returns.
     pub fn unload_model(&self, name: &str, unload_dependents: bool) -> Result<()> {
-        let mut control = self.control.lock().expect("control lock");
+        let mut control = self
+            .control
+            .lock()
+            .expect("control lock poisoned: nothing panics while holding it");
         let mut names = vec![name.to_string()];
         if unload_dependents {
-            let models = self.models.read().expect("models lock");
+            let models = self
+                .models
+                .read()
+                .expect("models lock poisoned: nothing panics while holding it");
             let graph = DependencyGraph::of(
                 models
                     .iter()
@@ -308,7 +329,10 @@ impl Repository {
 
     fn drain_and_unload(&self, name: &str) {
         let handles: Vec<Arc<ModelHandle>> = {
-            let mut models = self.models.write().expect("models lock");
+            let mut models = self
+                .models
+                .write()
+                .expect("models lock poisoned: nothing panics while holding it");
             let Some(entry) = models.get_mut(name) else {
                 return;
             };
@@ -322,7 +346,10 @@ impl Repository {
             h.shutdown();
         }
         drop(handles);
-        let mut models = self.models.write().expect("models lock");
+        let mut models = self
+            .models
+            .write()
+            .expect("models lock poisoned: nothing panics while holding it");
         if let Some(entry) = models.get_mut(name) {
             entry.finish_unload();
         }
@@ -336,7 +363,10 @@ impl Repository {
         let mut control = self.control_for_load()?;
         let found = self.scan()?;
         let (changed, gone) = {
-            let models = self.models.read().expect("models lock");
+            let models = self
+                .models
+                .read()
+                .expect("models lock poisoned: nothing panics while holding it");
             let changed: Vec<LoadJob> = found
                 .iter()
                 .filter(|(name, dir)| {

@@ -168,37 +168,34 @@ impl Repository {
                 let _ = tx.send(repo.install(&job2, &dir2, prepared, &outcome2));
             });
         if let Err(e) = spawned {
-            return Err(Error::internal(format!(
-                "model '{}': cannot start a thread to load it: {e}",
-                job.name
-            )));
+            return Err(
+                Error::internal(format!("cannot start a thread to load it: {e}"))
+                    .for_model(&job.name),
+            );
         }
         match rx.recv_timeout(timeout) {
             Ok(result) => result,
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::internal(format!(
-                "model '{}': the load ended without a result (its thread panicked)",
-                job.name
-            ))),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::internal(
+                "the load ended without a result (its thread panicked)",
+            )
+            .for_model(&job.name)),
             Err(_)
                 if outcome
                     .compare_exchange(RUNNING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok() =>
             {
                 let e = Error::unavailable(format!(
-                    "model '{}': the load did not finish within {} s (--model-load-timeout-secs) \
+                    "the load did not finish within {} s (--model-load-timeout-secs) \
                      and was abandoned",
-                    job.name,
                     timeout.as_secs()
-                ));
+                ))
+                .for_model(&job.name);
                 self.record_failure(&job.name, &e);
                 Err(e)
             }
             // It committed its result just as the time ran out.
             Err(_) => rx.recv().unwrap_or_else(|_| {
-                Err(Error::internal(format!(
-                    "model '{}': the load thread ended without a result",
-                    job.name
-                )))
+                Err(Error::internal("the load thread ended without a result").for_model(&job.name))
             }),
         }
     }
@@ -217,7 +214,10 @@ impl Repository {
                 .iter()
                 .map(|(n, s)| (n.as_str(), &*s.prepared.config)),
         );
-        let models = self.models.read().expect("models lock");
+        let models = self
+            .models
+            .read()
+            .expect("models lock poisoned: nothing panics while holding it");
         let wanted: BTreeSet<&str> = staged
             .keys()
             .flat_map(|n| graph.calls(n))
@@ -234,7 +234,10 @@ impl Repository {
     /// of the load: they reload against the new config, from where they were
     /// loaded (with their config override and API files).
     fn dependents_to_recheck(&self, changed: &[String], done: &BTreeSet<&String>) -> Vec<LoadJob> {
-        let models = self.models.read().expect("models lock");
+        let models = self
+            .models
+            .read()
+            .expect("models lock poisoned: nothing panics while holding it");
         let graph = DependencyGraph::of(
             models
                 .iter()
@@ -337,9 +340,10 @@ impl Repository {
         }
         if entry.untried() {
             let e = Error::not_found(format!(
-                "model '{name}': no version folder matches the version policy in '{}'",
+                "no version folder matches the version policy in '{}'",
                 dir.display()
-            ));
+            ))
+            .for_model(name);
             entry.load_failed(None, &e.message);
             errors.push(e);
         }
@@ -352,12 +356,13 @@ impl Repository {
                 model = name,
                 "a load abandoned at its timeout finished; its versions are dropped"
             );
-            return Err(Error::unavailable(format!(
-                "model '{name}': the load was abandoned"
-            )));
+            return Err(Error::unavailable("the load was abandoned").for_model(name));
         }
         let replaced = {
-            let mut models = self.models.write().expect("models lock");
+            let mut models = self
+                .models
+                .write()
+                .expect("models lock poisoned: nothing panics while holding it");
             if self.closed.load(Ordering::SeqCst) {
                 // The server stopped while this loaded: nothing more serves.
                 drop(models);
@@ -395,7 +400,10 @@ impl Repository {
         origin: Origin,
     ) -> std::result::Result<(), Origin> {
         let handles: Vec<Arc<ModelHandle>> = {
-            let models = self.models.read().expect("models lock");
+            let models = self
+                .models
+                .read()
+                .expect("models lock poisoned: nothing panics while holding it");
             let Some(entry) = models.get(name) else {
                 return Err(origin);
             };
@@ -438,7 +446,10 @@ impl Repository {
                 }
             }
         }
-        let mut models = self.models.write().expect("models lock");
+        let mut models = self
+            .models
+            .write()
+            .expect("models lock poisoned: nothing panics while holding it");
         let entry = models
             .get_mut(name)
             .expect("entry exists: changes are serialised");
@@ -460,9 +471,10 @@ impl Repository {
         let version_dir = dir.join(version.to_string());
         if !version_dir.is_dir() {
             return Err(Error::not_found(format!(
-                "model '{name}': version {version} is not present in '{}'",
+                "version {version} is not present in '{}'",
                 dir.display()
-            )));
+            ))
+            .for_model(name));
         }
         let config = &prepared.config;
         match &prepared.backend {
@@ -533,14 +545,20 @@ impl Repository {
 
     /// Shows a model as LOADING unless it serves already (then it keeps its rows).
     fn mark_loading(&self, name: &str) -> Progress {
-        let mut models = self.models.write().expect("models lock");
+        let mut models = self
+            .models
+            .write()
+            .expect("models lock poisoned: nothing panics while holding it");
         models.entry(name.to_string()).or_default().begin_load()
     }
 
     /// Remembers the fingerprint of a folder whose load failed, so polling
     /// retries only after it changes.
     fn remember_failed(&self, job: &LoadJob) {
-        let mut models = self.models.write().expect("models lock");
+        let mut models = self
+            .models
+            .write()
+            .expect("models lock poisoned: nothing panics while holding it");
         if let Some(entry) = models.get_mut(&job.name) {
             let fp = job.dir.as_deref().ok().map(fingerprint);
             match &mut entry.origin {

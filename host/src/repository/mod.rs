@@ -22,8 +22,10 @@ use crate::scheduler::ensemble;
 use crate::scheduler::ModelHandle;
 use entry::ModelEntry;
 use tern_core::backend::{BackendSettings, ModelFiles};
+use tern_core::config::defaults::normalize;
 use tern_core::config::is_ensemble;
-use tern_core::config::validate::{check_supported, normalize, not_acted_on, validate};
+use tern_core::config::support::{check_supported, not_acted_on};
+use tern_core::config::validate::validate;
 use tern_core::config::{parse_pbtxt, ModelConfig};
 use tern_core::error::{Error, Result};
 use tern_core::router::ModelRouter;
@@ -144,9 +146,10 @@ impl Repository {
         })
     }
 
-    /// What the plugins of this repository counted (failures, cache, custom metrics).
-    pub fn plugin_telemetry(&self) -> &Arc<tern_wasm::PluginTelemetry> {
-        self.registry.plugin_telemetry()
+    /// The metric families the backends keep themselves (plugin failures,
+    /// the `.cwasm` cache, plugin-declared metrics).
+    pub fn backend_families(&self) -> Vec<Arc<dyn tern_core::prometheus::Families>> {
+        self.registry.families()
     }
 
     /// The options the repository was created with.
@@ -158,7 +161,10 @@ impl Repository {
     /// shows the failure in the index.
     fn record_failure(&self, name: &str, e: &Error) {
         self.count_load_failure(name);
-        let mut models = self.models.write().expect("models lock");
+        let mut models = self
+            .models
+            .write()
+            .expect("models lock poisoned: nothing panics while holding it");
         let entry = models.entry(name.to_string()).or_default();
         if entry.serving() {
             tracing::error!(
@@ -175,7 +181,7 @@ impl Repository {
         *self
             .load_failures
             .lock()
-            .expect("load failures lock")
+            .expect("load failures lock poisoned: nothing panics while holding it")
             .entry(name.to_string())
             .or_default() += 1;
     }
@@ -184,13 +190,16 @@ impl Repository {
     pub fn load_failures(&self) -> BTreeMap<String, u64> {
         self.load_failures
             .lock()
-            .expect("load failures lock")
+            .expect("load failures lock poisoned: nothing panics while holding it")
             .clone()
     }
 
     /// Load durations in seconds of every ready version: (model, version, seconds).
     pub fn load_durations(&self) -> Vec<(String, i64, f64)> {
-        let models = self.models.read().expect("models lock");
+        let models = self
+            .models
+            .read()
+            .expect("models lock poisoned: nothing panics while holding it");
         models
             .iter()
             .flat_map(|(n, e)| e.load_secs().map(move |(v, s)| (n.clone(), v, s)))
@@ -211,17 +220,16 @@ impl Repository {
                 .map_err(|e| e.context(format!("model '{name}': the 'config' parameter")))?;
             if !cfg.name.is_empty() && cfg.name != name {
                 return Err(Error::invalid_arg(format!(
-                    "model '{name}': the 'config' parameter names model '{}'",
+                    "the 'config' parameter names model '{}'",
                     cfg.name
-                )));
+                ))
+                .for_model(name));
             }
             cfg
         } else if config_path.exists() {
             let text = std::fs::read_to_string(&config_path).map_err(|e| {
-                Error::invalid_arg(format!(
-                    "model '{name}': cannot read '{}': {e}",
-                    config_path.display()
-                ))
+                Error::invalid_arg(format!("cannot read '{}': {e}", config_path.display()))
+                    .for_model(name)
             })?;
             parse_pbtxt(&text)
                 .map_err(|e| e.context(format!("model '{name}' ({})", config_path.display())))?
@@ -229,9 +237,10 @@ impl Repository {
             ModelConfig::default()
         } else {
             return Err(Error::invalid_arg(format!(
-                "model '{name}': '{}' does not exist and auto-complete is disabled",
+                "'{}' does not exist and auto-complete is disabled",
                 config_path.display()
-            )));
+            ))
+            .for_model(name));
         };
         if cfg.name.is_empty() {
             cfg.name = name.to_string();
@@ -293,7 +302,10 @@ impl Repository {
 
     /// The handle serving `name` at `version` (`None` = highest ready version).
     pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<ModelHandle>> {
-        let models = self.models.read().expect("models lock");
+        let models = self
+            .models
+            .read()
+            .expect("models lock poisoned: nothing panics while holding it");
         let entry = models.get(name).ok_or_else(|| unknown(name, version))?;
         entry
             .handle(version)
@@ -312,7 +324,10 @@ impl Repository {
         if version.is_some() {
             return self.get(name, version).map(|h| h.config.clone());
         }
-        let models = self.models.read().expect("models lock");
+        let models = self
+            .models
+            .read()
+            .expect("models lock poisoned: nothing panics while holding it");
         let entry = models.get(name).ok_or_else(|| unknown(name, version))?;
         if let Some(h) = entry.handle(None) {
             return Ok(h.config.clone());
@@ -330,7 +345,10 @@ impl Repository {
         name: Option<&str>,
         version: Option<i64>,
     ) -> Result<Vec<Arc<ModelHandle>>> {
-        let models = self.models.read().expect("models lock");
+        let models = self
+            .models
+            .read()
+            .expect("models lock poisoned: nothing panics while holding it");
         match name {
             None => Ok(models.values().flat_map(|e| e.handles().cloned()).collect()),
             Some(n) => {
@@ -349,7 +367,10 @@ impl Repository {
 
     /// Ready versions of a model, ascending.
     pub fn ready_versions(&self, name: &str) -> Vec<i64> {
-        let models = self.models.read().expect("models lock");
+        let models = self
+            .models
+            .read()
+            .expect("models lock poisoned: nothing panics while holding it");
         models
             .get(name)
             .map(|e| e.ready_versions())
@@ -358,7 +379,10 @@ impl Repository {
 
     /// The repository index (every model, every version, with state and reason).
     pub fn index(&self) -> Vec<IndexEntry> {
-        let models = self.models.read().expect("models lock");
+        let models = self
+            .models
+            .read()
+            .expect("models lock poisoned: nothing panics while holding it");
         models.iter().flat_map(|(name, e)| e.rows(name)).collect()
     }
 
@@ -388,15 +412,26 @@ impl Repository {
 
     /// Whether every model the server knows (loaded or failed, not unloaded) has all its versions ready.
     pub fn all_ready(&self) -> bool {
-        let models = self.models.read().expect("models lock");
+        let models = self
+            .models
+            .read()
+            .expect("models lock poisoned: nothing panics while holding it");
         models.values().all(entry::ModelEntry::settled)
     }
 
     /// Stops every model: queued requests finish, instance threads are joined.
     pub fn shutdown(&self) {
-        let _control = self.control.lock().expect("control lock");
+        let _control = self
+            .control
+            .lock()
+            .expect("control lock poisoned: nothing panics while holding it");
         self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
-        let models = std::mem::take(&mut *self.models.write().expect("models lock"));
+        let models = std::mem::take(
+            &mut *self
+                .models
+                .write()
+                .expect("models lock poisoned: nothing panics while holding it"),
+        );
         for entry in models.values() {
             for handle in entry.handles() {
                 handle.shutdown();
@@ -409,7 +444,10 @@ impl Repository {
     /// Takes the model-control lock for a change that loads models; refused
     /// once shutdown has begun, so no model loads while the server stops.
     fn control_for_load(&self) -> Result<ControlGuard<'_>> {
-        let guard = self.control.lock().expect("control lock");
+        let guard = self
+            .control
+            .lock()
+            .expect("control lock poisoned: nothing panics while holding it");
         if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::unavailable(
                 "the server is shutting down: models are no longer loaded",
@@ -424,8 +462,5 @@ fn version_suffix(version: Option<i64>) -> String {
 }
 
 fn unknown(name: &str, version: Option<i64>) -> Error {
-    Error::not_found(format!(
-        "Request for unknown model: '{name}'{} is not found",
-        version_suffix(version)
-    ))
+    tern_core::messages::unknown_model(name, version)
 }

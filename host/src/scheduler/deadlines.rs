@@ -84,7 +84,7 @@ fn sender() -> Option<Sender<Watch>> {
         }
     })
     .as_ref()
-    .map(|tx| tx.lock().expect("deadline sender lock").clone())
+    .map(|tx| tx.lock().expect("deadline sender lock poisoned: nothing panics while holding it").clone())
 }
 
 /// Asks the watcher to call `target.expire_now()` at `at` (if it still exists then).

@@ -28,10 +28,11 @@ pub(super) fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<V
                 // Triton answers this as an invalid argument too ("instance group ... specifies
                 // invalid or unsupported gpu id"), so a load through the API gets a 400.
                 return Err(Error::invalid_arg(format!(
-                    "model '{}': instance_group '{}' is KIND_GPU but no GPU is available on this machine \
+                    "instance_group '{}' is KIND_GPU but no GPU is available on this machine \
                      (use KIND_CPU or KIND_AUTO)",
-                    config.name, group.name
-                )));
+                    group.name
+                ))
+                .for_model(&config.name));
             }
             let gpus: Vec<i32> = if group.gpus.is_empty() {
                 (0..gpu_count as i32).collect()
@@ -40,9 +41,10 @@ pub(super) fn instance_specs(config: &ModelConfig, gpu_count: usize) -> Result<V
             };
             if let Some(g) = gpus.iter().find(|&&g| g < 0 || g as usize >= gpu_count) {
                 return Err(Error::invalid_arg(format!(
-                    "model '{}': instance_group '{}' names GPU {g}, but only {gpu_count} GPU(s) exist",
-                    config.name, group.name
-                )));
+                    "instance_group '{}' names GPU {g}, but only {gpu_count} GPU(s) exist",
+                    group.name
+                ))
+                .for_model(&config.name));
             }
             gpus.into_iter().map(DeviceKind::Gpu).collect()
         } else {
@@ -143,17 +145,17 @@ pub(super) fn execute_batch(
         Ok(r) if r.len() == requests.len() => r,
         Ok(r) => {
             let e = Error::internal(format!(
-                "model '{model}': backend returned {} responses for {} requests",
+                "backend returned {} responses for {} requests",
                 r.len(),
                 requests.len()
-            ));
+            ))
+            .for_model(model);
             requests.iter().map(|_| Err(e.clone())).collect()
         }
         Err(_) => {
             tracing::error!(model = %model, instance = %name, "backend panicked while executing a batch");
-            let e = Error::internal(format!(
-                "model '{model}': the backend failed while executing the request"
-            ));
+            let e =
+                Error::internal("the backend failed while executing the request").for_model(model);
             requests.iter().map(|_| Err(e.clone())).collect()
         }
     };

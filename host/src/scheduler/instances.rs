@@ -179,13 +179,14 @@ fn spawn_worker(shared: &Arc<Shared>, name: String, instance: Box<dyn Instance>)
         .name(format!("{}:{}", shared.config.name, name))
         .spawn(move || worker(for_thread, thread_slot, flag))
         .map_err(|e| {
-            Error::internal(format!(
-                "model '{}': cannot start an instance thread: {e}",
-                shared.config.name
-            ))
+            Error::internal(format!("cannot start an instance thread: {e}"))
+                .for_model(&shared.config.name)
         })?;
     if anywhere {
-        let mut q = shared.queue.lock().expect("queue lock");
+        let mut q = shared
+            .queue
+            .lock()
+            .expect("queue lock poisoned: nothing panics while holding it");
         q.slots.push(slot.clone());
     }
     Ok(Worker {
@@ -222,7 +223,11 @@ impl Pool {
         let shared = Arc::new(Shared::new(config.clone(), version, policy, summaries));
         for (name, instance) in instances {
             match spawn_worker(&shared, name, instance) {
-                Ok(w) => shared.workers.lock().expect("workers lock").push(w),
+                Ok(w) => shared
+                    .workers
+                    .lock()
+                    .expect("workers lock poisoned: nothing panics while holding it")
+                    .push(w),
                 Err(e) => {
                     stop(&shared);
                     return Err(e);
@@ -250,7 +255,11 @@ impl Pool {
         let version = self.shared.version;
         let specs = instance_specs(&config, src.gpu_count)?;
         let samples = warmup::samples(&config, &src.model_dir)?;
-        let mut current = self.shared.workers.lock().expect("workers lock");
+        let mut current = self
+            .shared
+            .workers
+            .lock()
+            .expect("workers lock poisoned: nothing panics while holding it");
         let mut added = Vec::new();
         for spec in specs
             .iter()
@@ -272,7 +281,7 @@ impl Pool {
         self.shared
             .queue
             .lock()
-            .expect("queue lock")
+            .expect("queue lock poisoned: nothing panics while holding it")
             .slots
             .retain(|slot| !retired.iter().any(|w| Arc::ptr_eq(slot, &w.slot)));
         self.shared.ready.notify_all();
@@ -305,7 +314,10 @@ impl Pool {
         let s = &self.shared;
         let (reply, rx) = oneshot::channel();
         let wake = {
-            let mut q = s.queue.lock().expect("queue lock");
+            let mut q = s
+                .queue
+                .lock()
+                .expect("queue lock poisoned: nothing panics while holding it");
             if q.queue.closed {
                 drop(q);
                 s.stats
@@ -334,10 +346,7 @@ impl Pool {
                 drop(q);
                 s.stats
                     .record_failure(arrived.elapsed(), FailReason::Rejected);
-                return Err(Error::unavailable(format!(
-                    "Exceeds maximum queue size: model '{}' priority level {level} is full",
-                    s.config.name
-                )));
+                return Err(tern_core::messages::queue_full(&s.config.name, level));
             }
             q.next_seq += 1;
             if let Some(at) = reject_at {
@@ -369,7 +378,12 @@ impl Pool {
 
     /// Requests waiting in the queue (not yet executing).
     pub fn pending(&self) -> usize {
-        self.shared.queue.lock().expect("queue lock").queue.len()
+        self.shared
+            .queue
+            .lock()
+            .expect("queue lock poisoned: nothing panics while holding it")
+            .queue
+            .len()
     }
 
     /// Stops accepting requests, lets queued ones finish and joins the instance threads.
@@ -384,7 +398,12 @@ fn gone(s: &Shared) -> Error {
 }
 
 fn close(shared: &Shared) {
-    shared.queue.lock().expect("queue lock").queue.closed = true;
+    shared
+        .queue
+        .lock()
+        .expect("queue lock poisoned: nothing panics while holding it")
+        .queue
+        .closed = true;
     shared.ready.notify_all();
 }
 
@@ -398,7 +417,13 @@ impl Drop for Pool {
             return;
         }
         close(&self.shared);
-        let workers = std::mem::take(&mut *self.shared.workers.lock().expect("workers lock"));
+        let workers = std::mem::take(
+            &mut *self
+                .shared
+                .workers
+                .lock()
+                .expect("workers lock poisoned: nothing panics while holding it"),
+        );
         if !workers.is_empty() {
             let name = format!("{}:reaper", self.shared.config.name);
             let spawned = std::thread::Builder::new().name(name).spawn(move || {
@@ -416,7 +441,12 @@ impl Drop for Pool {
 /// Closes the queue and joins every instance thread (queued requests finish first).
 fn stop(shared: &Shared) {
     close(shared);
-    let workers = std::mem::take(&mut *shared.workers.lock().expect("workers lock"));
+    let workers = std::mem::take(
+        &mut *shared
+            .workers
+            .lock()
+            .expect("workers lock poisoned: nothing panics while holding it"),
+    );
     for w in workers {
         let _ = w.thread.join();
     }
@@ -432,10 +462,7 @@ fn reject_expired(s: &Shared, expired: Vec<Pending>) {
     for p in expired {
         s.stats
             .record_failure(p.enqueued.elapsed(), FailReason::Rejected);
-        let e = Error::unavailable(format!(
-            "Request timeout expired for model '{}'",
-            s.config.name
-        ));
+        let e = tern_core::messages::request_timeout(&s.config.name);
         deliver(s, p.seq, p.reply, Err(e));
     }
 }
@@ -443,7 +470,10 @@ fn reject_expired(s: &Shared, expired: Vec<Pending>) {
 /// Asks the deadline watcher to wake `s` at `at`, unless it will wake it
 /// earlier already.
 fn arm(s: &Arc<Shared>, at: Instant) {
-    let mut armed = s.armed.lock().expect("armed lock");
+    let mut armed = s
+        .armed
+        .lock()
+        .expect("armed lock poisoned: nothing panics while holding it");
     if armed.is_none_or(|a| at < a) {
         *armed = Some(at);
         deadlines::watch(at, Arc::downgrade(s) as Weak<dyn deadlines::Expire>);
@@ -454,12 +484,18 @@ impl deadlines::Expire for Shared {
     fn expire_now(self: Arc<Self>) {
         let now = Instant::now();
         let (expired, next) = {
-            let mut q = self.queue.lock().expect("queue lock");
+            let mut q = self
+                .queue
+                .lock()
+                .expect("queue lock poisoned: nothing panics while holding it");
             let expired = q.queue.expire(&self.policy, now);
             (expired, q.queue.next_reject_deadline(&self.policy))
         };
         {
-            let mut armed = self.armed.lock().expect("armed lock");
+            let mut armed = self
+                .armed
+                .lock()
+                .expect("armed lock poisoned: nothing panics while holding it");
             if armed.is_some_and(|a| a <= now) {
                 *armed = None;
             }
@@ -474,7 +510,10 @@ impl deadlines::Expire for Shared {
 /// Waits for the next batch; `None` when the model is closed and drained, or
 /// this instance retires. `finished`: the caller's previous batch is done.
 fn next_batch(s: &Shared, retire: &AtomicBool, finished: bool) -> Option<Vec<Pending>> {
-    let mut q = s.queue.lock().expect("queue lock");
+    let mut q = s
+        .queue
+        .lock()
+        .expect("queue lock poisoned: nothing panics while holding it");
     if finished {
         q.busy -= 1;
     }
@@ -487,7 +526,10 @@ fn next_batch(s: &Shared, retire: &AtomicBool, finished: bool) -> Option<Vec<Pen
         if !expired.is_empty() {
             drop(q);
             reject_expired(s, expired);
-            q = s.queue.lock().expect("queue lock");
+            q = s
+                .queue
+                .lock()
+                .expect("queue lock poisoned: nothing panics while holding it");
             continue;
         }
         let cancelled = q.queue.cancelled();
@@ -508,7 +550,10 @@ fn next_batch(s: &Shared, retire: &AtomicBool, finished: bool) -> Option<Vec<Pen
                 );
                 deliver(s, p.seq, p.reply, Err(e));
             }
-            q = s.queue.lock().expect("queue lock");
+            q = s
+                .queue
+                .lock()
+                .expect("queue lock poisoned: nothing panics while holding it");
             continue;
         }
         if q.queue.is_empty() && q.queue.closed {
@@ -521,13 +566,20 @@ fn next_batch(s: &Shared, retire: &AtomicBool, finished: bool) -> Option<Vec<Pen
             }
             Decision::Wait(None) => {
                 q.waiting += 1;
-                q = s.ready.wait(q).expect("queue lock");
+                q = s
+                    .ready
+                    .wait(q)
+                    .expect("queue lock poisoned: nothing panics while holding it");
                 q.woke();
             }
             Decision::Wait(Some(until)) => {
                 let wait = until.saturating_duration_since(Instant::now());
                 q.waiting += 1;
-                q = s.ready.wait_timeout(q, wait).expect("queue lock").0;
+                q = s
+                    .ready
+                    .wait_timeout(q, wait)
+                    .expect("queue lock poisoned: nothing panics while holding it")
+                    .0;
                 q.woke();
             }
         }
@@ -599,7 +651,10 @@ fn run_inline(
     let requests = [request];
     let executed = slot.execute(&s.config.name, &requests);
     let wake = {
-        let mut q = s.queue.lock().expect("queue lock");
+        let mut q = s
+            .queue
+            .lock()
+            .expect("queue lock poisoned: nothing panics while holding it");
         q.busy -= 1;
         q.borrowed -= 1;
         // Requests that arrived meanwhile were queued without waking anyone.

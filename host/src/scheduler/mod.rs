@@ -123,19 +123,16 @@ impl ModelHandle {
     ) -> Result<ModelHandle> {
         let decoupled = is_decoupled(&config);
         if decoupled && !model.supports_decoupled() {
-            return Err(Error::unsupported(format!(
-                "model '{}': its backend '{}' cannot serve decoupled models (model_transaction_policy {{ decoupled: true }}); \
-                 decoupled models are WebAssembly plugins",
-                config.name, config.backend
-            )));
+            return Err(Error::unsupported(format!("its backend '{}' cannot serve decoupled models (model_transaction_policy {{ decoupled: true }}); \
+                 decoupled models are WebAssembly plugins", config.backend)).for_model(&config.name));
         }
         if decoupled
             && tern_core::sequence::batching(&config).is_some_and(|sb| !sb.state.is_empty())
         {
-            return Err(Error::unsupported(format!(
-                "model '{}': implicit state (sequence_batching state) is not supported for decoupled models",
-                config.name
-            )));
+            return Err(Error::unsupported(
+                "implicit state (sequence_batching state) is not supported for decoupled models",
+            )
+            .for_model(&config.name));
         }
         let labels = Arc::new(labels);
         let scheduler = if tern_core::sequence::batching(&config).is_some() {

@@ -34,7 +34,9 @@ impl Reorder {
             let _ = reply.send(result);
             return;
         }
-        let mut r = this.lock().expect("reorder lock");
+        let mut r = this
+            .lock()
+            .expect("reorder lock poisoned: nothing panics while holding it");
         r.held.insert(seq, (reply, result));
         while let Some((reply, result)) = {
             let next = r.next;

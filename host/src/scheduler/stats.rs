@@ -210,7 +210,10 @@ impl ModelStats {
         outcomes: &[RequestOutcome],
     ) {
         let mut observed = Vec::new();
-        let mut s = self.inner.lock().expect("stats lock");
+        let mut s = self
+            .inner
+            .lock()
+            .expect("stats lock poisoned: nothing panics while holding it");
         s.last_inference = now_ms();
         s.execution_count += 1;
         let b = s.batches.entry(batch_size).or_default();
@@ -235,7 +238,9 @@ impl ModelStats {
         }
         drop(s);
         if let Some(sum) = &self.summaries {
-            let mut sum = sum.lock().expect("summaries lock");
+            let mut sum = sum
+                .lock()
+                .expect("summaries lock poisoned: nothing panics while holding it");
             for values in observed {
                 sum.observe(values);
             }
@@ -246,7 +251,10 @@ impl ModelStats {
     /// of `batch_size`, no queue time of its own, and as compute times the
     /// sum of its composing models' (which count their steps themselves).
     pub fn record_request(&self, batch_size: usize, total: Duration, compute: ComputeTimes) {
-        let mut s = self.inner.lock().expect("stats lock");
+        let mut s = self
+            .inner
+            .lock()
+            .expect("stats lock poisoned: nothing panics while holding it");
         s.last_inference = now_ms();
         s.inference_count += batch_size as u64;
         s.execution_count += 1;
@@ -261,26 +269,34 @@ impl ModelStats {
         b[2].add(compute.output);
         drop(s);
         if let Some(sum) = &self.summaries {
-            sum.lock().expect("summaries lock").observe([
-                total,
-                Duration::ZERO,
-                compute.input,
-                compute.infer,
-                compute.output,
-            ]);
+            sum.lock()
+                .expect("summaries lock poisoned: nothing panics while holding it")
+                .observe([
+                    total,
+                    Duration::ZERO,
+                    compute.input,
+                    compute.infer,
+                    compute.output,
+                ]);
         }
     }
 
     /// Records a request that failed without being executed (invalid, rejected, timed out).
     pub fn record_failure(&self, total: Duration, reason: FailReason) {
-        let mut s = self.inner.lock().expect("stats lock");
+        let mut s = self
+            .inner
+            .lock()
+            .expect("stats lock poisoned: nothing panics while holding it");
         s.fail.add(total);
         s.fail_reasons[reason as usize] += 1;
     }
 
     /// A decoupled request's first response went out `latency` after it arrived.
     pub fn record_first_response(&self, latency: Duration) {
-        let mut s = self.inner.lock().expect("stats lock");
+        let mut s = self
+            .inner
+            .lock()
+            .expect("stats lock poisoned: nothing panics while holding it");
         let f = &mut s.first_response;
         let ms = latency.as_secs_f64() * 1000.0;
         for (count, bound) in f.buckets.iter_mut().zip(FIRST_RESPONSE_BUCKETS_MS) {
@@ -294,14 +310,19 @@ impl ModelStats {
 
     /// A copy of the current values.
     pub fn snapshot(&self) -> Snapshot {
-        self.inner.lock().expect("stats lock").clone()
+        self.inner
+            .lock()
+            .expect("stats lock poisoned: nothing panics while holding it")
+            .clone()
     }
 
     /// A copy of the latency summaries (`None` unless summaries are enabled).
     pub fn summaries(&self) -> Option<Summaries> {
-        self.summaries
-            .as_ref()
-            .map(|s| s.lock().expect("summaries lock").clone())
+        self.summaries.as_ref().map(|s| {
+            s.lock()
+                .expect("summaries lock poisoned: nothing panics while holding it")
+                .clone()
+        })
     }
 }
 

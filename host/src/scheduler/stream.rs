@@ -156,9 +156,7 @@ impl tern_core::router::ResponseStream for Single {
 impl ResponseSink for Sender {
     fn send(&self, response: Option<Result<InferResponse>>, last: bool) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(Error::invalid_arg(
-                "Unable to send response. Response sender has been closed.",
-            ));
+            return Err(tern_core::messages::sender_closed());
         }
         if self.tx.is_closed() {
             self.closed.store(true, Ordering::Release);
@@ -177,10 +175,7 @@ impl ResponseSink for Sender {
             self.buffered.fetch_sub(size(&item), Ordering::Relaxed);
             tracing::warn!(model = %self.model, "a response stream holds more than {MAX_BUFFERED_BYTES} unread bytes: failing it");
             item = StreamItem {
-                response: Some(Err(Error::unavailable(format!(
-                    "model '{}': the client is not reading its response stream ({MAX_BUFFERED_BYTES} bytes unread)",
-                    self.model
-                )))),
+                response: Some(Err(Error::unavailable(format!("the client is not reading its response stream ({MAX_BUFFERED_BYTES} bytes unread)")).for_model(&self.model))),
                 last: true,
             };
         }
@@ -191,10 +186,10 @@ impl ResponseSink for Sender {
         self.tx.send(item).map_err(|_| cancelled(&self.model))?;
         if overflowed {
             // The overflow error went out in place of this response: tell the model.
-            return Err(Error::unavailable(format!(
-                "model '{}': the response stream was closed: its client is not reading",
-                self.model
-            )));
+            return Err(Error::unavailable(
+                "the response stream was closed: its client is not reading",
+            )
+            .for_model(&self.model));
         }
         Ok(())
     }

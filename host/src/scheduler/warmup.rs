@@ -5,6 +5,8 @@
 use std::path::Path;
 
 use tern_core::config::pb::model_warmup::input::InputDataType;
+use tern_core::config::pb::model_warmup::Input as WarmupInput;
+use tern_core::config::pb::ModelWarmup;
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
 use tern_core::tensor::{element_count, shape_str};
@@ -62,110 +64,144 @@ const MAX_SAMPLE_BYTES: usize = 1 << 30;
 /// Builds the warmup samples of a config; errors name the sample and input.
 pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let mut out = Vec::new();
-    for w in &cfg.model_warmup {
-        let what = format!("model '{}' warmup sample '{}'", cfg.name, w.name);
-        if w.batch_size < 1
-            || (cfg.max_batch_size == 0 && w.batch_size != 1)
-            || (cfg.max_batch_size > 0 && i64::from(w.batch_size) > i64::from(cfg.max_batch_size))
-        {
-            return Err(Error::invalid_arg(format!(
-                "{what}: batch_size {} must be between 1 and {}",
-                w.batch_size,
-                cfg.max_batch_size.max(1)
-            )));
-        }
-        let mut inputs = Vec::new();
-        let mut names: Vec<&String> = w.inputs.keys().collect();
-        names.sort();
-        for name in names {
-            let input = &w.inputs[name];
-            let dt = DataType::from_config(input.data_type)
-                .map_err(|e| e.context(format!("{what} input '{name}'")))?;
-            if input.dims.iter().any(|&d| d < 0) {
-                return Err(Error::invalid_arg(format!(
-                    "{what} input '{name}': dims {} must be fixed (no -1)",
-                    shape_str(&input.dims)
-                )));
-            }
-            let mut shape = input.dims.clone();
-            if cfg.max_batch_size > 0 {
-                shape.insert(0, w.batch_size as i64);
-            }
-            let per_item = element_count(&input.dims);
-            let n = element_count(&shape);
-            let bytes = n.checked_mul(dt.size().unwrap_or(4));
-            if bytes.is_none_or(|b| b > MAX_SAMPLE_BYTES) {
-                return Err(Error::invalid_arg(format!(
-                    "{what} input '{name}': {} element(s) of shape {} exceed the {MAX_SAMPLE_BYTES}-byte limit of a warmup input",
-                    n,
-                    shape_str(&shape)
-                )));
-            }
-            let data = match &input.input_data_type {
-                Some(InputDataType::ZeroData(_)) | None => match dt {
-                    DataType::Bytes => bytes_tensor::encode(std::iter::repeat_n(b"", n)),
-                    _ => vec![0u8; n * dt.size().unwrap_or(1)],
-                },
-                Some(InputDataType::RandomData(_)) => random_bytes(dt, n, &mut rng),
-                Some(InputDataType::InputDataFile(file)) => {
-                    let path = model_dir.join("warmup").join(file);
-                    let raw = tern_core::files::read_inside(
-                        model_dir,
-                        &model_dir.join("warmup"),
-                        file,
-                        &format!("{what} input '{name}'"),
-                    )?;
-                    // The file holds one batch item; it is repeated for batch_size.
-                    let item_ok = match dt.size() {
-                        Some(size) => raw.len() == per_item * size,
-                        None => bytes_tensor::count(&raw)
-                            .map(|c| c == per_item)
-                            .unwrap_or(false),
-                    };
-                    if !item_ok {
-                        return Err(Error::invalid_arg(format!(
-                            "{what} input '{name}': '{}' has {} bytes, which is not {per_item} {dt} element(s)",
-                            path.display(),
-                            raw.len()
-                        )));
-                    }
-                    let times = if cfg.max_batch_size > 0 {
-                        w.batch_size as usize
-                    } else {
-                        1
-                    };
-                    if raw
-                        .len()
-                        .checked_mul(times)
-                        .is_none_or(|b| b > MAX_SAMPLE_BYTES)
-                    {
-                        return Err(Error::invalid_arg(format!(
-                            "{what} input '{name}': '{}' repeated {times} time(s) exceeds the {MAX_SAMPLE_BYTES}-byte limit of a warmup input",
-                            path.display()
-                        )));
-                    }
-                    raw.repeat(times)
-                }
-            };
-            inputs.push(Tensor::new(name.clone(), dt, shape, data));
-        }
-        let request = InferRequest {
-            model_name: cfg.name.clone(),
-            id: format!("warmup:{}", w.name),
-            inputs,
-            ..Default::default()
-        };
-        validate_request(cfg, &request).map_err(|e| e.context(&what))?;
-        let mut request = request;
-        tern_core::validate::apply_reshape(cfg, &mut request);
-        out.push(Sample {
-            name: w.name.clone(),
-            request,
-            count: w.count.max(1),
-        });
+    cfg.model_warmup
+        .iter()
+        .map(|w| sample(cfg, w, model_dir, &mut rng))
+        .collect()
+}
+
+/// One warmup sample: its batch size checked, its inputs built, the request
+/// validated and reshaped as a client's would be.
+fn sample(cfg: &ModelConfig, w: &ModelWarmup, model_dir: &Path, rng: &mut Rng) -> Result<Sample> {
+    let what = format!("model '{}' warmup sample '{}'", cfg.name, w.name);
+    if w.batch_size < 1
+        || (cfg.max_batch_size == 0 && w.batch_size != 1)
+        || (cfg.max_batch_size > 0 && i64::from(w.batch_size) > i64::from(cfg.max_batch_size))
+    {
+        return Err(Error::invalid_arg(format!(
+            "{what}: batch_size {} must be between 1 and {}",
+            w.batch_size,
+            cfg.max_batch_size.max(1)
+        )));
     }
-    Ok(out)
+    let mut names: Vec<&String> = w.inputs.keys().collect();
+    names.sort();
+    let inputs = names
+        .into_iter()
+        .map(|name| {
+            let at = Where {
+                cfg,
+                w,
+                what: &what,
+                name,
+                model_dir,
+            };
+            sample_input(&at, &w.inputs[name], rng)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut request = InferRequest {
+        model_name: cfg.name.clone(),
+        id: format!("warmup:{}", w.name),
+        inputs,
+        ..Default::default()
+    };
+    validate_request(cfg, &request).map_err(|e| e.context(&what))?;
+    tern_core::validate::apply_reshape(cfg, &mut request);
+    Ok(Sample {
+        name: w.name.clone(),
+        request,
+        count: w.count.max(1),
+    })
+}
+
+/// The sample and input a warmup tensor is built for, for its errors.
+struct Where<'a> {
+    cfg: &'a ModelConfig,
+    w: &'a ModelWarmup,
+    /// `model '<m>' warmup sample '<s>'`.
+    what: &'a str,
+    name: &'a str,
+    model_dir: &'a Path,
+}
+
+/// One input of a sample: fixed dims, within the size limit, filled with
+/// zeros, random data or a file's contents.
+fn sample_input(at: &Where, input: &WarmupInput, rng: &mut Rng) -> Result<Tensor> {
+    let (cfg, what, name) = (at.cfg, at.what, at.name);
+    let dt = DataType::from_config(input.data_type)
+        .map_err(|e| e.context(format!("{what} input '{name}'")))?;
+    if input.dims.iter().any(|&d| d < 0) {
+        return Err(Error::invalid_arg(format!(
+            "{what} input '{name}': dims {} must be fixed (no -1)",
+            shape_str(&input.dims)
+        )));
+    }
+    let mut shape = input.dims.clone();
+    if cfg.max_batch_size > 0 {
+        shape.insert(0, at.w.batch_size as i64);
+    }
+    let n = element_count(&shape);
+    let bytes = n.checked_mul(dt.size().unwrap_or(4));
+    if bytes.is_none_or(|b| b > MAX_SAMPLE_BYTES) {
+        return Err(Error::invalid_arg(format!(
+            "{what} input '{name}': {} element(s) of shape {} exceed the {MAX_SAMPLE_BYTES}-byte limit of a warmup input",
+            n,
+            shape_str(&shape)
+        )));
+    }
+    let data = match &input.input_data_type {
+        Some(InputDataType::ZeroData(_)) | None => match dt {
+            DataType::Bytes => bytes_tensor::encode(std::iter::repeat_n(b"", n)),
+            _ => vec![0u8; n * dt.size().unwrap_or(1)],
+        },
+        Some(InputDataType::RandomData(_)) => random_bytes(dt, n, rng),
+        Some(InputDataType::InputDataFile(file)) => {
+            file_data(at, dt, element_count(&input.dims), file)?
+        }
+    };
+    Ok(Tensor::new(name.to_string(), dt, shape, data))
+}
+
+/// An `input_data_file` from the model's `warmup/` folder: one batch item
+/// of `per_item` elements, repeated for the sample's batch size.
+fn file_data(at: &Where, dt: DataType, per_item: usize, file: &str) -> Result<Vec<u8>> {
+    let (what, name, model_dir) = (at.what, at.name, at.model_dir);
+    let path = model_dir.join("warmup").join(file);
+    let raw = tern_core::files::read_inside(
+        model_dir,
+        &model_dir.join("warmup"),
+        file,
+        &format!("{what} input '{name}'"),
+    )?;
+    let item_ok = match dt.size() {
+        Some(size) => raw.len() == per_item * size,
+        None => bytes_tensor::count(&raw)
+            .map(|c| c == per_item)
+            .unwrap_or(false),
+    };
+    if !item_ok {
+        return Err(Error::invalid_arg(format!(
+            "{what} input '{name}': '{}' has {} bytes, which is not {per_item} {dt} element(s)",
+            path.display(),
+            raw.len()
+        )));
+    }
+    let times = if at.cfg.max_batch_size > 0 {
+        at.w.batch_size as usize
+    } else {
+        1
+    };
+    if raw
+        .len()
+        .checked_mul(times)
+        .is_none_or(|b| b > MAX_SAMPLE_BYTES)
+    {
+        return Err(Error::invalid_arg(format!(
+            "{what} input '{name}': '{}' repeated {times} time(s) exceeds the {MAX_SAMPLE_BYTES}-byte limit of a warmup input",
+            path.display()
+        )));
+    }
+    Ok(raw.repeat(times))
 }
 
 #[cfg(test)]

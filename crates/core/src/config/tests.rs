@@ -1,9 +1,12 @@
 //! Tests for config parsing, rendering and validation, including a corpus of
 //! real-world Triton configs (`testdata/`).
 
+use super::defaults::normalize;
 use super::pb::model_config::SchedulingChoice;
 use super::pb::model_instance_group::Kind;
-use super::validate::{check_supported, normalize, not_acted_on, validate};
+use super::support::{check_supported, not_acted_on};
+use super::text::add_list_colons;
+use super::validate::validate;
 use super::*;
 
 const CORPUS: &[(&str, &str)] = &[
@@ -289,7 +292,7 @@ fn normalize_fills_triton_defaults() {
     assert_eq!(v["model_transaction_policy"]["decoupled"], false);
     assert_eq!(v["optimization"]["input_pinned_memory"]["enable"], true);
     assert_eq!(v["optimization"]["output_pinned_memory"]["enable"], true);
-    assert!(super::validate::not_acted_on(&cfg).is_empty());
+    assert!(not_acted_on(&cfg).is_empty());
     let mut cfg = parse_pbtxt("name: \"m\" max_batch_size: 8 dynamic_batching { }").unwrap();
     normalize(&mut cfg, 0);
     let v = json::to_json(&cfg);

@@ -172,9 +172,7 @@ fn take_empty_final(req: &mut ModelInferRequest) -> Result<bool> {
         Some(InferParameter {
             parameter_choice: Some(P::BoolParam(b)),
         }) => Ok(b),
-        Some(_) => Err(tern_core::Error::invalid_arg(
-            "invalid value type for 'triton_enable_empty_final_response' parameter, expected bool_param.",
-        )),
+        Some(_) => Err(tern_core::messages::empty_final_response_type()),
     }
 }
 
@@ -184,9 +182,7 @@ impl InferenceService {
         let infer = &self.info.infer;
         let target = infer.target(&request.model_name, request.model_version)?;
         if target.model().decoupled() {
-            return Err(tern_core::Error::unsupported(
-                "ModelInfer RPC doesn't support models with decoupled transaction policy",
-            ));
+            return Err(tern_core::messages::grpc_infer_decoupled());
         }
         let answer = infer.infer(&target, request).await?;
         Ok(codec::encode_response(answer.response, &answer.requested))

@@ -404,16 +404,7 @@ pub fn decode_request(
     let mut rewritten = None;
     let (json, special) = parse_json(&body[..split], &mut rewritten)?;
     let mut binary = body.slice(split..);
-    let id = match json.id {
-        None => String::new(),
-        Some(Value::String(s)) if !special || nonfinite::of_str(&s).is_none() => s,
-        Some(other) => {
-            return Err(Error::invalid_arg(format!(
-                "request 'id' must be a string, got {}",
-                nonfinite::show(&other)
-            )))
-        }
-    };
+    let id = request_id(json.id, special)?;
     let mut parameters = parse_parameters(json.parameters, || "request".into(), special)?;
     let binary_default = match parameters.remove("binary_data_output") {
         None => false,
@@ -424,97 +415,23 @@ pub fn decode_request(
             ))
         }
     };
-    let mut inputs = Vec::with_capacity(json.inputs.len());
-    for input in json.inputs {
-        let name = input.name;
-        let dtype = input_header(&name, &input.datatype, &input.shape)?;
-        let params = parse_parameters(input.parameters, || format!("input '{name}'"), special)?;
-        let binary_size = match params.get("binary_data_size") {
-            None => None,
-            Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
-            Some(_) => {
-                return Err(Error::invalid_arg(format!(
-                    "input '{name}': 'binary_data_size' must be a non-negative integer"
-                )))
-            }
-        };
-        let in_shm = match params.keys().any(|k| k.starts_with("shared_memory_")) {
-            true => shm::parameters(&params, &format!("input '{name}'"))?,
-            false => None,
-        };
-        if let Some((region, offset, size)) = in_shm {
-            if binary_size.is_some() || input.data.is_some() {
-                return Err(Error::invalid_arg(format!(
-                    "input '{name}': 'data' and 'binary_data_size' cannot be given for an input in shared memory"
-                )));
-            }
-            let data = shm.input(&name, &region, offset, size)?;
-            inputs.push(Tensor::new(name, dtype, input.shape, data));
-            continue;
-        }
-        let data: Bytes = match (binary_size, input.data) {
-            (Some(_), Some(_)) => {
-                return Err(Error::invalid_arg(format!(
-                    "input '{name}' has both 'data' and 'binary_data_size'"
-                )))
-            }
-            (Some(n), None) => {
-                if n > binary.len() {
-                    return Err(Error::invalid_arg(format!(
-                        "unexpected size for input '{name}', expecting {n} additional bytes for model '{model}' (binary_data_size {n}, but only {} byte(s) of binary data are left in the request)",
-                        binary.len()
-                    )));
-                }
-                binary.split_to(n)
-            }
-            (None, Some(data)) => {
-                let expected = tern_core::tensor::element_count(&input.shape);
-                let (buf, count) = data_to_bytes(&name, dtype, data, expected, special)?;
-                element_count_matches(&name, &input.shape, count, "'data'").map_err(|e| {
-                    Error::invalid_arg(format!(
-                        "Unable to parse 'data': Shape does not match true shape of 'data' field ({})",
-                        e.message
-                    ))
-                })?;
-                buf.into()
-            }
-            (None, None) => {
-                return Err(Error::invalid_arg(format!(
-                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set (input '{name}')"
-                )))
-            }
-        };
-        inputs.push(Tensor::new(name, dtype, input.shape, data));
-    }
+    let inputs = json
+        .inputs
+        .into_iter()
+        .map(|input| decode_input(input, &mut binary, model, shm, special))
+        .collect::<Result<Vec<_>>>()?;
     if !binary.is_empty() {
         return Err(Error::invalid_arg(format!(
             "unexpected additional input data for model '{model}' ({} byte(s) of binary data that no input claims; check binary_data_size)",
             binary.len()
         )));
     }
-    let mut outputs = Vec::new();
-    for out in json.outputs.into_iter().flatten() {
-        let params =
-            parse_parameters(out.parameters, || format!("output '{}'", out.name), special)?;
-        let binary = match params.get("binary_data") {
-            None => None,
-            Some(Parameter::Bool(b)) => Some(*b),
-            Some(_) => {
-                return Err(Error::invalid_arg(format!(
-                    "output '{}': 'binary_data' must be a bool",
-                    out.name
-                )))
-            }
-        };
-        let classification = classification_param(&out.name, &params)?;
-        let target = shm.output_target(&out.name, &params, classification.is_some())?;
-        outputs.push(RequestedOutput {
-            name: out.name,
-            classification,
-            binary,
-            shm: target,
-        });
-    }
+    let outputs = json
+        .outputs
+        .into_iter()
+        .flatten()
+        .map(|out| decode_output(out, shm, special))
+        .collect::<Result<Vec<_>>>()?;
     let request = InferRequest {
         model_name: model.into(),
         model_version: version,
@@ -526,6 +443,111 @@ pub fn decode_request(
         responder: None,
     };
     Ok((request, HttpOptions { binary_default }))
+}
+
+/// The request's `id`: a string (`special`: non-finite number spellings
+/// were rewritten and may not be an id), or none.
+fn request_id(id: Option<Value>, special: bool) -> Result<String> {
+    match id {
+        None => Ok(String::new()),
+        Some(Value::String(s)) if !special || nonfinite::of_str(&s).is_none() => Ok(s),
+        Some(other) => Err(Error::invalid_arg(format!(
+            "request 'id' must be a string, got {}",
+            nonfinite::show(&other)
+        ))),
+    }
+}
+
+/// One input: its data from shared memory, from the next `binary_data_size`
+/// bytes of `binary` (the body after the JSON), or from its JSON `data`.
+fn decode_input(
+    input: JsonInput,
+    binary: &mut Bytes,
+    model: &str,
+    shm: &SharedMemory,
+    special: bool,
+) -> Result<Tensor> {
+    let name = input.name;
+    let dtype = input_header(&name, &input.datatype, &input.shape)?;
+    let params = parse_parameters(input.parameters, || format!("input '{name}'"), special)?;
+    let binary_size = match params.get("binary_data_size") {
+        None => None,
+        Some(Parameter::Int(n)) if *n >= 0 => Some(*n as usize),
+        Some(_) => {
+            return Err(Error::invalid_arg(format!(
+                "input '{name}': 'binary_data_size' must be a non-negative integer"
+            )))
+        }
+    };
+    let in_shm = match params.keys().any(|k| k.starts_with("shared_memory_")) {
+        true => shm::parameters(&params, &format!("input '{name}'"))?,
+        false => None,
+    };
+    if let Some((region, offset, size)) = in_shm {
+        if binary_size.is_some() || input.data.is_some() {
+            return Err(Error::invalid_arg(format!(
+                "input '{name}': 'data' and 'binary_data_size' cannot be given for an input in shared memory"
+            )));
+        }
+        let data = shm.input(&name, &region, offset, size)?;
+        return Ok(Tensor::new(name, dtype, input.shape, data));
+    }
+    let data: Bytes = match (binary_size, input.data) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid_arg(format!(
+                "input '{name}' has both 'data' and 'binary_data_size'"
+            )))
+        }
+        (Some(n), None) => {
+            if n > binary.len() {
+                return Err(Error::invalid_arg(format!(
+                    "unexpected size for input '{name}', expecting {n} additional bytes for model '{model}' (binary_data_size {n}, but only {} byte(s) of binary data are left in the request)",
+                    binary.len()
+                )));
+            }
+            binary.split_to(n)
+        }
+        (None, Some(data)) => {
+            let expected = tern_core::tensor::element_count(&input.shape);
+            let (buf, count) = data_to_bytes(&name, dtype, data, expected, special)?;
+            element_count_matches(&name, &input.shape, count, "'data'").map_err(|e| {
+                Error::invalid_arg(format!(
+                    "Unable to parse 'data': Shape does not match true shape of 'data' field ({})",
+                    e.message
+                ))
+            })?;
+            buf.into()
+        }
+        (None, None) => {
+            return Err(Error::invalid_arg(format!(
+                "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set (input '{name}')"
+            )))
+        }
+    };
+    Ok(Tensor::new(name, dtype, input.shape, data))
+}
+
+/// One requested output: binary or JSON, classification, shared memory.
+fn decode_output(out: JsonOutput, shm: &SharedMemory, special: bool) -> Result<RequestedOutput> {
+    let params = parse_parameters(out.parameters, || format!("output '{}'", out.name), special)?;
+    let binary = match params.get("binary_data") {
+        None => None,
+        Some(Parameter::Bool(b)) => Some(*b),
+        Some(_) => {
+            return Err(Error::invalid_arg(format!(
+                "output '{}': 'binary_data' must be a bool",
+                out.name
+            )))
+        }
+    };
+    let classification = classification_param(&out.name, &params)?;
+    let target = shm.output_target(&out.name, &params, classification.is_some())?;
+    Ok(RequestedOutput {
+        name: out.name,
+        classification,
+        binary,
+        shm: target,
+    })
 }
 
 /// The raw-binary request form (`Inference-Header-Content-Length: 0`): the

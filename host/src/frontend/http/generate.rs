@@ -31,11 +31,7 @@ const NOT_ONE: &str = "generate expects model to produce exactly 1 response, use
 /// what the fixed dims leave, other variable dims 1.
 fn shape_for(name: &str, meta: &[i64], count: usize) -> Result<Vec<i64>> {
     let fixed: i64 = meta.iter().filter(|&&d| d >= 0).product();
-    let bad = || {
-        Error::invalid_arg(format!(
-            "The schema can not convert input '{name}' to tensor with proper shape"
-        ))
-    };
+    let bad = || tern_core::messages::generate_cannot_convert(name);
     let count = count as i64;
     if fixed == 0 || count % fixed != 0 {
         return Err(bad());
@@ -64,9 +60,7 @@ fn parameter(key: &str, v: &Value) -> Result<Parameter> {
             .as_i64()
             .map(Parameter::Int)
             .unwrap_or_else(|| Parameter::Double(n.as_f64().unwrap_or(f64::NAN)))),
-        _ => Err(Error::invalid_arg(format!(
-            "parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
-        ))),
+        _ => Err(tern_core::messages::generate_parameter_type(key)),
     }
 }
 

@@ -150,8 +150,7 @@ async fn restrict(
             .restrictions
             .check(category, |k| headers.get(k).and_then(|v| v.to_str().ok()))
         {
-            let body =
-                json!({ "error": format!("This API is restricted, expecting header '{key}'") });
+            let body = json!({ "error": tern_core::messages::api_restricted(key) });
             return (
                 StatusCode::FORBIDDEN,
                 [(header::CONTENT_TYPE, "application/json")],
@@ -534,9 +533,7 @@ async fn run_infer(
     let infer = &s.info.infer;
     let target = infer.target(model, version)?;
     if target.model().decoupled() {
-        return Err(Error::unsupported(
-            "HTTP end point doesn't support models with decoupled transaction policy",
-        ));
+        return Err(tern_core::messages::http_infer_decoupled());
     }
     let (request, opts) = codec::decode_request(
         model,

@@ -187,10 +187,13 @@ fn plan_step(
     let where_ = format!("step {i} (model '{}')", s.model_name);
     // As Triton: a non-batching step (max_batch_size 0) is not compared.
     if mcfg.max_batch_size != 0 && mcfg.max_batch_size < cfg.max_batch_size {
-        return Err(Error::invalid_arg(format!(
-            "ensemble {e} allows maximum batch size {}, but it contains model {} which only allows maximum batch size to be {} (step {i})",
-            cfg.max_batch_size, s.model_name, mcfg.max_batch_size
-        )));
+        return Err(tern_core::messages::ensemble_batch_too_large(
+            e,
+            cfg.max_batch_size,
+            &s.model_name,
+            mcfg.max_batch_size,
+            i,
+        ));
     }
     if s.input_map.is_empty() || s.output_map.is_empty() {
         return Err(bad(format!(
@@ -391,9 +394,7 @@ fn follow(e: &str, cfg: &ModelConfig, steps: &mut [Step]) -> Result<Option<usize
             .collect();
         let m = &steps[i].model;
         if from.len() > 1 {
-            return Err(Error::invalid_arg(format!(
-                "in ensemble {e}, step of model '{m}' receives inputs originated from different decoupled models"
-            )));
+            return Err(tern_core::messages::ensemble_two_decoupled_origins(e, m));
         }
         let from = from.first().copied();
         if let (true, Some(d)) = (steps[i].decoupled, from) {

@@ -235,38 +235,7 @@ impl Ensemble {
             })
             .await;
             drop(running.swap_remove(k));
-            match done {
-                Done::Call {
-                    step,
-                    iteration,
-                    batch,
-                    result,
-                } => {
-                    let response = result.map_err(|err| self.step_error(step, err))?;
-                    compute += response.compute;
-                    self.store(step, iteration, batch, response, &mut tensors)?;
-                }
-                Done::Next {
-                    step,
-                    batch,
-                    stream,
-                    item,
-                } => {
-                    let Some(StreamItem { response, last }) = item else {
-                        continue;
-                    };
-                    if let Some(response) = response {
-                        let response = response.map_err(|err| self.step_error(step, err))?;
-                        compute += response.compute;
-                        let k = progress.iterations[step];
-                        progress.iterations[step] += 1;
-                        self.store(step, Some(k), batch, response, &mut tensors)?;
-                    }
-                    if !last {
-                        running.push(next_of(step, batch, stream));
-                    }
-                }
-            }
+            compute += self.receive(done, &mut tensors, &mut progress, &mut running)?;
         }
         self.check_all_ran(&tensors, &progress)?;
         match p.streams_from {
@@ -279,6 +248,53 @@ impl Ensemble {
             Some(_) => emit(None, true)?,
         }
         Ok(compute)
+    }
+
+    /// Keeps what a finished step returned (a decoupled step's next
+    /// response is its next iteration, and its stream goes on running);
+    /// returns the response's compute times.
+    fn receive(
+        &self,
+        done: Done,
+        tensors: &mut Tensors,
+        progress: &mut Progress,
+        running: &mut Vec<Running>,
+    ) -> Result<ComputeTimes> {
+        match done {
+            Done::Call {
+                step,
+                iteration,
+                batch,
+                result,
+            } => {
+                let response = result.map_err(|err| self.step_error(step, err))?;
+                let compute = response.compute;
+                self.store(step, iteration, batch, response, tensors)?;
+                Ok(compute)
+            }
+            Done::Next {
+                step,
+                batch,
+                stream,
+                item,
+            } => {
+                let Some(StreamItem { response, last }) = item else {
+                    return Ok(ComputeTimes::default());
+                };
+                if !last {
+                    running.push(next_of(step, batch, stream));
+                }
+                let Some(response) = response else {
+                    return Ok(ComputeTimes::default());
+                };
+                let response = response.map_err(|err| self.step_error(step, err))?;
+                let compute = response.compute;
+                let k = progress.iterations[step];
+                progress.iterations[step] += 1;
+                self.store(step, Some(k), batch, response, tensors)?;
+                Ok(compute)
+            }
+        }
     }
 
     /// Starts every step (and iteration) whose inputs all exist now.
@@ -385,13 +401,7 @@ impl Ensemble {
     }
 
     pub(super) fn step_error(&self, i: usize, err: Error) -> Error {
-        Error::new(
-            err.code,
-            format!(
-                "ensemble '{}' step {i} (model '{}'): {}",
-                self.plan.name, self.plan.steps[i].model, err.message
-            ),
-        )
+        err.in_step(&self.plan.name, i, &self.plan.steps[i].model)
     }
 
     /// Keeps a step's outputs, as of `iteration` when it has one.

@@ -27,6 +27,7 @@ use tern_core::backend::{Instance, Model};
 use tern_core::config::pb::model_sequence_batching::StrategyChoice;
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
+use tern_core::messages;
 use tern_core::sequence::{batching, CorrelationId};
 use tern_core::{InferRequest, InferResponse};
 
@@ -169,13 +170,17 @@ impl Pool {
                 .name(thread_name)
                 .spawn(move || worker(s, index, name, instance));
             match spawned {
-                Ok(t) => pool.threads.lock().expect("threads lock").push(t),
+                Ok(t) => pool
+                    .threads
+                    .lock()
+                    .expect("threads lock poisoned: nothing panics while holding it")
+                    .push(t),
                 Err(e) => {
                     pool.shutdown();
-                    return Err(Error::internal(format!(
-                        "model '{}': cannot start an instance thread: {e}",
-                        shared.config.name
-                    )));
+                    return Err(
+                        Error::internal(format!("cannot start an instance thread: {e}"))
+                            .for_model(&shared.config.name),
+                    );
                 }
             }
         }
@@ -196,25 +201,24 @@ impl Pool {
             Err(e)
         };
         if s.config.max_batch_size > 0 && batch_size != 1 {
-            return refused(Error::invalid_arg(format!(
-                "inference request to model '{m}' must specify batch-size 1 due to requirements of sequence batcher"
-            )));
+            return refused(messages::sequence_batch_size_one(m));
         }
         let flags = match request.sequence() {
             Ok(f) => f,
             Err(e) => return refused(e),
         };
         let Some(id) = flags.id else {
-            return refused(Error::invalid_arg(format!(
-                "inference request to model '{m}' must specify a non-zero or non-empty correlation ID"
-            )));
+            return refused(messages::sequence_correlation_id_required(m));
         };
         if let Err(e) = s.controls.check_corrid(m, &id) {
             return refused(e);
         }
         let (reply, rx) = oneshot::channel();
         {
-            let mut st = s.state.lock().expect("sequence lock");
+            let mut st = s
+                .state
+                .lock()
+                .expect("sequence lock poisoned: nothing panics while holding it");
             if st.closed {
                 drop(st);
                 s.stats
@@ -243,9 +247,7 @@ impl Pool {
                 }
                 Err(_) => {
                     drop(st);
-                    return refused(Error::invalid_arg(format!(
-                        "inference request for sequence {id} to model '{m}' must specify the START flag on the first request of the sequence"
-                    )));
+                    return refused(messages::sequence_start_required(&id.to_string(), m));
                 }
             }
         }
@@ -267,7 +269,7 @@ impl Pool {
         self.shared
             .state
             .lock()
-            .expect("sequence lock")
+            .expect("sequence lock poisoned: nothing panics while holding it")
             .book
             .queued()
     }
@@ -277,7 +279,7 @@ impl Pool {
         self.shared
             .state
             .lock()
-            .expect("sequence lock")
+            .expect("sequence lock poisoned: nothing panics while holding it")
             .book
             .sequences()
     }
@@ -286,7 +288,12 @@ impl Pool {
     /// finish and joins the instance threads.
     pub fn shutdown(&self) {
         close(&self.shared);
-        for t in std::mem::take(&mut *self.threads.lock().expect("threads lock")) {
+        for t in std::mem::take(
+            &mut *self
+                .threads
+                .lock()
+                .expect("threads lock poisoned: nothing panics while holding it"),
+        ) {
             let _ = t.join();
         }
     }
@@ -302,7 +309,10 @@ impl Drop for Pool {
 
 fn close(s: &Shared) {
     let backlog = {
-        let mut st = s.state.lock().expect("sequence lock");
+        let mut st = s
+            .state
+            .lock()
+            .expect("sequence lock poisoned: nothing panics while holding it");
         st.closed = true;
         st.book.drain_backlog()
     };
@@ -338,7 +348,10 @@ struct Row {
 /// `None` once the model is closed and this instance's sequences are drained.
 fn next_batch(s: &Shared, i: usize) -> Option<(Vec<Option<Row>>, Vec<InferRequest>)> {
     let m = &s.config.name;
-    let mut st = s.state.lock().expect("sequence lock");
+    let mut st = s
+        .state
+        .lock()
+        .expect("sequence lock poisoned: nothing panics while holding it");
     let batch = loop {
         let now = Instant::now();
         for id in st.book.reap(i, now) {
@@ -349,10 +362,17 @@ fn next_batch(s: &Shared, i: usize) -> Option<(Vec<Option<Row>>, Vec<InferReques
         }
         match st.book.next(i, now) {
             Next::Batch(b) => break b,
-            Next::Wait(None) => st = s.wake[i].wait(st).expect("sequence lock"),
+            Next::Wait(None) => {
+                st = s.wake[i]
+                    .wait(st)
+                    .expect("sequence lock poisoned: nothing panics while holding it")
+            }
             Next::Wait(Some(until)) => {
                 let wait = until.saturating_duration_since(Instant::now());
-                st = s.wake[i].wait_timeout(st, wait).expect("sequence lock").0;
+                st = s.wake[i]
+                    .wait_timeout(st, wait)
+                    .expect("sequence lock poisoned: nothing panics while holding it")
+                    .0;
             }
         }
     };
@@ -437,7 +457,10 @@ fn worker(s: Arc<Shared>, i: usize, name: String, mut instance: Box<dyn Instance
         s.stats.record_execution(requests.len(), times, &outcomes);
         let mut answers = Vec::with_capacity(outcomes.len());
         {
-            let mut st = s.state.lock().expect("sequence lock");
+            let mut st = s
+                .state
+                .lock()
+                .expect("sequence lock poisoned: nothing panics while holding it");
             for (row, result) in rows.into_iter().zip(results) {
                 let Some(row) = row else { continue };
                 let result = result.map(|mut r| {
