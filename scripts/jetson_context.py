@@ -14,10 +14,13 @@ DIR is replaced. Its layout (the Containerfile's COPY sources):
     licenses/                        Tern's and its crates' licences (ONNX Runtime's come with the ONNX Runtime built in the image)
     models/                          the example repository
     cwasm/                           its plugins, precompiled for aarch64 (pooling and on-demand)
+    cwasm.key                        the key those entries are sealed with (the server loads no entry it cannot verify)
     ort-prebuilt/                    empty unless --ort-prebuilt: for ORT_SOURCE=prebuilt
 
 The output is deterministic: the same inputs give the same bytes, names,
-modes and modification times (SOURCE_DATE_EPOCH, else the tarball's binary's).
+modes and modification times (SOURCE_DATE_EPOCH, else the tarball's binary's),
+except cwasm.key, a fresh random key for each context, and the last 32 bytes
+of each cwasm/ entry, its digest under that key.
 """
 
 import argparse

@@ -385,7 +385,10 @@ def is_exported(name, families):
 
 
 def in_rust_source(name):
-    for path in glob.glob(os.path.join(ROOT, "host", "src", "**", "*.rs"), recursive=True):
+    # The server's families and those their owners render (pools, plugin telemetry).
+    paths = glob.glob(os.path.join(ROOT, "host", "src", "**", "*.rs"), recursive=True)
+    paths += glob.glob(os.path.join(ROOT, "crates", "*", "src", "**", "*.rs"), recursive=True)
+    for path in paths:
         with open(path) as f:
             if f'"{name}"' in f.read():
                 return True

@@ -560,10 +560,12 @@ def served(tmp_path_factory):
     cfg = final_config(parse(containerfile()))
     cache = str(tmp_path_factory.mktemp("var-cache-tern"))
     shutil.copytree(os.path.join(ctx, "cwasm"), cache, dirs_exist_ok=True)
+    # The seal key, next to the cache folder as the Containerfile places it.
+    shutil.copy(os.path.join(ctx, "cwasm.key"), cache + ".key")
     before = sorted(os.listdir(cache))
     # The image's paths, mapped into the context: /models, the plugin cache, ONNX Runtime.
     ort = cpu_onnxruntime()
-    mapping = {"/models": os.path.join(ctx, "models"), "/var/cache/tern": cache,
+    mapping = {"/models": os.path.join(ctx, "models"), "/var/cache/tern/wasm": cache,
                "/usr/lib/tern/libonnxruntime.so": ort, "/usr/lib/tern": os.path.dirname(ort)}
     env = {k: ":".join(mapping.get(p, p) for p in v.split(":")) for k, v in cfg["env"].items()}
     assert {cache, ort} <= set(env.values()), env

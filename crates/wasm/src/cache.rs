@@ -4,7 +4,17 @@
 //! of recompiling. A different wasmtime build or engine configuration gives
 //! a different file name; an unreadable or corrupt entry is recompiled and
 //! rewritten. Without a cache directory everything still works, slower.
+//!
+//! An entry is native code that is loaded without the sandbox's checks, so
+//! the server loads only entries it (or `tern plugin compile`) wrote: each
+//! entry ends with a keyed BLAKE3 digest of its code, under a key kept
+//! outside the cache folder (`<cache folder>.key`, created with mode 0600),
+//! and the entry and its folder must belong to this user (or root) and be
+//! writable by no one else. An entry that fails either check is refused
+//! with a warning and recompiled.
 
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -49,7 +59,7 @@ pub fn precompile(runtime: &Runtime, path: &Path, cache_dir: &Path) -> Result<(P
         .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))?;
     let compiled = compile(&runtime.engine, path, &bytes)?;
     let entry = cache_dir.join(key(&runtime.cache_tag(), &bytes));
-    store(&entry, &compiled).map_err(|e| {
+    store(&entry, &compiled, &seal_key(cache_dir)?).map_err(|e| {
         Error::internal(format!(
             "cannot write cache entry '{}': {e}",
             entry.display()
@@ -87,17 +97,30 @@ pub fn load(
     let bytes = std::fs::read(path)
         .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))?;
     let entry: Option<PathBuf> = cache_dir.map(|d| d.join(key(&runtime.cache_tag(), &bytes)));
-    if let Some(entry) = &entry {
+    let seal = match cache_dir.map(seal_key).transpose() {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::warn!("{e}; plugins are compiled without the cache");
+            None
+        }
+    };
+    if let (Some(entry), Some(seal)) = (&entry, &seal) {
         if entry.is_file() {
-            // SAFETY: the file was written by `Engine::precompile_component`
-            // into a cache directory the operator controls, under a name that
-            // binds it to this engine's configuration and the source bytes.
-            match unsafe { Component::deserialize_file(engine, entry) } {
-                Ok(c) => {
-                    return Ok((c, Source::Cache));
-                }
-                Err(e) => tracing::warn!(
-                    "wasm cache entry '{}' is unusable ({e:#}); recompiling",
+            match read_sealed(entry, seal) {
+                // SAFETY: the code was written by `Engine::precompile_component`
+                // of this server (the keyed digest proves it), into a file only
+                // this user can change, under a name that binds it to this
+                // engine's configuration and the source bytes; it is the buffer
+                // that was checked, not the file again.
+                Ok(code) => match unsafe { Component::deserialize(engine, &code) } {
+                    Ok(c) => return Ok((c, Source::Cache)),
+                    Err(e) => tracing::warn!(
+                        "wasm cache entry '{}' is unusable ({e:#}); recompiling",
+                        entry.display()
+                    ),
+                },
+                Err(why) => tracing::warn!(
+                    "wasm cache entry '{}' is refused: {why}; recompiling",
                     entry.display()
                 ),
             }
@@ -112,8 +135,8 @@ pub fn load(
     let started = Instant::now();
     let compiled = compile(engine, path, &bytes)?;
     tracing::info!("compiled '{}' in {:?}", path.display(), started.elapsed());
-    if let Some(entry) = &entry {
-        if let Err(e) = store(entry, &compiled) {
+    if let (Some(entry), Some(seal)) = (&entry, &seal) {
+        if let Err(e) = store(entry, &compiled, seal) {
             tracing::warn!("cannot write wasm cache entry '{}': {e}", entry.display());
         }
     }
@@ -123,10 +146,112 @@ pub fn load(
     Ok((component, Source::Compiled))
 }
 
-/// Writes atomically (temporary file + rename) so readers never see half a file.
-fn store(entry: &Path, compiled: &[u8]) -> std::io::Result<()> {
+/// Bytes of the keyed digest at the end of an entry.
+const SEAL_LEN: usize = blake3::OUT_LEN;
+
+/// The key the cache folder's entries are sealed with: `<folder>.key` next
+/// to (not in) the folder, created (32 random bytes, mode 0600) when missing.
+/// A key file others may write is refused: the cache is then not used.
+pub fn seal_key(cache_dir: &Path) -> Result<[u8; 32]> {
+    let path = key_path(cache_dir);
+    let fail =
+        |what: String| Error::internal(format!("wasm cache key '{}': {what}", path.display()));
+    if !path.exists() {
+        let mut key = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut key))
+            .map_err(|e| fail(format!("cannot read random bytes: {e}")))?;
+        if let Some(parent) = path.parent() {
+            create_dir(parent).map_err(|e| fail(e.to_string()))?;
+        }
+        let tmp = path.with_extension(format!("key.{}.tmp", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &key))
+            .map_err(|e| fail(format!("cannot create it: {e}")))?;
+        // Another process may have created one meanwhile: the first one stays.
+        if std::fs::hard_link(&tmp, &path).is_err() && !path.exists() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(fail("cannot create it".into()));
+        }
+        let _ = std::fs::remove_file(&tmp);
+    }
+    let meta = std::fs::metadata(&path).map_err(|e| fail(e.to_string()))?;
+    trusted(&meta).map_err(fail)?;
+    let key = std::fs::read(&path).map_err(|e| fail(e.to_string()))?;
+    key.try_into()
+        .map_err(|_| fail("it is not 32 bytes long".into()))
+}
+
+/// `<cache folder>.key`.
+pub fn key_path(cache_dir: &Path) -> PathBuf {
+    let mut name = cache_dir
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "wasm-cache".into());
+    name.push(".key");
+    cache_dir.with_file_name(name)
+}
+
+/// Whether a file or folder is one only this user (or root) can change.
+fn trusted(meta: &std::fs::Metadata) -> std::result::Result<(), String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(format!(
+            "it belongs to user {}, not to this server's user",
+            meta.uid()
+        ));
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o022 != 0 {
+        return Err(format!("others may write it (mode {:o})", mode & 0o7777));
+    }
+    Ok(())
+}
+
+/// The code of a sealed entry, once its folder and file are trusted and its
+/// digest matches.
+fn read_sealed(entry: &Path, key: &[u8; 32]) -> std::result::Result<Vec<u8>, String> {
     let dir = entry.parent().expect("cache entries live in a directory");
-    std::fs::create_dir_all(dir)?;
+    let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
+    trusted(&meta).map_err(|why| format!("its folder '{}': {why}", dir.display()))?;
+    let mut file = std::fs::File::open(entry).map_err(|e| e.to_string())?;
+    trusted(&file.metadata().map_err(|e| e.to_string())?)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    if bytes.len() < SEAL_LEN {
+        return Err("it was not written by this server (no digest)".into());
+    }
+    let (code, seal) = bytes.split_at(bytes.len() - SEAL_LEN);
+    if blake3::keyed_hash(key, code) != *<&[u8; SEAL_LEN]>::try_from(seal).expect("SEAL_LEN bytes")
+    {
+        return Err(
+            "it was not written by this server (its digest does not match the cache key)".into(),
+        );
+    }
+    bytes.truncate(bytes.len() - SEAL_LEN);
+    Ok(bytes)
+}
+
+/// Creates a folder (and its parents) that only this user may write,
+/// whatever the umask.
+fn create_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+}
+
+/// Writes the code and its keyed digest atomically (temporary file +
+/// rename, mode 0644) so readers never see half a file.
+fn store(entry: &Path, compiled: &[u8], key: &[u8; 32]) -> std::io::Result<()> {
+    let dir = entry.parent().expect("cache entries live in a directory");
+    create_dir(dir)?;
     let tmp = dir.join(format!(
         ".{}.{}.tmp",
         entry
@@ -135,7 +260,16 @@ fn store(entry: &Path, compiled: &[u8]) -> std::io::Result<()> {
             .unwrap_or("entry"),
         std::process::id()
     ));
-    std::fs::write(&tmp, compiled)?;
+    let seal = blake3::keyed_hash(key, compiled);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(&tmp)?;
+    std::io::Write::write_all(&mut f, compiled)?;
+    std::io::Write::write_all(&mut f, seal.as_bytes())?;
+    drop(f);
     std::fs::rename(&tmp, entry)
 }
 
@@ -212,6 +346,93 @@ mod tests {
             load(&native, &file, Some(&cache), || ()).unwrap().1,
             Source::Cache
         );
+    }
+
+    /// The smallest component (no imports, no exports) in a fresh folder,
+    /// with its cache folder.
+    fn smallest(dir: &Path) -> (PathBuf, PathBuf) {
+        let file = dir.join("model.wasm");
+        std::fs::write(&file, b"\0asm\x0d\0\x01\0").unwrap();
+        (file, dir.join("cache"))
+    }
+
+    #[test]
+    fn only_entries_this_server_sealed_are_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, cache) = smallest(dir.path());
+        let native = Runtime::new(false).unwrap();
+        let load = || load(&native, &file, Some(&cache), || ()).unwrap().1;
+        assert_eq!(load(), Source::Compiled);
+        assert_eq!(load(), Source::Cache);
+        let entry = std::fs::read_dir(&cache)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let sealed = std::fs::read(&entry).unwrap();
+
+        // Valid native code for this engine, planted without the digest.
+        let planted = native
+            .engine
+            .precompile_component(&std::fs::read(&file).unwrap())
+            .unwrap();
+        std::fs::write(&entry, &planted).unwrap();
+        assert_eq!(load(), Source::Compiled, "an unsealed entry is recompiled");
+        assert_eq!(
+            std::fs::read(&entry).unwrap(),
+            sealed,
+            "and rewritten, sealed"
+        );
+
+        // One byte of code changed, the digest kept.
+        let mut tampered = sealed.clone();
+        tampered[100] ^= 1;
+        std::fs::write(&entry, &tampered).unwrap();
+        assert_eq!(load(), Source::Compiled);
+
+        // Sealed with another key (another server's cache copied in).
+        std::fs::write(super::key_path(&cache), [7u8; 32]).unwrap();
+        assert_eq!(load(), Source::Compiled);
+        assert_eq!(load(), Source::Cache);
+    }
+
+    #[test]
+    fn entries_others_may_write_are_refused_and_the_key_lives_outside_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, cache) = smallest(dir.path());
+        let native = Runtime::new(false).unwrap();
+        let load = || load(&native, &file, Some(&cache), || ()).unwrap().1;
+        assert_eq!(load(), Source::Compiled);
+        let key = super::key_path(&cache);
+        assert_eq!(key, dir.path().join("cache.key"));
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&key), 0o600);
+        let entry = std::fs::read_dir(&cache)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(
+            load(),
+            Source::Compiled,
+            "a world-writable entry is not trusted"
+        );
+        assert_eq!(mode(&entry), 0o644);
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(
+            load(),
+            Source::Compiled,
+            "nor one in a world-writable folder"
+        );
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(load(), Source::Cache);
+        // A key others may write disables the cache: every load compiles.
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(load(), Source::Compiled);
+        assert_eq!(load(), Source::Compiled);
     }
 
     #[test]
