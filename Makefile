@@ -25,7 +25,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins
+.PHONY: python-runner stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 	$(call mark,setup)
@@ -101,7 +101,17 @@ $(WASM_OUT)/%.wasm: plugins/%/model.js guest-sdk/js/tern.js wit/plugin.wit | $(T
 $(WASM_OUT)/%.wasm: plugins/%/model.c guest-sdk/c/tern_plugin.c guest-sdk/c/tern_plugin.h wit/plugin.wit | $(TERN_TOOL)
 	$(TERN_TOOL) plugin build plugins/$* --wit wit --sdk guest-sdk/c --cache-dir none -o $@
 
-lang-plugins: toolchains $(foreach p,$(LANG_PLUGINS),$(WASM_OUT)/$(p).wasm)
+# The Python runner: the one prebuilt component that serves Triton Python
+# models (backend: "python", <version>/model.py) with no build step
+# (guest-sdk/python/runner), copied beside the binary, where the server looks.
+PYTHON_RUNNER_SRC := $(wildcard guest-sdk/python/runner/*.py) guest-sdk/python/tern_plugin.py guest-sdk/python/tern_ops.py wit/plugin.wit
+$(WASM_OUT)/python-runner.wasm: $(PYTHON_RUNNER_SRC) | $(TERN_TOOL)
+	$(TERN_TOOL) plugin build guest-sdk/python/runner --wit wit --sdk guest-sdk/python --cache-dir none -o $@
+
+python-runner: toolchains $(WASM_OUT)/python-runner.wasm
+	cp $(WASM_OUT)/python-runner.wasm $(dir $(TERN_TOOL))python-runner.wasm
+
+lang-plugins: toolchains $(foreach p,$(LANG_PLUGINS),$(WASM_OUT)/$(p).wasm) python-runner
 	@for p in $(LANG_EXAMPLES); do mkdir -p model_repository/$$p/1 && cp $(WASM_OUT)/$$p.wasm model_repository/$$p/1/model.wasm; done
 
 # `make run TORCH=1` (or `make release TORCH=1`): the release build with the

@@ -103,6 +103,17 @@ _DTYPES = {
 _NAMES = {v[0]: k for k, v in _DTYPES.items()}
 _TYPECODES = {v[3]: k for k, v in _DTYPES.items() if v[3]}
 _BIG_ENDIAN = sys.byteorder == "big"
+# Triton datatypes and the numpy dtype names of the Python runner's numpy.
+_TRITON_TO_NUMPY = {
+    "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+    "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64",
+    "FP16": "float16", "FP32": "float32", "FP64": "float64", "BYTES": "object",
+}
+_NUMPY_TO_TRITON = {v: k for k, v in _TRITON_TO_NUMPY.items()}
+
+
+def _is_ndarray(v):
+    return type(v).__name__ == "ndarray" and hasattr(v, "dtype") and hasattr(v, "tobytes")
 
 
 def _dtype(name):
@@ -187,6 +198,18 @@ class Tensor:
     __slots__ = ("_name", "_dtype", "_shape", "_data")
 
     def __init__(self, name, values, datatype=None, shape=None):
+        if _is_ndarray(values):
+            # An array of the Python runner's numpy: its dtype, shape and bytes.
+            dt = datatype or _NUMPY_TO_TRITON.get(values.dtype.name)
+            if dt is None:
+                raise TritonError(f"tensor '{name}': numpy dtype {values.dtype.name} has no Triton datatype", TritonError.INVALID_ARG)
+            self._name, self._dtype = name, _dtype(dt)
+            self._shape = list(values.shape) if shape is None else [int(d) for d in shape]
+            if dt == "BYTES" or values.dtype.name == "object":
+                self._data = _encode_strings(values.ravel().tolist())
+            else:
+                self._data = values.astype(_TRITON_TO_NUMPY[dt]).tobytes()
+            return
         if isinstance(values, array.array):
             datatype = datatype or _TYPECODES.get(values.typecode)
         elif datatype is None:
@@ -278,11 +301,24 @@ class Tensor:
             raise TritonError(f"tensor '{self._name}' holds a string that is not UTF-8", TritonError.INVALID_ARG) from None
 
     def as_numpy(self):
-        """Unavailable: numpy does not run inside the WASM sandbox."""
-        raise TritonError(
-            "numpy is not available inside a Tern plugin; use as_list(), as_array() or as_strings()",
-            TritonError.UNSUPPORTED,
-        )
+        """The tensor as an array of the Python runner's `numpy` (BYTES: an
+        object array of `bytes`). Plugins built with `tern plugin build`
+        have no numpy: there it raises UNSUPPORTED."""
+        try:
+            import numpy as np
+        except ImportError:
+            np = None
+        if np is None or not getattr(np, "__version__", "").endswith("+tern"):
+            raise TritonError(
+                "numpy is not available inside a Tern plugin built with `tern plugin build`; use as_list(), "
+                "as_array() or as_strings() (Triton Python models served with backend: \"python\" have it)",
+                TritonError.UNSUPPORTED,
+            )
+        if self._dtype == "BYTES":
+            return np.array(self.as_list(), dtype=np.object_).reshape(self._shape)
+        if self._dtype == "BF16":
+            return np.array(self.as_list(), dtype=np.float32).reshape(self._shape)
+        return np.frombuffer(self._data, dtype=_TRITON_TO_NUMPY[self._dtype]).reshape(self._shape)
 
     def __repr__(self):
         return f"Tensor({self._name!r}, {self._dtype}, {self._shape})"
@@ -750,13 +786,22 @@ def _as_error(exc):
     return _t.Error(code=_t.ErrorCode.INTERNAL, message=message)
 
 
+# Set by the Python runner, which has an event loop for the sandbox: runs
+# a coroutine to completion on it.
+_event_loop_runner = None
+
+
 def _run(result):
     """The value of `result`, running it first when it is a coroutine (an
-    `async def` initialize, execute or finalize). The sandbox has no event
-    loop: a coroutine may await other coroutines (`async_exec`) and
-    `asyncio.sleep(0)`, and anything that needs a running loop raises."""
+    `async def` initialize, execute or finalize). In the Python runner it runs
+    on a real (sandboxed) asyncio event loop; a plugin built with `tern plugin
+    build` has none: there a coroutine may await other coroutines
+    (`async_exec`) and `asyncio.sleep(0)`, and anything that needs a running
+    loop raises."""
     if not (hasattr(result, "send") and hasattr(result, "throw") and hasattr(result, "close")):
         return result
+    if _event_loop_runner is not None:
+        return _event_loop_runner(result)
     try:
         while True:
             yielded = result.send(None)

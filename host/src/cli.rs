@@ -420,6 +420,14 @@ pub struct Args {
     )]
     pub wasm_cache_dir: Option<PathBuf>,
 
+    /// The Python runner component that serves `backend: "python"` models (default: `python-runner.wasm` beside the binary, else `../lib/tern/python-runner.wasm` from it).
+    #[arg(
+        help_heading = "Backends and plugins",
+        long,
+        env = "TERN_PYTHON_RUNNER"
+    )]
+    pub python_runner: Option<PathBuf>,
+
     /// Path of libonnxruntime.so (default: $ORT_DYLIB_PATH, next to the binary, ../lib/tern/ or ../lib/ beside it, then the system loader).
     #[arg(
         help_heading = "Backends and plugins",
@@ -637,6 +645,7 @@ impl Args {
                 Some(p) => Some(p.to_path_buf()),
                 None => tern_wasm::cache::default_dir(),
             },
+            python_runner: self.python_runner.clone(),
         };
         for entry in &self.backend_config {
             let (scope, kv) = match entry.split_once(',') {

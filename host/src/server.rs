@@ -73,7 +73,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     let frontends = match bind_frontends(args, &info, metrics).await {
         Ok(f) => f,
         Err(e) => {
-            repository.shutdown();
+            stop_models(&repository).await;
             return Err(e);
         }
     };
@@ -98,6 +98,18 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         exit_timeout: Duration::from_secs(args.exit_timeout_secs),
         signal,
     })
+}
+
+/// Stops every model off the async workers: stopping an instance runs its
+/// `finalize` (a plugin's may write its log, which blocks).
+async fn stop_models(repository: &Arc<Repository>) {
+    let repo = repository.clone();
+    if tokio::task::spawn_blocking(move || repo.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::error!("stopping the models panicked");
+    }
 }
 
 /// Logs the GPUs and sizes the memory pools the `--*-memory-pool-byte-size` flags ask for.
@@ -150,7 +162,7 @@ async fn load_startup_models(
     let initialized = match check_roots(&args.model_repository) {
         Ok(()) => true,
         Err(e) if args.exit_on_error => {
-            repository.shutdown();
+            stop_models(repository).await;
             return Err(e.context("error: creating server"));
         }
         Err(e) => {
@@ -168,7 +180,7 @@ async fn load_startup_models(
     };
     log_model_states(repository);
     if !errors.is_empty() && args.exit_on_error {
-        repository.shutdown();
+        stop_models(repository).await;
         return Err(Error::new(
             errors[0].code,
             format!(

@@ -20,6 +20,9 @@ pub struct BackendSettings {
     pub default_max_batch_size: i32,
     /// `--wasm-cache-dir`: where compiled plugins are cached (`None` = no cache).
     pub wasm_cache_dir: Option<PathBuf>,
+    /// `--python-runner`: the prebuilt component that serves `backend:
+    /// "python"` models (`None` = look beside the binary).
+    pub python_runner: Option<PathBuf>,
 }
 
 /// Where a model's files are.

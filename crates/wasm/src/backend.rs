@@ -31,7 +31,8 @@ use tern_core::{InferRequest, InferResponse, Tensor};
 
 /// Where the version folder appears inside the sandbox.
 pub const GUEST_MODEL_DIR: &str = "/model";
-const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+/// A plugin's deadline per call unless `execution_timeout_ms` sets one.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_MAX_MEMORY: usize = 256 << 20;
 
 /// The `wasm` backend; its plugins count into its telemetry.
@@ -81,10 +82,7 @@ impl Backend for WasmBackend {
     }
 
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
-        Ok(Arc::new(Loaded(Arc::new(WasmModel::load(
-            ctx,
-            &self.telemetry,
-        )?))))
+        Ok(loaded(WasmModel::load(ctx, &self.telemetry)?))
     }
 }
 
@@ -97,9 +95,9 @@ struct Sandbox {
 }
 
 impl Sandbox {
-    fn from_config(cfg: &ModelConfig) -> Result<Sandbox> {
-        let timeout =
-            numeric_parameter::<u64>(cfg, "execution_timeout_ms")?.unwrap_or(DEFAULT_TIMEOUT_MS);
+    fn from_config(cfg: &ModelConfig, default_timeout: Duration) -> Result<Sandbox> {
+        let timeout = numeric_parameter::<u64>(cfg, "execution_timeout_ms")?
+            .unwrap_or(default_timeout.as_millis() as u64);
         let max_memory =
             numeric_parameter::<usize>(cfg, "max_memory_bytes")?.unwrap_or(DEFAULT_MAX_MEMORY);
         if timeout == 0 || max_memory < (1 << 16) {
@@ -126,6 +124,8 @@ impl Sandbox {
 /// One loaded version of a plugin model.
 pub struct WasmModel {
     runtime: Arc<Runtime>,
+    /// Held so that models loading the same component share it (see `cache::load`).
+    _component: cache::SharedComponent,
     pre: PluginPre<HostState>,
     name: String,
     version: i64,
@@ -142,10 +142,23 @@ pub struct WasmModel {
 
 impl WasmModel {
     fn load(ctx: &LoadContext, telemetry: &Arc<PluginTelemetry>) -> Result<WasmModel> {
+        let path = model_file(ctx.config, ctx.version_dir, "model.wasm")?;
+        Self::load_component(ctx, telemetry, &path, DEFAULT_TIMEOUT)
+    }
+
+    /// Loads the model with the component at `path` (its own `model.wasm`,
+    /// or the Python runner), with `default_timeout` unless the config sets
+    /// `execution_timeout_ms`.
+    pub(crate) fn load_component(
+        ctx: &LoadContext,
+        telemetry: &Arc<PluginTelemetry>,
+        path: &std::path::Path,
+        default_timeout: Duration,
+    ) -> Result<WasmModel> {
         let cfg = ctx.config;
-        let sandbox = Sandbox::from_config(cfg)?;
+        let sandbox = Sandbox::from_config(cfg, default_timeout)?;
         let runtime = crate::runtime()?;
-        let path = model_file(cfg, ctx.version_dir, "model.wasm")?;
+        let path = path.to_path_buf();
         // The folder is the plugin's WASI file system: no named pipes in it.
         tern_core::files::check_tree(ctx.version_dir, &format!("model '{}'", cfg.name))?;
         let started = Instant::now();
@@ -186,6 +199,7 @@ impl WasmModel {
             })?;
         Ok(WasmModel {
             runtime,
+            _component: component,
             pre,
             name: cfg.name.clone(),
             version: ctx.version,
@@ -324,6 +338,11 @@ fn describe(store: &Store<HostState>, e: &wasmtime::Error, sandbox: Sandbox) -> 
 
 /// The [`Model`] the scheduler holds; instances share the [`WasmModel`].
 struct Loaded(Arc<WasmModel>);
+
+/// A loaded version as the backend traits hand it out.
+pub(crate) fn loaded(model: WasmModel) -> Arc<dyn Model> {
+    Arc::new(Loaded(Arc::new(model)))
+}
 
 impl Model for Loaded {
     fn supports_decoupled(&self) -> bool {
@@ -695,13 +714,16 @@ mod tests {
 
     #[test]
     fn sandbox_defaults_and_overrides() {
-        let s = Sandbox::from_config(&cfg(&[])).unwrap();
-        assert_eq!(s.timeout, Duration::from_millis(DEFAULT_TIMEOUT_MS));
+        let s = Sandbox::from_config(&cfg(&[]), DEFAULT_TIMEOUT).unwrap();
+        assert_eq!(s.timeout, DEFAULT_TIMEOUT);
         assert_eq!(s.max_memory, DEFAULT_MAX_MEMORY);
-        let s = Sandbox::from_config(&cfg(&[
-            ("execution_timeout_ms", "250"),
-            ("max_memory_bytes", "1048576"),
-        ]))
+        let s = Sandbox::from_config(
+            &cfg(&[
+                ("execution_timeout_ms", "250"),
+                ("max_memory_bytes", "1048576"),
+            ]),
+            DEFAULT_TIMEOUT,
+        )
         .unwrap();
         assert_eq!(
             (s.timeout, s.max_memory),
@@ -712,7 +734,7 @@ mod tests {
             ("execution_timeout_ms", "soon"),
             ("max_memory_bytes", "10"),
         ] {
-            let e = Sandbox::from_config(&cfg(&[bad])).unwrap_err();
+            let e = Sandbox::from_config(&cfg(&[bad]), DEFAULT_TIMEOUT).unwrap_err();
             assert!(e.message.contains("model 'p'"), "{e}");
         }
     }

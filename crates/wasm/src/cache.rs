@@ -13,9 +13,11 @@
 //! writable by no one else. An entry that fails either check is refused
 //! with a warning and recompiled.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
 use wasmtime::component::Component;
@@ -27,10 +29,28 @@ use tern_core::error::{Error, Result};
 /// How a component was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
+    /// Already loaded for another model (the Python runner serves every
+    /// Python model): the same compiled code, shared.
+    Shared,
     /// Deserialised from the cache.
     Cache,
     /// Compiled now (and stored when a cache directory is set).
     Compiled,
+}
+
+/// A loaded component, shared by every model whose component has the same
+/// bytes while any of them holds it.
+pub type SharedComponent = Arc<Component>;
+
+/// One component's place among the loaded ones: locked while it is being
+/// loaded, holding it while any model does.
+type Slot = Arc<Mutex<Weak<Component>>>;
+
+/// The loaded components by cache key, so models loading the same component
+/// in parallel compile it once and share the code.
+fn loaded() -> &'static Mutex<HashMap<String, Slot>> {
+    static LOADED: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
+    LOADED.get_or_init(Default::default)
 }
 
 /// The cache file name for `bytes` compiled by an engine with cache tag
@@ -85,18 +105,45 @@ fn compile(engine: &Engine, path: &Path, bytes: &[u8]) -> Result<Vec<u8>> {
     })
 }
 
-/// Loads the component at `path`, from the cache when possible;
-/// `compiling` is called before a compilation (a cache miss) begins.
+/// Loads the component at `path`: the one already loaded for another model
+/// when its bytes are the same, else from the cache when possible, else
+/// compiled; `compiling` is called before a compilation (a cache miss) begins.
 pub fn load(
     runtime: &Runtime,
     path: &Path,
     cache_dir: Option<&Path>,
     compiling: impl FnOnce(),
-) -> Result<(Component, Source)> {
-    let engine = &runtime.engine;
+) -> Result<(SharedComponent, Source)> {
     let bytes = std::fs::read(path)
         .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))?;
-    let entry: Option<PathBuf> = cache_dir.map(|d| d.join(key(&runtime.cache_tag(), &bytes)));
+    let name = key(&runtime.cache_tag(), &bytes);
+    let slot = loaded()
+        .lock()
+        .expect("loaded components lock poisoned: nothing panics while holding it")
+        .entry(name)
+        .or_default()
+        .clone();
+    let mut slot = slot
+        .lock()
+        .expect("component slot lock poisoned: nothing panics while holding it");
+    if let Some(component) = slot.upgrade() {
+        return Ok((component, Source::Shared));
+    }
+    let (component, source) = load_bytes(runtime, path, &bytes, cache_dir, compiling)?;
+    let component = Arc::new(component);
+    *slot = Arc::downgrade(&component);
+    Ok((component, source))
+}
+
+fn load_bytes(
+    runtime: &Runtime,
+    path: &Path,
+    bytes: &[u8],
+    cache_dir: Option<&Path>,
+    compiling: impl FnOnce(),
+) -> Result<(Component, Source)> {
+    let engine = &runtime.engine;
+    let entry: Option<PathBuf> = cache_dir.map(|d| d.join(key(&runtime.cache_tag(), bytes)));
     let seal = match cache_dir.map(seal_key).transpose() {
         Ok(k) => k,
         Err(e) => {
@@ -133,7 +180,7 @@ pub fn load(
         bytes.len() / 1024
     );
     let started = Instant::now();
-    let compiled = compile(engine, path, &bytes)?;
+    let compiled = compile(engine, path, bytes)?;
     tracing::info!("compiled '{}' in {:?}", path.display(), started.elapsed());
     if let (Some(entry), Some(seal)) = (&entry, &seal) {
         if let Err(e) = store(entry, &compiled, seal) {
@@ -312,10 +359,7 @@ mod tests {
     #[test]
     fn a_precompiled_entry_for_this_machine_loads_from_the_cache_and_another_targets_does_not() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("model.wasm");
-        // The smallest component: no imports, no exports.
-        std::fs::write(&file, b"\0asm\x0d\0\x01\0").unwrap();
-        let cache = dir.path().join("cache");
+        let (file, cache) = smallest(dir.path(), "precompiled");
         let native = Runtime::new(false).unwrap();
         let host = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
         let (entry, size) =
@@ -348,18 +392,22 @@ mod tests {
         );
     }
 
-    /// The smallest component (no imports, no exports) in a fresh folder,
-    /// with its cache folder.
-    fn smallest(dir: &Path) -> (PathBuf, PathBuf) {
+    /// The smallest component (no imports, no exports) with a custom
+    /// section naming the test (tests run in parallel and loaded components
+    /// are shared by their bytes), in a fresh folder, with its cache folder.
+    fn smallest(dir: &Path, test: &str) -> (PathBuf, PathBuf) {
         let file = dir.join("model.wasm");
-        std::fs::write(&file, b"\0asm\x0d\0\x01\0").unwrap();
+        let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+        bytes.extend([0, 1 + test.len() as u8, test.len() as u8]);
+        bytes.extend(test.as_bytes());
+        std::fs::write(&file, bytes).unwrap();
         (file, dir.join("cache"))
     }
 
     #[test]
     fn only_entries_this_server_sealed_are_loaded() {
         let dir = tempfile::tempdir().unwrap();
-        let (file, cache) = smallest(dir.path());
+        let (file, cache) = smallest(dir.path(), "sealed");
         let native = Runtime::new(false).unwrap();
         let load = || load(&native, &file, Some(&cache), || ()).unwrap().1;
         assert_eq!(load(), Source::Compiled);
@@ -400,7 +448,7 @@ mod tests {
     #[test]
     fn entries_others_may_write_are_refused_and_the_key_lives_outside_the_cache() {
         let dir = tempfile::tempdir().unwrap();
-        let (file, cache) = smallest(dir.path());
+        let (file, cache) = smallest(dir.path(), "modes");
         let native = Runtime::new(false).unwrap();
         let load = || load(&native, &file, Some(&cache), || ()).unwrap().1;
         assert_eq!(load(), Source::Compiled);
@@ -433,6 +481,23 @@ mod tests {
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert_eq!(load(), Source::Compiled);
         assert_eq!(load(), Source::Compiled);
+    }
+
+    #[test]
+    fn models_loading_the_same_component_share_one_compilation() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, cache) = smallest(dir.path(), "shared");
+        let native = Runtime::new(false).unwrap();
+        let (first, source) = load(&native, &file, Some(&cache), || ()).unwrap();
+        assert_eq!(source, Source::Compiled);
+        let (second, source) = load(&native, &file, None, || ()).unwrap();
+        assert_eq!(source, Source::Shared, "loaded while the first is held");
+        assert!(Arc::ptr_eq(&first, &second));
+        drop((first, second));
+        assert_eq!(
+            load(&native, &file, Some(&cache), || ()).unwrap().1,
+            Source::Cache
+        );
     }
 
     #[test]

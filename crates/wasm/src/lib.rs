@@ -13,6 +13,7 @@ pub mod host;
 pub mod metrics;
 pub mod ops;
 pub mod precompile;
+pub mod python;
 pub mod stdio;
 mod telemetry;
 

@@ -79,7 +79,7 @@ impl PluginTelemetry {
     /// Counts a component obtained from the cache or compiled.
     pub fn count_component(&self, source: Source) {
         let c = match source {
-            Source::Cache => &self.cache_hits,
+            Source::Cache | Source::Shared => &self.cache_hits,
             Source::Compiled => &self.cache_misses,
         };
         c.fetch_add(1, Ordering::Relaxed);

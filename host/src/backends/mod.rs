@@ -14,7 +14,6 @@ use tern_core::error::{Error, Result};
 /// Triton backends and platforms that exist but that Tern does not provide.
 const TRITON_ONLY_BACKENDS: &[&str] = &[
     "tensorflow",
-    "python",
     "tensorrt",
     "openvino",
     "fil",
@@ -67,6 +66,7 @@ impl Default for Registry {
             Arc::new(tern_torch::TorchBackend),
             Arc::new(identity::IdentityBackend),
             Arc::new(tern_wasm::backend::WasmBackend::new(plugins.clone())),
+            Arc::new(tern_wasm::python::PythonBackend::new(plugins.clone())),
         ];
         Registry { backends, plugins }
     }
@@ -191,10 +191,6 @@ impl Registry {
 /// What to do with a model of a Triton backend or platform Tern does not run.
 fn guidance(value: &str) -> Option<&'static str> {
     Some(match value {
-        "python" => {
-            "port its model.py to a WebAssembly plugin (`tern plugin new <dir> --lang python`, \
-             then backend: \"wasm\"; docs/plugins.md, \"Porting a Triton Python model\")"
-        }
         "tensorflow" | "tensorflow_graphdef" | "tensorflow_savedmodel" => {
             "convert it to ONNX (tf2onnx) and serve it with backend: \"onnxruntime\""
         }

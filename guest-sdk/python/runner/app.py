@@ -1,0 +1,135 @@
+"""Tern's Python runner: the one prebuilt component that serves Triton
+Python-backend models (`backend: "python"`) as they are. At `initialize` it
+imports `<version>/model.py` (or the config's `default_model_filename`)
+from the version folder the host pre-opens read-only, with the folder on
+`sys.path` for sibling modules, `triton_python_backend_utils` and the
+runner's `numpy` importable, and forwards `initialize`, `execute` and
+`finalize` to its `TritonPythonModel`.
+
+Built once by `make python-runner` (`tern plugin build` of this folder):
+componentize-py keeps only the modules imported while it builds, so the
+whole standard library is imported here, at build time, and every stdlib
+import of a model costs nothing at run time.
+"""
+
+import importlib
+import importlib.util
+import json
+import os
+import pkgutil
+import sys
+
+import tern_plugin
+
+# --- build time: the standard library, snapshotted ---------------------------
+
+# Not for a sandboxed server model: GUIs, the test suite, installers, REPLs.
+_SKIP = {
+    "idlelib", "tkinter", "turtle", "turtledemo", "test", "ensurepip", "lib2to3", "antigravity", "this",
+    "__phello__", "__hello__", "_pyrepl", "pydoc", "pydoc_data", "site-packages", "venv", "_tkinter",
+}
+
+
+def _preload_stdlib():
+    # componentize-py mounts the standard library at /python while it builds.
+    if not os.path.isdir("/python"):
+        return
+    saved = list(sys.path)
+    for m in pkgutil.walk_packages(["/python"], onerror=lambda name: None):
+        if m.name.split(".")[0] in _SKIP or m.name.startswith("numpy"):
+            continue
+        try:
+            importlib.import_module(m.name)
+        except BaseException:  # noqa: BLE001 (modules that need what WASI lacks stay out)
+            pass
+    sys.path[:] = saved
+
+
+_preload_stdlib()
+
+import numpy  # noqa: E402,F401 (the runner's numpy, snapshotted with the rest)
+import triton_python_backend_utils  # noqa: E402,F401
+
+import sandbox_asyncio  # noqa: E402
+
+sandbox_asyncio.install()
+
+# --- run time ------------------------------------------------------------------
+
+# What cannot run in the sandbox, and what to do instead.
+_NATIVE = {
+    "torch": "serve the network with backend: \"pytorch\" (TorchScript) or \"onnxruntime\" and call it with BLS",
+    "tensorflow": "convert the network to ONNX and call it with BLS",
+    "cupy": "GPU arrays are not available in the sandbox; use the runner's numpy",
+    "cv2": "use tern_ops.cv2 (host image kernels)",
+    "PIL": "use tern_ops.cv2 (host image kernels)",
+    "scipy": "use the runner's numpy subset",
+    "pandas": "use the runner's numpy subset",
+    "transformers": "use a tokenizer plugin or the host kernels",
+}
+
+
+def _explain_import(e, path):
+    name = (e.name or "").split(".")[0]
+    line = ""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == path:
+            line = f" (line {tb.tb_lineno})"
+        tb = tb.tb_next
+    hint = _NATIVE.get(name)
+    if hint:
+        why = f"'{name}' is a native extension module, which cannot run inside Tern's WebAssembly sandbox: {hint}"
+    else:
+        why = (f"no module named '{name}' in the sandbox: Python modules beside model.py import, the standard "
+               "library and numpy (a subset) are built in, native extension modules cannot run")
+    return tern_plugin.TritonError(f"{os.path.basename(path)}{line} imports '{e.name}': {why}",
+                                   tern_plugin.TritonError.UNSUPPORTED)
+
+
+class _Runner:
+    """Forwards to the model file's `TritonPythonModel`."""
+
+    def __init__(self):
+        self._model = None
+
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        filename = config.get("default_model_filename") or "model.py"
+        folder = os.path.join(args["model_repository"], args["model_version"])
+        path = os.path.join(folder, filename)
+        if not os.path.isfile(path):
+            raise tern_plugin.TritonError(
+                f"'{filename}' is not in the version folder {args['model_version']}/ (backend \"python\")",
+                tern_plugin.TritonError.NOT_FOUND)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # sibling modules and packages of model.py
+        spec = importlib.util.spec_from_file_location("model", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["model"] = module
+        try:
+            spec.loader.exec_module(module)
+        except ModuleNotFoundError as e:
+            raise _explain_import(e, path) from None
+        except SyntaxError as e:
+            raise tern_plugin.TritonError(
+                f"{filename} line {e.lineno}: {e.msg}", tern_plugin.TritonError.INVALID_ARG) from None
+        model_class = getattr(module, "TritonPythonModel", None)
+        if model_class is None:
+            raise tern_plugin.TritonError(f"{filename} defines no class TritonPythonModel",
+                                          tern_plugin.TritonError.INVALID_ARG)
+        self._model = model_class()
+        if hasattr(self._model, "initialize"):
+            return self._model.initialize(args)
+        return None
+
+    def execute(self, requests):
+        return self._model.execute(requests)
+
+    def finalize(self):
+        if self._model is not None and hasattr(self._model, "finalize"):
+            return self._model.finalize()
+        return None
+
+
+Model = tern_plugin.export(_Runner)

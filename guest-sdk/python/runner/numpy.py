@@ -1,0 +1,1410 @@
+"""The `numpy` that Triton Python models import inside Tern's Python runner.
+
+Real numpy is a native extension and cannot run in the WebAssembly sandbox.
+This module is a pure-Python subset with numpy's semantics where models
+rely on them: dtype objects and scalar types, numpy's defaults (float64)
+and its type promotion for arrays and Python scalars, object arrays of
+`bytes` for BYTES tensors, broadcasting arithmetic and comparisons,
+reductions, reshaping, slicing, boolean and integer-array indexing,
+`concatenate`/`stack`/`split`, `where`, `argsort`, seeded `random`, and
+`tobytes`/`frombuffer`. A function outside the subset raises
+`NotImplementedError` naming it and the model file and line that called it.
+docs/plugins.md ("Triton Python models") lists the subset and where it
+differs from numpy. Values are held as Python lists: fine for
+pre/post-processing glue, slow for heavy numeric loops.
+"""
+
+import array as _array
+import builtins as _b
+import math as _math
+import random as _random
+import struct as _struct
+import sys as _sys
+
+__version__ = "1.26.0+tern"
+
+# --- dtypes -----------------------------------------------------------------
+
+
+class dtype:
+    """A data type: `name`, `kind` ('b', 'i', 'u', 'f', 'O'), `itemsize`."""
+
+    __slots__ = ("name", "kind", "itemsize", "char", "type")
+
+    def __new__(cls, spec=None):
+        if isinstance(spec, dtype):
+            return spec
+        found = _lookup(spec)
+        if found is None:
+            raise TypeError(f"data type {spec!r} not understood")
+        return found
+
+    @classmethod
+    def _make(cls, name, kind, itemsize, char):
+        d = object.__new__(cls)
+        d.name, d.kind, d.itemsize, d.char, d.type = name, kind, itemsize, char, None
+        return d
+
+    def __eq__(self, other):
+        if isinstance(other, dtype):
+            return self is other
+        found = _lookup(other)
+        return found is self
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __repr__(self):
+        return f"dtype('{self.name}')"
+
+    __str__ = lambda self: self.name  # noqa: E731
+
+
+_DTYPES = {}
+
+
+def _register(name, kind, itemsize, char, base, aliases=()):
+    d = dtype._make(name, kind, itemsize, char)
+    if base is object:
+        scalar = type(name, (), {"dtype": d})
+    else:
+        scalar = type(name, (base,), {
+            "dtype": d,
+            "__slots__": (),
+            "item": lambda self, _base=base: _base(self),
+            "tolist": lambda self, _base=base: _base(self),
+            "astype": lambda self, t: dtype(t).type(_caster(dtype(t))(self)),
+            "shape": (),
+            "ndim": 0,
+        })
+    d.type = scalar
+    for key in (name, scalar, char, *aliases):
+        _DTYPES[key] = d
+    return d, scalar
+
+
+bool_d, bool_ = _register("bool", "b", 1, "?", int, ("bool_", _b.bool))
+int8_d, int8 = _register("int8", "i", 1, "b", int, ("i1",))
+int16_d, int16 = _register("int16", "i", 2, "h", int, ("i2",))
+int32_d, int32 = _register("int32", "i", 4, "i", int, ("i4", "intc"))
+int64_d, int64 = _register("int64", "i", 8, "q", int, ("i8", "int_", "intp", "long", _b.int))
+uint8_d, uint8 = _register("uint8", "u", 1, "B", int, ("u1",))
+uint16_d, uint16 = _register("uint16", "u", 2, "H", int, ("u2",))
+uint32_d, uint32 = _register("uint32", "u", 4, "I", int, ("u4",))
+uint64_d, uint64 = _register("uint64", "u", 8, "Q", int, ("u8",))
+float16_d, float16 = _register("float16", "f", 2, "e", float, ("f2", "half"))
+float32_d, float32 = _register("float32", "f", 4, "f", float, ("f4", "single"))
+float64_d, float64 = _register("float64", "f", 8, "d", float, ("f8", "double", "float_", _b.float))
+object_d, object_ = _register("object", "O", 8, "O", object, ("O", "object_", _b.object, _b.str, _b.bytes))
+bytes_ = object_
+str_ = object_
+intc, intp, int_, half, single, double = int32, int64, int64, float16, float32, float64
+float_ = float64
+# `np.bool` (numpy 2) and `np.object` style names.
+bool = bool_  # noqa: A001
+object = object_  # noqa: A001
+
+
+def _lookup(spec):
+    if spec is None:
+        return float64_d
+    if isinstance(spec, dtype):
+        return spec
+    try:
+        return _DTYPES.get(spec) or (spec.dtype if hasattr(spec, "dtype") and isinstance(spec.dtype, dtype) else None)
+    except TypeError:
+        return None
+
+
+_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "O": 3}
+_INTS = [int8_d, int16_d, int32_d, int64_d]
+_UINTS = [uint8_d, uint16_d, uint32_d, uint64_d]
+
+
+def result_type(*args):
+    """numpy's promotion: arrays and dtypes decide; Python scalars only
+    raise the kind (int -> float), as numpy 2 does."""
+    def is_typed(a):
+        return isinstance(a, (ndarray, dtype, type)) or isinstance(getattr(a, "dtype", None), dtype)
+
+    typed = [a.dtype if isinstance(a, ndarray) or not isinstance(a, (dtype, type)) else dtype(a) for a in args if is_typed(a)]
+    scalars = [a for a in args if not is_typed(a)]
+    if not typed:
+        typed = [_scalar_dtype(s) for s in scalars]
+        scalars = []
+    r = typed[0]
+    for t in typed[1:]:
+        r = _promote(r, t)
+    for s in scalars:
+        if isinstance(s, _b.float) and r.kind in "biu":
+            r = float64_d
+        elif isinstance(s, _b.int) and not isinstance(s, _b.bool) and r.kind == "b":
+            r = int64_d
+        elif isinstance(s, (_b.str, _b.bytes)):
+            r = object_d
+    return r
+
+
+def _promote(a, b):
+    if a is b:
+        return a
+    if "O" in (a.kind, b.kind):
+        return object_d
+    if a.kind == "b":
+        return b
+    if b.kind == "b":
+        return a
+    if a.kind == "f" or b.kind == "f":
+        if a.kind == "f" and b.kind == "f":
+            return a if a.itemsize >= b.itemsize else b
+        f, other = (a, b) if a.kind == "f" else (b, a)
+        # An integer of n bytes needs a float wider than n bytes.
+        need = {1: 2, 2: 4}.get(other.itemsize, 8)
+        return {2: float16_d, 4: float32_d, 8: float64_d}[_b.max(f.itemsize, need)]
+    if a.kind == b.kind:
+        return a if a.itemsize >= b.itemsize else b
+    s, u = (a, b) if a.kind == "i" else (b, a)
+    if s.itemsize > u.itemsize:
+        return s
+    return {1: int16_d, 2: int32_d, 4: int64_d}.get(u.itemsize, float64_d)
+
+
+def _scalar_dtype(v):
+    if isinstance(v, ndarray):
+        return v.dtype
+    if hasattr(v, "dtype") and isinstance(v.dtype, dtype):
+        return v.dtype
+    if isinstance(v, _b.bool):
+        return bool_d
+    if isinstance(v, _b.int):
+        return int64_d
+    if isinstance(v, _b.float):
+        return float64_d
+    return object_d
+
+
+def _caster(d):
+    if d.kind == "f":
+        if d.itemsize == 8:
+            return _b.float
+        code = "e" if d.itemsize == 2 else "f"
+        limit = 65504.0 if d.itemsize == 2 else 3.4028234663852886e38
+
+        def to_float(v, _p=_struct.Struct("<" + code)):
+            v = _b.float(v)
+            if v != v or _b.abs(v) == _math.inf:
+                return v
+            try:
+                return _p.unpack(_p.pack(v))[0]
+            except OverflowError:
+                return _math.copysign(_math.inf, v) if _b.abs(v) > limit else v
+
+        return to_float
+    if d.kind == "b":
+        return _b.bool
+    if d.kind in "iu":
+        bits = 8 * d.itemsize
+        mod, half = 1 << bits, 1 << (bits - 1)
+        signed = d.kind == "i"
+
+        def to_int(v):
+            if isinstance(v, _b.float):
+                if v != v or v in (_math.inf, -_math.inf):
+                    return -half if signed else 0
+                v = _b.int(v)
+            v = _b.int(v) % mod
+            return v - mod if signed and v >= half else v
+
+        return to_int
+    return lambda v: v
+
+
+def _cast_all(values, d):
+    if d.kind == "f" and d.itemsize == 4:
+        try:
+            return _array.array("f", [_b.float(v) for v in values]).tolist()
+        except OverflowError:
+            pass
+    if d.kind == "f" and d.itemsize == 8:
+        return [_b.float(v) for v in values]
+    c = _caster(d)
+    return [c(v) for v in values]
+
+
+# --- the array ----------------------------------------------------------------
+
+
+def _count(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _strides(shape):
+    out, n = [], 1
+    for s in reversed(shape):
+        out.append(n)
+        n *= s
+    return tuple(reversed(out))
+
+
+class ndarray:
+    """An n-dimensional array: a flat list in C order, a shape and a dtype."""
+
+    __slots__ = ("_data", "_shape", "_dtype")
+    __array_priority__ = 0
+
+    def __init__(self, shape, dtype=float64_d, buffer=None):  # noqa: A002 (numpy's name)
+        d = globals()["dtype"](dtype)
+        shape = (shape,) if isinstance(shape, _b.int) else tuple(_b.int(s) for s in shape)
+        self._shape, self._dtype = shape, d
+        self._data = list(buffer) if buffer is not None else [_zero(d)] * _count(shape)
+
+    @classmethod
+    def _of(cls, data, shape, d):
+        a = object.__new__(cls)
+        a._data, a._shape, a._dtype = data, tuple(shape), d
+        return a
+
+    # properties
+    shape = property(lambda self: self._shape)
+    dtype = property(lambda self: self._dtype)
+    ndim = property(lambda self: len(self._shape))
+    size = property(lambda self: len(self._data))
+    itemsize = property(lambda self: self._dtype.itemsize)
+    nbytes = property(lambda self: self._dtype.itemsize * len(self._data))
+    T = property(lambda self: self.transpose())
+    flat = property(lambda self: iter(self._data))
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of unsized object")
+        return self._shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self):
+        return f"array({self.tolist()!r}, dtype={self._dtype.name})"
+
+    __str__ = __repr__
+
+    def __bool__(self):
+        if len(self._data) != 1:
+            raise ValueError("The truth value of an array with more than one element is ambiguous. Use a.any() or a.all()")
+        return _b.bool(self._data[0])
+
+    def __float__(self):
+        return _b.float(self.item())
+
+    def __int__(self):
+        return _b.int(self.item())
+
+    def __index__(self):
+        if self._dtype.kind not in "biu":
+            raise TypeError("only integer arrays can be used as an index")
+        return _b.int(self.item())
+
+    # conversion
+    def item(self, *index):
+        if index:
+            return self[index].item() if isinstance(self[index], ndarray) else self[index]
+        if len(self._data) != 1:
+            raise ValueError("can only convert an array of size 1 to a Python scalar")
+        return self._data[0]
+
+    def tolist(self):
+        return _nest(self._data, self._shape)
+
+    def tobytes(self):
+        return _to_bytes(self._data, self._dtype)
+
+    def astype(self, dtype, copy=True):  # noqa: A002
+        d = globals()["dtype"](dtype)
+        if d is self._dtype:
+            return self.copy() if copy else self
+        return ndarray._of(_cast_all(self._data, d), self._shape, d)
+
+    def copy(self):
+        return ndarray._of(list(self._data), self._shape, self._dtype)
+
+    def view(self):
+        return self
+
+    # shape
+    def reshape(self, *shape, order="C"):
+        if len(shape) == 1 and not isinstance(shape[0], _b.int):
+            shape = tuple(shape[0])
+        shape = [_b.int(s) for s in shape]
+        if shape.count(-1) > 1:
+            raise ValueError("can only specify one unknown dimension")
+        if -1 in shape:
+            known = _count([s for s in shape if s != -1])
+            shape[shape.index(-1)] = len(self._data) // known if known else 0
+        if _count(shape) != len(self._data):
+            raise ValueError(f"cannot reshape array of size {len(self._data)} into shape {tuple(shape)}")
+        return ndarray._of(self._data, shape, self._dtype)
+
+    def flatten(self):
+        return ndarray._of(list(self._data), (len(self._data),), self._dtype)
+
+    ravel = flatten
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and not isinstance(axes[0], _b.int):
+            axes = tuple(axes[0])
+        n = len(self._shape)
+        axes = tuple(reversed(range(n))) if not axes else tuple(a % n for a in axes)
+        shape = tuple(self._shape[a] for a in axes)
+        src = _strides(self._shape)
+        st = [src[a] for a in axes]
+        out = [None] * len(self._data)
+        for i, idx in enumerate(_indices(shape)):
+            out[i] = self._data[_b.sum(k * s for k, s in zip(idx, st))]
+        return ndarray._of(out, shape, self._dtype)
+
+    def squeeze(self, axis=None):
+        return squeeze(self, axis)
+
+    def fill(self, value):
+        self._data[:] = [_caster(self._dtype)(value)] * len(self._data)
+
+    # indexing
+    def __getitem__(self, key):
+        data, shape = _select(self, key)
+        if shape is None:
+            return data
+        return ndarray._of(data, shape, self._dtype)
+
+    def __setitem__(self, key, value):
+        positions, shape = _positions(self, key)
+        v = asarray(value)
+        if v._dtype.kind == "O" and self._dtype.kind != "O" and v.size == 1:
+            v = asarray(v.item())
+        vals = _broadcast_to(v, shape)._data if shape != v._shape else v._data
+        c = _caster(self._dtype)
+        for p, x in zip(positions, vals):
+            self._data[p] = c(x)
+
+    # arithmetic
+    def _bin(self, other, f, out_dtype=None, reverse=False):
+        return _binary(other, self, f, out_dtype) if reverse else _binary(self, other, f, out_dtype)
+
+    def __add__(self, o):
+        return self._bin(o, lambda a, b: a + b)
+
+    def __radd__(self, o):
+        return self._bin(o, lambda a, b: a + b, reverse=True)
+
+    def __sub__(self, o):
+        return self._bin(o, lambda a, b: a - b)
+
+    def __rsub__(self, o):
+        return self._bin(o, lambda a, b: a - b, reverse=True)
+
+    def __mul__(self, o):
+        return self._bin(o, lambda a, b: a * b)
+
+    def __rmul__(self, o):
+        return self._bin(o, lambda a, b: a * b, reverse=True)
+
+    def __truediv__(self, o):
+        return self._bin(o, _div, "true")
+
+    def __rtruediv__(self, o):
+        return self._bin(o, _div, "true", reverse=True)
+
+    def __floordiv__(self, o):
+        return self._bin(o, _floordiv)
+
+    def __rfloordiv__(self, o):
+        return self._bin(o, _floordiv, reverse=True)
+
+    def __mod__(self, o):
+        return self._bin(o, _mod)
+
+    def __pow__(self, o):
+        return self._bin(o, lambda a, b: a**b)
+
+    def __rpow__(self, o):
+        return self._bin(o, lambda a, b: a**b, reverse=True)
+
+    def __and__(self, o):
+        return self._bin(o, lambda a, b: a & b)
+
+    def __or__(self, o):
+        return self._bin(o, lambda a, b: a | b)
+
+    def __xor__(self, o):
+        return self._bin(o, lambda a, b: a ^ b)
+
+    def __neg__(self):
+        return ndarray._of(_cast_all([-v for v in self._data], self._dtype), self._shape, self._dtype)
+
+    def __pos__(self):
+        return self.copy()
+
+    def __abs__(self):
+        return ndarray._of(_cast_all([_b.abs(v) for v in self._data], self._dtype), self._shape, self._dtype)
+
+    def __invert__(self):
+        if self._dtype.kind == "b":
+            return ndarray._of([not v for v in self._data], self._shape, self._dtype)
+        return ndarray._of(_cast_all([~v for v in self._data], self._dtype), self._shape, self._dtype)
+
+    def __eq__(self, o):  # noqa: D105
+        return self._bin(o, lambda a, b: a == b, bool_d)
+
+    def __ne__(self, o):
+        return self._bin(o, lambda a, b: a != b, bool_d)
+
+    def __lt__(self, o):
+        return self._bin(o, lambda a, b: a < b, bool_d)
+
+    def __le__(self, o):
+        return self._bin(o, lambda a, b: a <= b, bool_d)
+
+    def __gt__(self, o):
+        return self._bin(o, lambda a, b: a > b, bool_d)
+
+    def __ge__(self, o):
+        return self._bin(o, lambda a, b: a >= b, bool_d)
+
+    __hash__ = None
+
+    # reductions
+    def sum(self, axis=None, dtype=None, keepdims=False):  # noqa: A002
+        return sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return amax(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return amin(self, axis=axis, keepdims=keepdims)
+
+    def prod(self, axis=None, keepdims=False):
+        return prod(self, axis=axis, keepdims=keepdims)
+
+    def argmax(self, axis=None):
+        return argmax(self, axis)
+
+    def argmin(self, axis=None):
+        return argmin(self, axis)
+
+    def argsort(self, axis=-1):
+        return argsort(self, axis)
+
+    def all(self, axis=None):
+        return all(self, axis)
+
+    def any(self, axis=None):
+        return any(self, axis)
+
+    def clip(self, a_min=None, a_max=None):
+        return clip(self, a_min, a_max)
+
+    def round(self, decimals=0):
+        return round(self, decimals)
+
+    def std(self, axis=None):
+        return std(self, axis)
+
+    def var(self, axis=None):
+        return var(self, axis)
+
+
+def _zero(d):
+    return b"" if d.kind == "O" else (False if d.kind == "b" else (0.0 if d.kind == "f" else 0))
+
+
+def _div(a, b):
+    try:
+        return a / b
+    except ZeroDivisionError:
+        return _math.nan if a == 0 or a != a else _math.copysign(_math.inf, a) * (1 if str(b)[0] != "-" else -1)
+
+
+def _floordiv(a, b):
+    try:
+        return a // b
+    except ZeroDivisionError:
+        return 0 if isinstance(a, _b.int) else _div(a, b)
+
+
+def _mod(a, b):
+    try:
+        return a % b
+    except ZeroDivisionError:
+        return 0 if isinstance(a, _b.int) else _math.nan
+
+
+def _nest(flat, shape):
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return list(flat)
+    step = _count(shape[1:])
+    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _indices(shape):
+    if not shape:
+        yield ()
+        return
+    idx = [0] * len(shape)
+    total = _count(shape)
+    for _ in range(total):
+        yield tuple(idx)
+        for k in range(len(shape) - 1, -1, -1):
+            idx[k] += 1
+            if idx[k] < shape[k]:
+                break
+            idx[k] = 0
+
+
+_CODES = {"b": "b", "B": "B", "h": "h", "H": "H", "i": "i", "I": "I", "q": "q", "Q": "Q", "f": "f", "d": "d"}
+
+
+def _to_bytes(data, d):
+    if d.kind == "O":
+        return b"".join(_struct.pack("<I", len(x)) + x for x in (v.encode() if isinstance(v, _b.str) else _b.bytes(v) for v in data))
+    if d.kind == "b":
+        return _b.bytes(1 if v else 0 for v in data)
+    if d.char == "e":
+        return _struct.pack(f"<{len(data)}e", *data)
+    a = _array.array(_CODES[d.char], data)
+    if _sys.byteorder == "big":
+        a.byteswap()
+    return a.tobytes()
+
+
+def _shape_of(obj):
+    shape = []
+    while isinstance(obj, (list, tuple)):
+        shape.append(len(obj))
+        if not obj:
+            break
+        obj = obj[0]
+    return tuple(shape)
+
+
+def _flatten(obj, out):
+    if isinstance(obj, (list, tuple)):
+        for x in obj:
+            _flatten(x, out)
+    elif isinstance(obj, ndarray):
+        out.extend(obj._data)
+    else:
+        out.append(obj)
+    return out
+
+
+def array(obj, dtype=None, copy=True, ndmin=0):  # noqa: A002
+    """An array from nested lists, tuples, scalars or another array."""
+    if isinstance(obj, ndarray):
+        a = obj.astype(dtype) if dtype is not None else (obj.copy() if copy else obj)
+    else:
+        if isinstance(obj, (list, tuple)) and obj and _b.all(isinstance(x, ndarray) for x in obj):
+            return stack(obj).astype(dtype) if dtype is not None else stack(obj)
+        shape = _shape_of(obj)
+        flat = _flatten(obj, [])
+        if len(flat) != _count(shape):
+            raise ValueError("setting an array element with a sequence: the nested lists are not rectangular")
+        if dtype is None:
+            d = bool_d if flat and _b.all(isinstance(v, _b.bool) for v in flat) else None
+            if d is None:
+                kinds = {_scalar_dtype(v) for v in flat}
+                d = object_d if object_d in kinds else (float64_d if float64_d in kinds else (int64_d if kinds else float64_d))
+                for k in kinds:
+                    if k not in (bool_d, int64_d, float64_d, object_d):
+                        d = k if len(kinds) == 1 else _promote(d, k)
+        else:
+            d = globals()["dtype"](dtype)
+        a = ndarray._of(_cast_all(flat, d) if d.kind != "O" else flat, shape, d)
+    while a.ndim < ndmin:
+        a = a.reshape((1,) + a.shape)
+    return a
+
+
+def asarray(obj, dtype=None):  # noqa: A002
+    if isinstance(obj, ndarray) and (dtype is None or globals()["dtype"](dtype) is obj.dtype):
+        return obj
+    return array(obj, dtype)
+
+
+ascontiguousarray = asarray
+
+
+def _filled(shape, value, d):
+    shape = (shape,) if isinstance(shape, _b.int) else tuple(shape)
+    return ndarray._of([_caster(d)(value) if d.kind != "O" else value] * _count(shape), shape, d)
+
+
+def zeros(shape, dtype=float64_d):  # noqa: A002
+    return _filled(shape, 0, dtype_of(dtype))
+
+
+def ones(shape, dtype=float64_d):  # noqa: A002
+    return _filled(shape, 1, dtype_of(dtype))
+
+
+def empty(shape, dtype=float64_d):  # noqa: A002
+    d = dtype_of(dtype)
+    return _filled(shape, _zero(d), d)
+
+
+def full(shape, fill_value, dtype=None):  # noqa: A002
+    return _filled(shape, fill_value, dtype_of(dtype) if dtype is not None else result_type(fill_value))
+
+
+def dtype_of(d):
+    return dtype(d)
+
+
+def zeros_like(a, dtype=None):  # noqa: A002
+    a = asarray(a)
+    return zeros(a.shape, dtype or a.dtype)
+
+
+def ones_like(a, dtype=None):  # noqa: A002
+    a = asarray(a)
+    return ones(a.shape, dtype or a.dtype)
+
+
+def empty_like(a, dtype=None):  # noqa: A002
+    a = asarray(a)
+    return empty(a.shape, dtype or a.dtype)
+
+
+def full_like(a, fill_value, dtype=None):  # noqa: A002
+    a = asarray(a)
+    return full(a.shape, fill_value, dtype or a.dtype)
+
+
+def arange(start, stop=None, step=1, dtype=None):  # noqa: A002
+    if stop is None:
+        start, stop = 0, start
+    n = _b.max(0, _math.ceil((stop - start) / step))
+    values = [start + i * step for i in range(n)]
+    d = dtype_of(dtype) if dtype is not None else result_type(start, stop, step)
+    return ndarray._of(_cast_all(values, d), (n,), d)
+
+
+def linspace(start, stop, num=50, endpoint=True, dtype=None):  # noqa: A002
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div else 0.0
+    values = [start + i * step for i in range(num)]
+    if endpoint and num > 1:
+        values[-1] = _b.float(stop)
+    d = dtype_of(dtype) if dtype is not None else float64_d
+    return ndarray._of(_cast_all(values, d), (num,), d)
+
+
+def frombuffer(buffer, dtype=float64_d, count=-1, offset=0):  # noqa: A002
+    d = dtype_of(dtype)
+    raw = _b.bytes(buffer)[offset:]
+    if d.kind == "O":
+        raise ValueError("frombuffer cannot make an object array")
+    n = len(raw) // d.itemsize if count < 0 else count
+    raw = raw[: n * d.itemsize]
+    if len(raw) != n * d.itemsize:
+        raise ValueError("buffer size must be a multiple of element size")
+    if d.kind == "b":
+        values = [v != 0 for v in raw]
+    elif d.char == "e":
+        values = list(_struct.unpack(f"<{n}e", raw))
+    else:
+        a = _array.array(_CODES[d.char])
+        a.frombytes(raw)
+        if _sys.byteorder == "big":
+            a.byteswap()
+        values = a.tolist()
+    return ndarray._of(values, (n,), d)
+
+
+# --- broadcasting -------------------------------------------------------------
+
+
+def _broadcast_shape(*shapes):
+    n = _b.max(len(s) for s in shapes)
+    out = []
+    for i in range(n):
+        dims = {s[i - n + len(s)] for s in shapes if i - n + len(s) >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            raise ValueError("operands could not be broadcast together with shapes " + " ".join(str(tuple(s)) for s in shapes))
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _broadcast_to(a, shape):
+    a = asarray(a)
+    if a._shape == tuple(shape):
+        return a
+    if len(a._data) == 1:
+        return ndarray._of(a._data * _count(shape), shape, a._dtype)
+    pad = (1,) * (len(shape) - len(a._shape)) + a._shape
+    st = _strides(pad)
+    st = [0 if p == 1 else s for p, s in zip(pad, st)]
+    data = a._data
+    return ndarray._of([data[_b.sum(i * s for i, s in zip(idx, st))] for idx in _indices(shape)], shape, a._dtype)
+
+
+broadcast_to = _broadcast_to
+
+
+def _binary(a, b, f, out_dtype=None):
+    x, y = isinstance(a, ndarray), isinstance(b, ndarray)
+    if not x and isinstance(a, (list, tuple)):
+        a, x = asarray(a), True
+    if not y and isinstance(b, (list, tuple)):
+        b, y = asarray(b), True
+    d = result_type(a, b)
+    if out_dtype == "true":
+        out_dtype = d if d.kind == "f" else float64_d
+    xa = a if x else ndarray._of([a], (), d)
+    yb = b if y else ndarray._of([b], (), d)
+    shape = _broadcast_shape(xa._shape, yb._shape)
+    da = xa._data if xa._shape == shape else _broadcast_to(xa, shape)._data
+    db = yb._data if yb._shape == shape else _broadcast_to(yb, shape)._data
+    values = [f(p, q) for p, q in zip(da, db)]
+    od = out_dtype or d
+    return ndarray._of(values if od.kind == "O" else _cast_all(values, od), shape, od)
+
+
+# --- indexing -----------------------------------------------------------------
+
+
+def _normalise_key(a, key):
+    if not isinstance(key, tuple):
+        key = (key,)
+    if _b.any(k is Ellipsis for k in key):
+        i = [k is Ellipsis for k in key].index(True)
+        fill = a.ndim - (len([k for k in key if k is not None]) - 1)
+        key = key[:i] + (slice(None),) * fill + key[i + 1 :]
+    return key
+
+
+def _positions(a, key):
+    """Flat positions a key selects, and the shape of the selection (`None`: a scalar)."""
+    if isinstance(key, ndarray) and key.dtype.kind == "b":
+        if key.shape != a.shape[: key.ndim]:
+            raise IndexError("boolean index did not match indexed array")
+        inner = _count(a.shape[key.ndim :])
+        pos = [i * inner + j for i, v in enumerate(key._data) if v for j in range(inner)]
+        return pos, (len(pos) // inner if inner else 0,) + a.shape[key.ndim :]
+    if isinstance(key, (list, ndarray)) and not (isinstance(key, list) and key and isinstance(key[0], (list, slice))):
+        idx = [_b.int(i) for i in asarray(key)._data]
+        inner = _count(a.shape[1:])
+        pos = []
+        for i in idx:
+            i = i + a.shape[0] if i < 0 else i
+            if not 0 <= i < a.shape[0]:
+                raise IndexError(f"index {i} is out of bounds for axis 0 with size {a.shape[0]}")
+            pos.extend(range(i * inner, (i + 1) * inner))
+        return pos, (len(idx),) + a.shape[1:]
+    key = _normalise_key(a, key)
+    st = _strides(a.shape)
+    axes = []  # per output axis: list of offsets
+    offset = 0
+    dim = 0
+    out_shape = []
+    for k in key:
+        if k is None:
+            axes.append([0])
+            out_shape.append(1)
+            continue
+        if dim >= a.ndim:
+            raise IndexError(f"too many indices for array: array is {a.ndim}-dimensional")
+        if isinstance(k, (list, ndarray)):
+            raise NotImplementedError(
+                f"numpy indexing with an array inside a tuple (called from {_caller()}) is not in the numpy subset "
+                "of Tern's Python runner: index one axis at a time")
+        n = a.shape[dim]
+        if isinstance(k, slice):
+            r = range(*k.indices(n))
+            axes.append([i * st[dim] for i in r])
+            out_shape.append(len(r))
+        else:
+            i = _b.int(k)
+            i = i + n if i < 0 else i
+            if not 0 <= i < n:
+                raise IndexError(f"index {k} is out of bounds for axis {dim} with size {n}")
+            offset += i * st[dim]
+        dim += 1
+    for rest in range(dim, a.ndim):
+        axes.append([i * st[rest] for i in range(a.shape[rest])])
+        out_shape.append(a.shape[rest])
+    pos = [offset]
+    for offs in axes:
+        pos = [p + o for p in pos for o in offs]
+    scalar = not out_shape and len(key) == a.ndim and _b.all(k is not None and not isinstance(k, slice) for k in key)
+    return pos, (None if scalar else tuple(out_shape))
+
+
+def _select(a, key):
+    pos, shape = _positions(a, key)
+    if shape is None:
+        return _scalar(a._data[pos[0]], a._dtype), None
+    return [a._data[p] for p in pos], shape
+
+
+# --- functions ----------------------------------------------------------------
+
+
+def _axis_groups(a, axis):
+    """For a reduction over `axis`: the output shape and, per output element, the values."""
+    axis = axis % a.ndim
+    outer = _count(a.shape[:axis])
+    n = a.shape[axis]
+    inner = _count(a.shape[axis + 1 :])
+    groups = []
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            groups.append([a._data[base + k * inner] for k in range(n)])
+    return a.shape[:axis] + a.shape[axis + 1 :], groups
+
+
+def _reduce(a, f, axis, out_dtype=None, keepdims=False):
+    a = asarray(a)
+    if axis is None:
+        v = f(a._data)
+        d = out_dtype or a.dtype
+        r = ndarray._of([v], (), d)
+        return r.reshape((1,) * a.ndim) if keepdims else _scalar(v, d)
+    if isinstance(axis, tuple):
+        r = a
+        for ax in sorted((x % a.ndim for x in axis), reverse=True):
+            r = _reduce(r, f, ax, out_dtype, keepdims)
+        return r
+    shape, groups = _axis_groups(a, axis)
+    d = out_dtype or a.dtype
+    values = [f(g) for g in groups]
+    r = ndarray._of(values if d.kind in "bO" else _cast_all(values, d), shape, d)
+    if keepdims:
+        ax = axis % a.ndim
+        r = r.reshape(a.shape[:ax] + (1,) + a.shape[ax + 1 :])
+    return r
+
+
+def _scalar(v, d):
+    if d.kind == "O":
+        return v
+    try:
+        return d.type(v)
+    except TypeError:
+        return v
+
+
+def _sum_dtype(a):
+    return int64_d if a.dtype.kind in "bi" else (uint64_d if a.dtype.kind == "u" else a.dtype)
+
+
+def sum(a, axis=None, dtype=None, keepdims=False):  # noqa: A001,A002
+    a = asarray(a)
+    return _reduce(a, lambda g: _math.fsum(g) if a.dtype.kind == "f" else _b.sum(g), axis, dtype_of(dtype) if dtype else _sum_dtype(a), keepdims)
+
+
+def prod(a, axis=None, keepdims=False):
+    a = asarray(a)
+    return _reduce(a, _math.prod, axis, _sum_dtype(a), keepdims)
+
+
+def mean(a, axis=None, keepdims=False):
+    a = asarray(a)
+    d = a.dtype if a.dtype.kind == "f" else float64_d
+    return _reduce(a, lambda g: (_math.fsum(g) / len(g)) if g else _math.nan, axis, d, keepdims)
+
+
+def var(a, axis=None):
+    a = asarray(a)
+
+    def v(g):
+        m = _math.fsum(g) / len(g)
+        return _math.fsum((x - m) ** 2 for x in g) / len(g)
+
+    return _reduce(a, v, axis, a.dtype if a.dtype.kind == "f" else float64_d)
+
+
+def std(a, axis=None):
+    return sqrt(var(a, axis))
+
+
+def amax(a, axis=None, keepdims=False):
+    return _reduce(a, _b.max, axis, None, keepdims)
+
+
+def amin(a, axis=None, keepdims=False):
+    return _reduce(a, _b.min, axis, None, keepdims)
+
+
+max = amax  # noqa: A001
+min = amin  # noqa: A001
+
+
+def argmax(a, axis=None):
+    a = asarray(a)
+    return _reduce(a, lambda g: g.index(_b.max(g)), axis, int64_d)
+
+
+def argmin(a, axis=None):
+    a = asarray(a)
+    return _reduce(a, lambda g: g.index(_b.min(g)), axis, int64_d)
+
+
+def all(a, axis=None):  # noqa: A001
+    return _reduce(asarray(a), lambda g: _b.all(g), axis, bool_d)
+
+
+def any(a, axis=None):  # noqa: A001
+    return _reduce(asarray(a), lambda g: _b.any(g), axis, bool_d)
+
+
+def _along(a, axis, f, out_dtype=None):
+    """Applies `f` (list -> list of the same length) along `axis`."""
+    a = asarray(a)
+    axis = axis % a.ndim
+    n = a.shape[axis]
+    inner = _count(a.shape[axis + 1 :])
+    outer = _count(a.shape[:axis])
+    out = list(a._data)
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            vals = f([a._data[base + k * inner] for k in range(n)])
+            for k, v in enumerate(vals):
+                out[base + k * inner] = v
+    return ndarray._of(out, a.shape, out_dtype or a.dtype)
+
+
+def argsort(a, axis=-1, kind=None):
+    return _along(a, axis, lambda g: sorted(range(len(g)), key=g.__getitem__), int64_d)
+
+
+def sort(a, axis=-1):
+    return _along(a, axis, sorted)
+
+
+def cumsum(a, axis=None):
+    a = asarray(a)
+    if axis is None:
+        a = a.flatten()
+        axis = 0
+
+    def run(g):
+        out, t = [], 0
+        for v in g:
+            t += v
+            out.append(t)
+        return out
+
+    return _along(a, axis, run, _sum_dtype(a))
+
+
+def _unary(f, out_float=True):
+    def apply(x):
+        a = asarray(x)
+        d = (a.dtype if a.dtype.kind == "f" else float64_d) if out_float else a.dtype
+        r = ndarray._of(_cast_all([f(v) for v in a._data], d), a.shape, d)
+        return r if isinstance(x, ndarray) else r.item()
+
+    return apply
+
+
+def _safe(f):
+    def g(v):
+        try:
+            return f(v)
+        except (ValueError, OverflowError):
+            return _math.nan if v != _math.inf else _math.inf
+
+    return g
+
+
+exp = _unary(_safe(_math.exp))
+log = _unary(lambda v: -_math.inf if v == 0 else (_math.log(v) if v > 0 else _math.nan))
+sqrt = _unary(lambda v: _math.sqrt(v) if v >= 0 else _math.nan)
+tanh = _unary(_math.tanh)
+sin = _unary(_math.sin)
+cos = _unary(_math.cos)
+floor = _unary(_math.floor)
+ceil = _unary(_math.ceil)
+abs = _unary(_b.abs, out_float=False)  # noqa: A001
+absolute = abs
+
+
+def round(a, decimals=0):  # noqa: A001
+    a = asarray(a)
+    return ndarray._of(_cast_all([_b.round(v, decimals) for v in a._data], a.dtype), a.shape, a.dtype)
+
+
+around = round
+
+
+def clip(a, a_min, a_max):
+    a = asarray(a)
+    lo = -_math.inf if a_min is None else a_min
+    hi = _math.inf if a_max is None else a_max
+    return _binary(_binary(a, lo, lambda x, y: x if x > y else y), hi, lambda x, y: x if x < y else y)
+
+
+def maximum(a, b):
+    return _binary(asarray(a), b, lambda x, y: x if x >= y else y)
+
+
+def minimum(a, b):
+    return _binary(asarray(a), b, lambda x, y: x if x <= y else y)
+
+
+def add(a, b):
+    return _binary(asarray(a), b, lambda x, y: x + y)
+
+
+def subtract(a, b):
+    return _binary(asarray(a), b, lambda x, y: x - y)
+
+
+def multiply(a, b):
+    return _binary(asarray(a), b, lambda x, y: x * y)
+
+
+def divide(a, b):
+    return _binary(asarray(a), b, _div, "true")
+
+
+true_divide = divide
+
+
+def equal(a, b):
+    return _binary(asarray(a), b, lambda x, y: x == y, bool_d)
+
+
+def not_equal(a, b):
+    return _binary(asarray(a), b, lambda x, y: x != y, bool_d)
+
+
+def greater(a, b):
+    return _binary(asarray(a), b, lambda x, y: x > y, bool_d)
+
+
+def less(a, b):
+    return _binary(asarray(a), b, lambda x, y: x < y, bool_d)
+
+
+def logical_and(a, b):
+    return _binary(asarray(a), b, lambda x, y: _b.bool(x) and _b.bool(y), bool_d)
+
+
+def logical_or(a, b):
+    return _binary(asarray(a), b, lambda x, y: _b.bool(x) or _b.bool(y), bool_d)
+
+
+def logical_not(a):
+    a = asarray(a)
+    return ndarray._of([not v for v in a._data], a.shape, bool_d)
+
+
+def where(condition, x=None, y=None):
+    c = asarray(condition)
+    if x is None and y is None:
+        return nonzero(c)
+    x, y = asarray(x), asarray(y)
+    shape = _broadcast_shape(c.shape, x.shape, y.shape)
+    cd, xd, yd = (_broadcast_to(v, shape)._data for v in (c, x, y))
+    d = _promote(x.dtype, y.dtype)
+    return ndarray._of(_cast_all([p if k else q for k, p, q in zip(cd, xd, yd)], d), shape, d)
+
+
+def nonzero(a):
+    a = asarray(a)
+    hits = [idx for idx, v in zip(_indices(a.shape), a._data) if v]
+    return tuple(ndarray._of([h[k] for h in hits], (len(hits),), int64_d) for k in range(a.ndim))
+
+
+def array_equal(a, b):
+    a, b = asarray(a), asarray(b)
+    return a.shape == b.shape and a._data == b._data
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08):
+    a, b = asarray(a), asarray(b)
+    shape = _broadcast_shape(a.shape, b.shape)
+    return _b.all(_b.abs(x - y) <= atol + rtol * _b.abs(y) for x, y in zip(_broadcast_to(a, shape)._data, _broadcast_to(b, shape)._data))
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08):
+    return _binary(asarray(a), b, lambda x, y: _b.abs(x - y) <= atol + rtol * _b.abs(y), bool_d)
+
+
+def isnan(a):
+    return _unary(lambda v: v != v, out_float=False)(a) if not isinstance(a, ndarray) else ndarray._of([v != v for v in a._data], a.shape, bool_d)
+
+
+def reshape(a, shape):
+    return asarray(a).reshape(shape)
+
+
+def transpose(a, axes=None):
+    return asarray(a).transpose(*(axes or ()))
+
+
+def squeeze(a, axis=None):
+    a = asarray(a)
+    if axis is None:
+        shape = tuple(s for s in a.shape if s != 1)
+    else:
+        axes = {x % a.ndim for x in (axis if isinstance(axis, tuple) else (axis,))}
+        for x in axes:
+            if a.shape[x] != 1:
+                raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
+        shape = tuple(s for i, s in enumerate(a.shape) if i not in axes)
+    return ndarray._of(a._data, shape, a.dtype)
+
+
+def expand_dims(a, axis):
+    a = asarray(a)
+    axis = axis % (a.ndim + 1)
+    return ndarray._of(a._data, a.shape[:axis] + (1,) + a.shape[axis:], a.dtype)
+
+
+def concatenate(arrays, axis=0):
+    arrays = [asarray(x) for x in arrays]
+    if axis is None:
+        arrays, axis = [x.flatten() for x in arrays], 0
+    first = arrays[0]
+    axis = axis % first.ndim
+    d = first.dtype
+    for x in arrays[1:]:
+        d = _promote(d, x.dtype)
+        if x.ndim != first.ndim or x.shape[:axis] + x.shape[axis + 1 :] != first.shape[:axis] + first.shape[axis + 1 :]:
+            raise ValueError("all the input array dimensions except for the concatenation axis must match exactly")
+    outer = _count(first.shape[:axis])
+    data = []
+    for o in range(outer):
+        for x in arrays:
+            chunk = _count(x.shape[axis:])
+            data.extend(x._data[o * chunk : (o + 1) * chunk])
+    shape = first.shape[:axis] + (_b.sum(x.shape[axis] for x in arrays),) + first.shape[axis + 1 :]
+    return ndarray._of(_cast_all(data, d) if d.kind not in "O" else data, shape, d)
+
+
+def stack(arrays, axis=0):
+    arrays = [asarray(x) for x in arrays]
+    return concatenate([expand_dims(x, axis) for x in arrays], axis)
+
+
+vstack = lambda arrays: concatenate([x if asarray(x).ndim > 1 else asarray(x).reshape(1, -1) for x in arrays], 0)  # noqa: E731
+hstack = lambda arrays: concatenate(arrays, 0 if asarray(arrays[0]).ndim == 1 else 1)  # noqa: E731
+
+
+def split(a, indices_or_sections, axis=0):
+    a = asarray(a)
+    n = a.shape[axis]
+    if isinstance(indices_or_sections, _b.int):
+        if n % indices_or_sections:
+            raise ValueError("array split does not result in an equal division")
+        step = n // indices_or_sections
+        cuts = [i * step for i in range(1, indices_or_sections)]
+    else:
+        cuts = list(indices_or_sections)
+    bounds = [0] + cuts + [n]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        key = tuple([slice(None)] * (axis % a.ndim) + [slice(lo, hi)])
+        out.append(a[key])
+    return out
+
+
+def dot(a, b):
+    a, b = asarray(a), asarray(b)
+    if a.ndim == 1 and b.ndim == 1:
+        return _b.sum(x * y for x, y in zip(a._data, b._data))
+    return matmul(a, b)
+
+
+def matmul(a, b):
+    a, b = asarray(a), asarray(b)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise NotImplementedError("numpy.matmul in Tern's Python runner takes two 2-D arrays with matching inner dimensions")
+    n, k, m = a.shape[0], a.shape[1], b.shape[1]
+    d = _promote(a.dtype, b.dtype)
+    out = [_b.sum(a._data[i * k + t] * b._data[t * m + j] for t in range(k)) for i in range(n) for j in range(m)]
+    return ndarray._of(_cast_all(out, d), (n, m), d)
+
+
+def unique(a):
+    a = asarray(a)
+    values = sorted(set(a._data))
+    return ndarray._of(values, (len(values),), a.dtype)
+
+
+def count_nonzero(a):
+    return _b.sum(1 for v in asarray(a)._data if v)
+
+
+def prod_shape(shape):
+    return _count(shape)
+
+
+def can_cast(from_, to):
+    return _promote(dtype(from_), dtype(to)) is dtype(to)
+
+
+def issubdtype(a, b):
+    a = dtype(a)
+    groups = {"floating": "f", "integer": "iu", "signedinteger": "i", "unsignedinteger": "u", "bool_": "b", "number": "iuf"}
+    if isinstance(b, _b.str) and b in groups:
+        return a.kind in groups[b]
+    if b in (floating, integer, signedinteger, unsignedinteger, number):
+        return a.kind in b._kinds
+    return a is dtype(b)
+
+
+class _Group:
+    def __init__(self, kinds):
+        self._kinds = kinds
+
+
+floating, integer, signedinteger, unsignedinteger, number = (_Group(k) for k in ("f", "iu", "i", "u", "iuf"))
+generic = _Group("biufO")
+
+nan = _math.nan
+inf = _math.inf
+pi = _math.pi
+e = _math.e
+newaxis = None
+
+
+class finfo:
+    def __init__(self, d):
+        d = dtype(d)
+        self.dtype = d
+        self.bits = 8 * d.itemsize
+        self.eps = {2: 0.0009765625, 4: 1.1920929e-07, 8: 2.220446049250313e-16}[d.itemsize]
+        self.max = {2: 65504.0, 4: 3.4028234663852886e38, 8: _sys.float_info.max}[d.itemsize]
+        self.min = -self.max
+        self.tiny = {2: 6.104e-05, 4: 1.1754944e-38, 8: _sys.float_info.min}[d.itemsize]
+
+
+class iinfo:
+    def __init__(self, d):
+        d = dtype(d)
+        self.dtype = d
+        self.bits = 8 * d.itemsize
+        self.min = -(1 << (self.bits - 1)) if d.kind == "i" else 0
+        self.max = (1 << (self.bits - 1)) - 1 if d.kind == "i" else (1 << self.bits) - 1
+
+
+# --- random -------------------------------------------------------------------
+
+
+class RandomState:
+    """numpy's legacy seeded generator interface over Python's Mersenne Twister
+    (the same seed gives the same sequence on every run; not numpy's numbers)."""
+
+    def __init__(self, seed=None):
+        self._r = _random.Random(seed)
+
+    def seed(self, seed=None):
+        self._r.seed(seed)
+
+    def _shaped(self, size, f, d):
+        if size is None:
+            return f()
+        shape = (size,) if isinstance(size, _b.int) else tuple(size)
+        return ndarray._of(_cast_all([f() for _ in range(_count(shape))], d), shape, d)
+
+    def rand(self, *shape):
+        return self._shaped(shape or None, self._r.random, float64_d)
+
+    def random(self, size=None):
+        return self._shaped(size, self._r.random, float64_d)
+
+    random_sample = random
+
+    def randn(self, *shape):
+        return self._shaped(shape or None, lambda: self._r.gauss(0.0, 1.0), float64_d)
+
+    def standard_normal(self, size=None):
+        return self._shaped(size, lambda: self._r.gauss(0.0, 1.0), float64_d)
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        return self._shaped(size, lambda: self._r.gauss(loc, scale), float64_d)
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        return self._shaped(size, lambda: self._r.uniform(low, high), float64_d)
+
+    def randint(self, low, high=None, size=None, dtype=int64):  # noqa: A002
+        if high is None:
+            low, high = 0, low
+        return self._shaped(size, lambda: self._r.randrange(low, high), globals()["dtype"](dtype))
+
+    def choice(self, a, size=None, replace=True):
+        pool = list(range(a)) if isinstance(a, _b.int) else list(asarray(a)._data)
+        if size is None:
+            return self._r.choice(pool)
+        n = size if isinstance(size, _b.int) else _count(size)
+        vals = [self._r.choice(pool) for _ in range(n)] if replace else self._r.sample(pool, n)
+        return array(vals).reshape(size if not isinstance(size, _b.int) else (size,))
+
+    def shuffle(self, x):
+        if isinstance(x, ndarray):
+            rows = [x[i].copy() if x.ndim > 1 else x[i] for i in range(len(x))]
+            self._r.shuffle(rows)
+            for i, r in enumerate(rows):
+                x[i] = r
+        else:
+            self._r.shuffle(x)
+
+    def permutation(self, x):
+        a = arange(x) if isinstance(x, _b.int) else asarray(x).copy()
+        self.shuffle(a)
+        return a
+
+
+class _RandomModule:
+    RandomState = RandomState
+
+    def __init__(self):
+        self._state = RandomState()
+
+    def default_rng(self, seed=None):
+        g = RandomState(seed)
+        g.integers = lambda low, high=None, size=None, dtype=int64: g.randint(low, high, size, dtype)  # noqa: A002
+        return g
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._state, name)
+
+
+random = _RandomModule()
+
+
+# --- outside the subset ---------------------------------------------------------
+
+
+def _caller():
+    f = _sys._getframe(2)
+    while f is not None and f.f_code.co_filename == __file__:
+        f = f.f_back
+    return f"{f.f_code.co_filename}, line {f.f_lineno}" if f is not None else "unknown location"
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise NotImplementedError(
+        f"numpy.{name} is not in the numpy subset of Tern's Python runner (called from {_caller()}); "
+        "docs/plugins.md lists the subset (\"Triton Python models\")"
+    )

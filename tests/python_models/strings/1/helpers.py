@@ -1,0 +1,2 @@
+def shout(value):
+    return value.upper()

@@ -1,0 +1,236 @@
+"""Triton Python-backend models (`backend: "python"`, `<version>/model.py`)
+served as they are by the Python runner, through tritonclient (HTTP and
+gRPC): numpy tensors in and out, BYTES as object arrays, sibling modules,
+the standard library and `async def execute` on an event loop, BLS calls
+(sync and async) and decoupled senders; models that cannot run fail their
+own load with a message saying why, runaway models are stopped, and the
+rest of the repository keeps serving. The model folders are in
+tests/python_models (written in the style of Triton's own Python-backend
+tests); the misbehaving ones are written here."""
+
+import json
+import os
+import queue
+import shutil
+import textwrap
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import ROOT, Tern, tern_bin
+
+MODELS = os.path.join(ROOT, "tests", "python_models")
+
+
+def runner():
+    path = os.path.join(os.path.dirname(tern_bin()), "python-runner.wasm")
+    if not os.path.isfile(path):
+        pytest.fail(f"the Python runner is not at {path}: run `make python-runner` (make e2e does)")
+    return path
+
+
+def add_model(root, name, config, model_py, version=1):
+    os.makedirs(os.path.join(root, name, str(version)), exist_ok=True)
+    with open(os.path.join(root, name, "config.pbtxt"), "w") as f:
+        f.write(textwrap.dedent(config))
+    with open(os.path.join(root, name, str(version), "model.py"), "w") as f:
+        f.write(textwrap.dedent(model_py))
+
+
+IO = """
+    input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+    output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("python") / "models")
+    shutil.copytree(MODELS, root)
+    add_model(root, "loops", f'name: "loops" backend: "python" {IO} parameters {{ key: "execution_timeout_ms" value {{ string_value: "300" }} }}', """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                while True:
+                    pass
+    """)
+    add_model(root, "hog", f'name: "hog" backend: "python" {IO}', """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                first = pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()[0]
+                if first > 1:
+                    self.block = bytearray(4 << 30)  # more than a 32-bit sandbox can address
+                elif first > 0:
+                    self.block = bytearray(1 << 30)  # beyond the 256 MiB max_memory_bytes
+                return [pb_utils.InferenceResponse(output_tensors=[
+                    pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+    """)
+    add_model(root, "bls", f'name: "bls" backend: "python" {IO}', """
+        import asyncio
+
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            async def execute(self, requests):
+                responses = []
+                for request in requests:
+                    x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+                    call = pb_utils.InferenceRequest(
+                        model_name="add_sub",
+                        inputs=[pb_utils.Tensor("INPUT0", x), pb_utils.Tensor("INPUT1", np.ones(4, dtype=np.float32))],
+                        requested_output_names=["OUTPUT0"])
+                    sync = call.exec()
+                    both = await asyncio.gather(call.async_exec(), call.async_exec())
+                    if sync.has_error():
+                        raise pb_utils.TritonModelException(sync.error().message())
+                    total = pb_utils.get_output_tensor_by_name(sync, "OUTPUT0").as_numpy()
+                    for r in both:
+                        total = total + pb_utils.get_output_tensor_by_name(r, "OUTPUT0").as_numpy()
+                    responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUT", total)]))
+                return responses
+    """)
+    add_model(root, "counter", """
+        name: "counter" backend: "python"
+        model_transaction_policy { decoupled: true }
+        input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "I" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    """, """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                for request in requests:
+                    sender = request.get_response_sender()
+                    n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+                    for i in range(n):
+                        sender.send(pb_utils.InferenceResponse(output_tensors=[
+                            pb_utils.Tensor("I", np.array([i], dtype=np.int32))]))
+                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return None
+    """)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repo, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("python-cache") / "wasm"
+    t = Tern([f"--model-repository={repo}", f"--wasm-cache-dir={cache}", "--exit-on-error=false",
+              f"--python-runner={runner()}"])
+    yield t
+    assert t.stop() == 0, t.log()
+
+
+CLIENTS = [(httpclient, "url"), (grpcclient, "grpc_url")]
+
+
+def client(server, mod, attr):
+    return mod.InferenceServerClient(getattr(server, attr))
+
+
+def tensor(mod, name, value, datatype):
+    t = mod.InferInput(name, list(value.shape), datatype)
+    t.set_data_from_numpy(value)
+    return t
+
+
+@pytest.mark.parametrize("mod,attr", CLIENTS, ids=["http", "grpc"])
+def test_triton_python_models_answer_as_they_are(server, mod, attr):
+    c = client(server, mod, attr)
+    a = np.array([1, 2, 3, 4], dtype=np.float32)
+    b = np.array([0.5, 0.25, -1, 8], dtype=np.float32)
+    r = c.infer("add_sub", [tensor(mod, "INPUT0", a, "FP32"), tensor(mod, "INPUT1", b, "FP32")])
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    assert r.as_numpy("OUTPUT0").dtype == np.float32
+
+    text = np.array([[b"hello", b"Tern"], [b"", "\u00e9t\u00e9".encode()]], dtype=np.object_)
+    r = c.infer("strings", [tensor(mod, "TEXT", text, "BYTES")])
+    assert r.as_numpy("UPPER").tolist() == [[b"HELLO", b"TERN"], [b"", "\u00e9T\u00e9".encode()]]
+    np.testing.assert_array_equal(r.as_numpy("LENGTHS"), np.array([[5, 4], [0, 5]], dtype=np.int32))
+
+    r = c.infer("uses_stdlib", [tensor(mod, "IN", np.array([3, 1, 3, 2, 3], dtype=np.int64), "INT64")])
+    assert json.loads(r.as_numpy("OUT")[0]) == {"count": 5, "mean": "2.40", "mode": 3, "digest": "683db22fa41e6b6d"}
+
+
+@pytest.mark.parametrize("mod,attr", CLIENTS, ids=["http", "grpc"])
+def test_bls_calls_sync_and_async(server, mod, attr):
+    x = np.array([1, 2, 3, 4], dtype=np.float32)
+    r = client(server, mod, attr).infer("bls", [tensor(mod, "IN", x, "FP32")])
+    np.testing.assert_array_equal(r.as_numpy("OUT"), 3 * (x + 1))
+
+
+def test_decoupled_senders_stream_over_grpc(server):
+    got = queue.Queue()
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    c.async_stream_infer("counter", [tensor(grpcclient, "N", np.array([3], dtype=np.int32), "INT32")])
+    values = []
+    for _ in range(3):
+        result, error = got.get(timeout=30)
+        assert error is None, error
+        values.append(int(result.as_numpy("I")[0]))
+    c.stop_stream()
+    assert values == [0, 1, 2]
+
+
+def reasons(server):
+    index = httpclient.InferenceServerClient(server.url).get_model_repository_index()
+    return {m["name"]: (m.get("state"), m.get("reason", "")) for m in index}
+
+
+def test_models_that_cannot_run_fail_their_own_load_clearly(server):
+    r = reasons(server)
+    state, why = r["imports_torch"]
+    assert state == "UNAVAILABLE" and "model.py (line 2) imports 'torch'" in why and "native extension" in why, why
+    state, why = r["syntax_error"]
+    assert state == "UNAVAILABLE" and "model.py line 5: expected ':'" in why, why
+    state, why = r["fails_init"]
+    assert state == "UNAVAILABLE" and "the weights file is missing" in why, why
+    for ok in ("add_sub", "strings", "uses_stdlib", "bls", "counter", "loops", "hog"):
+        assert r[ok][0] == "READY", (ok, r[ok])
+
+
+def test_runaway_models_are_stopped_and_the_rest_keeps_serving(server):
+    c = httpclient.InferenceServerClient(server.url)
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("loops", [tensor(httpclient, "IN", x, "FP32")])
+    assert "deadline" in str(e.value) or "execution_timeout_ms" in str(e.value), e.value
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("hog", [tensor(httpclient, "IN", x, "FP32")])
+    assert "hit its memory cap of 268435456 bytes (max_memory_bytes)" in str(e.value), e.value
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("hog", [tensor(httpclient, "IN", 2 * x, "FP32")])
+    assert "OverflowError" in str(e.value) and "model.py:" in str(e.value), e.value
+    # The restarted instance serves again, and so do the others.
+    r = c.infer("hog", [tensor(httpclient, "IN", -x, "FP32")])
+    np.testing.assert_array_equal(r.as_numpy("OUT"), -x)
+    r = c.infer("add_sub", [tensor(httpclient, "INPUT0", x, "FP32"), tensor(httpclient, "INPUT1", x, "FP32")])
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), 2 * x)
+
+
+def test_the_runner_compiles_once_for_every_python_model(server):
+    log = server.log()
+    assert log.count("(Compiled) model=") + log.count("(Cache) model=") == 1, log
+    assert log.count("(Shared) model=") >= 8, log
+
+
+def test_a_missing_runner_fails_python_models_only(tmp_path):
+    root = str(tmp_path / "models")
+    shutil.copytree(os.path.join(MODELS, "add_sub"), os.path.join(root, "add_sub"))
+    t = Tern([f"--model-repository={root}", "--exit-on-error=false", f"--python-runner={tmp_path / 'absent.wasm'}",
+              "--wasm-cache-dir=none"])
+    try:
+        state, why = reasons(t)["add_sub"]
+        assert state == "UNAVAILABLE" and "--python-runner" in why and "does not exist" in why, why
+    finally:
+        assert t.stop() == 0, t.log()
