@@ -273,7 +273,9 @@ package-check: smoke-aarch64
 # multi-architecture OCI index over amd64 and arm64) and tern:<version>-cuda
 # (amd64: ONNX Runtime's GPU build and the CUDA 13 libraries its providers load,
 # ~1.4 GB of wheels from PyPI into .cache/image-cuda), each as an OCI layout and
-# an oci-archive.
+# an oci-archive. The cuda build fails if images/cuda-manifest.json (what the
+# image takes from the wheels) differs from the pinned wheels: after changing the
+# pins, `scripts/images.py --flavour cuda --write-manifest` rewrites it.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 IMAGE_TOOLS := command -v umoci >/dev/null && command -v skopeo >/dev/null || (apt-get update -qq && apt-get install -y -qq umoci skopeo)
 images: dist
@@ -287,13 +289,16 @@ images: dist
 # them: arm64 from the `cross` aarch64 tarball package-check made, amd64 from
 # the debug build the tests ran (the image ships its own glibc, so the
 # glibc <= 2.31 build that the aarch64 one proves is not needed to prove the
-# image), and the Jetson recipe's context.
+# image), and the Jetson recipe's context. The cuda image is built from
+# images/cuda-manifest.json without the wheels: placeholders at the manifest's
+# paths, its pins and libraries checked against scripts/images.py and every
+# DT_NEEDED resolved inside the image (`make images` checks the manifest itself).
 image-check: package-check jetson-context
 	@$(IMAGE_TOOLS)
 	$(PY) scripts/dist.py --arch x86_64 --binary $(CARGO_TARGET_DIR)/debug/tern --out .cache/package-check --no-deb
 	$(PY) scripts/images.py --tarballs .cache/package-check --out .cache/image-check
 	TERN_IMAGE_LAYOUT=.cache/image-check/oci TERN_IMAGE_TAG=$(VERSION)-cpu $(PY) -m pytest tests/test_images.py -q
-	$(PY) scripts/images.py --flavour cuda --tarballs .cache/package-check --out .cache/image-check --no-archive
+	$(PY) scripts/images.py --flavour cuda --from-manifest --tarballs .cache/package-check --out .cache/image-check --no-archive
 	TERN_IMAGE_LAYOUT=.cache/image-check/oci-cuda TERN_IMAGE_TAG=$(VERSION)-cuda $(PY) -m pytest tests/test_images.py -q
 	$(call mark,image-check)
 

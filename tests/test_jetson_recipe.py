@@ -587,14 +587,16 @@ def test_every_plugin_loads_from_the_precompiled_cache(served):
     # A 39-bit address space, as on Jetson kernels: the on-demand entries serve.
     assert "pooling allocator unavailable" in log and "pooling=false" in log, log
     for m in plugins:
-        assert f"(Cache) model={m} " in log, (m, log)
+        # From the cache, or sharing the code of a model with the same component that was.
+        assert f"(Cache) model={m} " in log or f"(Shared) model={m} " in log, (m, log)
     assert "(Compiled)" not in log and "recompiling" not in log, log
     assert sorted(os.listdir(cache)) == before, "the server wrote to the precompiled cache"
     # Both layouts are there for every plugin: one per component hash and layout.
-    entries = [re.fullmatch(r"([0-9a-f]{64})-aarch64-(pooling|on-demand)\.cwasm", e) for e in before]
+    entries = [re.fullmatch(r"([0-9a-f]{64})-aarch64-(pooling|on-demand)\.cwasm(\.seal)?", e) for e in before]
     assert all(entries), before
     hashes = {e.group(1) for e in entries}
-    assert len(hashes) == len(plugins) and len(before) == 2 * len(plugins), before
+    # Each entry with its seal (its keyed digest under cwasm.key).
+    assert len(hashes) == len(plugins) and len(before) == 4 * len(plugins), before
 
 
 @pytest.mark.parametrize("mod", [httpclient, grpcclient], ids=["http", "grpc"])

@@ -7,11 +7,11 @@
 //!
 //! An entry is native code that is loaded without the sandbox's checks, so
 //! the server loads only entries it (or `tern plugin compile`) wrote: each
-//! entry ends with a keyed BLAKE3 digest of its code, under a key kept
-//! outside the cache folder (`<cache folder>.key`, created with mode 0600),
-//! and the entry and its folder must belong to this user (or root) and be
-//! writable by no one else. An entry that fails either check is refused
-//! with a warning and recompiled.
+//! entry has a seal, `<entry>.seal`, the keyed BLAKE3 digest of its code
+//! under a key kept outside the cache folder (`<cache folder>.key`, created
+//! with mode 0600), and the entry, its seal and its folder must belong to
+//! this user (or root) and be writable by no one else. An entry that fails
+//! either check is refused with a warning and recompiled.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -153,13 +153,14 @@ fn load_bytes(
     };
     if let (Some(entry), Some(seal)) = (&entry, &seal) {
         if entry.is_file() {
-            match read_sealed(entry, seal) {
+            match check_sealed(entry, seal) {
                 // SAFETY: the code was written by `Engine::precompile_component`
-                // of this server (the keyed digest proves it), into a file only
-                // this user can change, under a name that binds it to this
-                // engine's configuration and the source bytes; it is the buffer
-                // that was checked, not the file again.
-                Ok(code) => match unsafe { Component::deserialize(engine, &code) } {
+                // of this server (its keyed digest proves it), under a name that
+                // binds it to this engine's configuration and the source bytes,
+                // into a file and folder that only this user or root can change,
+                // so it cannot change between the check and the mapping. Mapping
+                // the file (not a copy) keeps the code in the page cache, shared.
+                Ok(()) => match unsafe { Component::deserialize_file(engine, entry) } {
                     Ok(c) => return Ok((c, Source::Cache)),
                     Err(e) => tracing::warn!(
                         "wasm cache entry '{}' is unusable ({e:#}); recompiling",
@@ -193,8 +194,12 @@ fn load_bytes(
     Ok((component, Source::Compiled))
 }
 
-/// Bytes of the keyed digest at the end of an entry.
-const SEAL_LEN: usize = blake3::OUT_LEN;
+/// The file holding an entry's keyed digest: `<entry>.seal`.
+fn seal_path(entry: &Path) -> PathBuf {
+    let mut name = entry.as_os_str().to_os_string();
+    name.push(".seal");
+    PathBuf::from(name)
+}
 
 /// The key the cache folder's entries are sealed with: `<folder>.key` next
 /// to (not in) the folder, created (32 random bytes, mode 0600) when missing.
@@ -260,28 +265,30 @@ fn trusted(meta: &std::fs::Metadata) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// The code of a sealed entry, once its folder and file are trusted and its
-/// digest matches.
-fn read_sealed(entry: &Path, key: &[u8; 32]) -> std::result::Result<Vec<u8>, String> {
+/// Whether an entry may be loaded: its folder, the entry and its seal are
+/// trusted, and the seal is the keyed digest of the entry's bytes.
+fn check_sealed(entry: &Path, key: &[u8; 32]) -> std::result::Result<(), String> {
     let dir = entry.parent().expect("cache entries live in a directory");
     let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
     trusted(&meta).map_err(|why| format!("its folder '{}': {why}", dir.display()))?;
     let mut file = std::fs::File::open(entry).map_err(|e| e.to_string())?;
     trusted(&file.metadata().map_err(|e| e.to_string())?)?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
-    if bytes.len() < SEAL_LEN {
-        return Err("it was not written by this server (no digest)".into());
-    }
-    let (code, seal) = bytes.split_at(bytes.len() - SEAL_LEN);
-    if blake3::keyed_hash(key, code) != *<&[u8; SEAL_LEN]>::try_from(seal).expect("SEAL_LEN bytes")
+    let seal_file = seal_path(entry);
+    let Ok(meta) = std::fs::metadata(&seal_file) else {
+        return Err("it was not written by this server (it has no seal)".into());
+    };
+    trusted(&meta).map_err(|why| format!("its seal: {why}"))?;
+    let seal = std::fs::read(&seal_file).map_err(|e| e.to_string())?;
+    let mut hasher = blake3::Hasher::new_keyed(key);
+    std::io::copy(&mut file, &mut hasher).map_err(|e| e.to_string())?;
+    if seal.len() != blake3::OUT_LEN
+        || hasher.finalize() != *<&[u8; 32]>::try_from(&seal[..]).expect("32 bytes")
     {
         return Err(
-            "it was not written by this server (its digest does not match the cache key)".into(),
+            "it was not written by this server (its seal does not match the cache key)".into(),
         );
     }
-    bytes.truncate(bytes.len() - SEAL_LEN);
-    Ok(bytes)
+    Ok(())
 }
 
 /// Creates a folder (and its parents) that only this user may write,
@@ -294,30 +301,36 @@ fn create_dir(dir: &Path) -> std::io::Result<()> {
         .create(dir)
 }
 
-/// Writes the code and its keyed digest atomically (temporary file +
-/// rename, mode 0644) so readers never see half a file.
+/// Writes the code, then its seal (its keyed digest, in `<entry>.seal`),
+/// each atomically (temporary file + rename, mode 0644), so readers never
+/// see half a file; a reader between the two renames finds a seal that does
+/// not match, and recompiles.
 fn store(entry: &Path, compiled: &[u8], key: &[u8; 32]) -> std::io::Result<()> {
     let dir = entry.parent().expect("cache entries live in a directory");
     create_dir(dir)?;
+    write_atomically(entry, compiled)?;
+    write_atomically(
+        &seal_path(entry),
+        blake3::keyed_hash(key, compiled).as_bytes(),
+    )
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().expect("cache files live in a directory");
     let tmp = dir.join(format!(
         ".{}.{}.tmp",
-        entry
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("entry"),
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
         std::process::id()
     ));
-    let seal = blake3::keyed_hash(key, compiled);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o644)
         .open(&tmp)?;
-    std::io::Write::write_all(&mut f, compiled)?;
-    std::io::Write::write_all(&mut f, seal.as_bytes())?;
+    std::io::Write::write_all(&mut f, bytes)?;
     drop(f);
-    std::fs::rename(&tmp, entry)
+    std::fs::rename(&tmp, path)
 }
 
 /// The default cache directory: `$XDG_CACHE_HOME/tern/wasm` or `~/.cache/tern/wasm`.
@@ -404,6 +417,17 @@ mod tests {
         (file, dir.join("cache"))
     }
 
+    /// The one `.cwasm` entry in a cache folder.
+    fn entry_in(cache: &Path) -> PathBuf {
+        let entries: Vec<PathBuf> = std::fs::read_dir(cache)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+            .collect();
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        entries[0].clone()
+    }
+
     #[test]
     fn only_entries_this_server_sealed_are_loaded() {
         let dir = tempfile::tempdir().unwrap();
@@ -412,28 +436,37 @@ mod tests {
         let load = || load(&native, &file, Some(&cache), || ()).unwrap().1;
         assert_eq!(load(), Source::Compiled);
         assert_eq!(load(), Source::Cache);
-        let entry = std::fs::read_dir(&cache)
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let entry = entry_in(&cache);
         let sealed = std::fs::read(&entry).unwrap();
 
-        // Valid native code for this engine, planted without the digest.
-        let planted = native
+        // Other native code (here: for another architecture), planted under the entry's name.
+        let other = if std::env::consts::ARCH == "aarch64" {
+            "x86_64"
+        } else {
+            "aarch64"
+        };
+        let planted = Runtime::for_target(&format!("{other}-unknown-linux-gnu"), false)
+            .unwrap()
             .engine
             .precompile_component(&std::fs::read(&file).unwrap())
             .unwrap();
+        assert_ne!(planted, sealed);
         std::fs::write(&entry, &planted).unwrap();
-        assert_eq!(load(), Source::Compiled, "an unsealed entry is recompiled");
+        assert_eq!(load(), Source::Compiled, "a planted entry is recompiled");
         assert_eq!(
             std::fs::read(&entry).unwrap(),
             sealed,
             "and rewritten, sealed"
         );
+        std::fs::remove_file(seal_path(&entry)).unwrap();
+        assert_eq!(
+            load(),
+            Source::Compiled,
+            "an entry without its seal is recompiled"
+        );
+        assert!(seal_path(&entry).is_file());
 
-        // One byte of code changed, the digest kept.
+        // One byte of code changed, the seal kept.
         let mut tampered = sealed.clone();
         tampered[100] ^= 1;
         std::fs::write(&entry, &tampered).unwrap();
@@ -456,12 +489,7 @@ mod tests {
         assert_eq!(key, dir.path().join("cache.key"));
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&key), 0o600);
-        let entry = std::fs::read_dir(&cache)
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let entry = entry_in(&cache);
         std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert_eq!(
             load(),
