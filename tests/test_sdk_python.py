@@ -54,13 +54,16 @@ def test_every_dtype_round_trips(sdk, dtype, values):
     assert t.as_list() == values
     w = t._wit()
     back = sdk.Tensor._from_wit(w)
-    assert back.as_list() == values and back.as_bytes() == t.as_bytes()
+    assert back.as_list() == values and back.wire_bytes() == t.wire_bytes()
 
 
 def test_layout_is_tritons(sdk):
     assert sdk.Tensor("x", [1.0, 2.0], "FP32").as_bytes() == b"\x00\x00\x80?\x00\x00\x00@"
     s = sdk.Tensor("s", ["ab", b"\x00"])
-    assert s.datatype() == "BYTES" and s.as_bytes() == b"\x02\x00\x00\x00ab\x01\x00\x00\x00\x00"
+    assert s.datatype() == "BYTES" and s.wire_bytes() == b"\x02\x00\x00\x00ab\x01\x00\x00\x00\x00"
+    with pytest.raises(sdk.TritonError, match="holds 2 strings: as_bytes\\(\\) gives the bytes of one"):
+        s.as_bytes()
+    assert sdk.Tensor("one", [b"\x00raw"], "BYTES").as_bytes() == b"\x00raw"
     assert s.as_list() == [b"ab", b"\x00"]
     assert sdk.Tensor("i", [1, 2]).datatype() == "INT64"
     assert sdk.Tensor("a", array.array("f", [1.0])).datatype() == "FP32"
@@ -164,7 +167,7 @@ def test_export_adapter_maps_triton_style_models(sdk):
     broken.initialize(ctx)
     results = broken.execute(reqs)
     # The error says where; the whole traceback goes to the server's log.
-    assert [r.value.message for r in results] == ["KeyError: 'oops' (at test_sdk_python.py:161 in execute)"] * 2
+    assert [r.value.message for r in results] == ["KeyError: 'oops' (at test_sdk_python.py:164 in execute)"] * 2
 
     class FailsInit:
         def initialize(self, args):

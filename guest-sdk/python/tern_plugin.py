@@ -265,7 +265,23 @@ class Tensor:
         return list(self._shape)
 
     def as_bytes(self):
-        """The raw data (BYTES: Triton's length-prefixed encoding)."""
+        """The raw data: a numeric tensor's little-endian values; a BYTES
+        tensor's one element (for several, use `as_list()`; `wire_bytes()`
+        is Triton's length-prefixed form of all of them)."""
+        if self._dtype != "BYTES":
+            return self._data
+        items = _decode_strings(self._name, self._data)
+        if len(items) != 1:
+            raise TritonError(
+                f"tensor '{self._name}' holds {len(items)} strings: as_bytes() gives the bytes of one; "
+                "use as_list() for all of them, or wire_bytes() for Triton's length-prefixed form",
+                TritonError.INVALID_ARG,
+            )
+        return items[0]
+
+    def wire_bytes(self):
+        """The data as Triton sends it (BYTES: each element as a 4-byte
+        little-endian length and its bytes)."""
         return self._data
 
     def as_array(self):

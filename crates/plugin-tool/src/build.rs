@@ -295,7 +295,9 @@ fn python(dir: &Path, wit: &Path, sdk: &Path, out: &Path) -> Result<()> {
 /// What to do about a module the Python build cannot find.
 const PYTHON_MODULES: &str = "a module the build cannot find must be vendored: list pure-Python \
     packages in requirements.txt beside app.py. numpy, cv2, PIL and other packages with native \
-    code cannot run in the sandbox: use the host kernels (tern_ops, docs/plugins.md#native-prepost-processing-kernels-ops)";
+    code cannot run in the sandbox: use the host kernels (tern_ops, docs/plugins.md#native-prepost-processing-kernels-ops), \
+    or serve a Triton model.py as it is with backend: \"python\", whose runner has a numpy subset \
+    (docs/plugins.md#triton-python-models)";
 
 /// Installs `requirements` into a private folder for componentize-py, with
 /// the Python next to `componentize` (`$TERN_PYTHON` overrides), refusing
