@@ -25,7 +25,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: python-runner stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins
+.PHONY: python-runner stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins test-vs-triton
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 	$(call mark,setup)
@@ -225,8 +225,8 @@ test-audio:
 	@command -v espeak-ng >/dev/null || (apt-get update -qq && apt-get install -y -qq espeak-ng)
 
 # Test files another target runs with what it builds (the pytorch build, the
-# images, the Jetson context); `make e2e` fails on any skip not about a GPU.
-E2E_OWN_TARGETS := --ignore=tests/test_torch.py --ignore=tests/test_images.py --ignore=tests/test_jetson_recipe.py
+# images, the Jetson context, Triton itself); `make e2e` fails on any skip not about a GPU.
+E2E_OWN_TARGETS := --ignore=tests/test_torch.py --ignore=tests/test_images.py --ignore=tests/test_jetson_recipe.py --ignore=tests/test_vs_triton.py
 e2e: setup flavours test-audio
 	$(CARGO) build --workspace
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
@@ -234,7 +234,7 @@ e2e: setup flavours test-audio
 		$(PY) -m pytest tests -q -rs --durations=15 $(E2E_OWN_TARGETS)
 	$(call mark,e2e)
 
-test: stage-clock setup lint unit e2e test-torch smoke-aarch64 package-check image-check
+test: stage-clock setup lint unit e2e test-vs-triton test-torch smoke-aarch64 package-check image-check
 	@$(MAKE) --no-print-directory stage-times
 
 # Cross builds with cargo-zigbuild (the ziglang wheel is the C toolchain and
@@ -432,3 +432,22 @@ bench-ort-isolated: release $(PERF_ANALYZER)
 # 2 cores). `make bench-peers QUICK=1`: one short round (~3 min).
 bench-peers: release
 	$(PY) tests/bench/peers.py --tern $(CARGO_TARGET_DIR)/release/tern --perf-analyzer $(PERF_ANALYZER) --python $(PYTHON) $(if $(QUICK),--quick) $(BENCH_ARGS)
+
+# Tern against Triton itself (tests/test_vs_triton.py; not in `make e2e`): the
+# unchanged Python-backend model folders of tests/python_models served by
+# tritonserver 2.51 (CPU only, from the nvidia-pytriton PyPI wheel: ~55 MB,
+# fetched once into .cache/triton-ref by scripts/triton_ref.sh with a numpy<2
+# venv for its Python stub) and by the debug build with its Python runner;
+# outputs, dtypes, shapes, error statuses and model states compared.
+TRITON_REF_DIR := .cache/triton-ref
+TRITON_REF := $(TRITON_REF_DIR)/.stamp
+$(TRITON_REF): scripts/triton_ref.sh
+	bash scripts/triton_ref.sh $(TRITON_REF_DIR) $(PYTHON)
+
+test-vs-triton: $(VENV)/.stamp $(TRITON_REF)
+	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+	$(CARGO) build --workspace
+	$(MAKE) python-runner TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
+	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_TRITON_REF=$(CURDIR)/$(TRITON_REF_DIR) \
+		$(PY) -m pytest tests/test_vs_triton.py -q -rxs
+	$(call mark,test-vs-triton)

@@ -39,7 +39,8 @@ CASES = [
     ("unknown version", "/v2/models/simple/versions/9/infer", body(simple_inputs()), {}, 404, "'simple' version 9 is not found"),
     ("bad version", "/v2/models/simple/versions/x/infer", body(simple_inputs()), {}, 400, "'x' is not a valid model version"),
     ("batch over max", "/v2/models/simple/infer", json.dumps({"inputs": [{"name": n, "shape": [9, 16], "datatype": "INT32", "data": [1] * 144} for n in ("INPUT0", "INPUT1")]}).encode(), {}, 400, "batch-size must be <= 8"),
-    ("failed model", "/v2/models/gpu_only/infer", body([{"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}]), {}, 503, "KIND_GPU but no GPU"),
+    # As Triton: a model with no ready version is "unknown" (404), with the load error after Triton's words.
+    ("failed model", "/v2/models/gpu_only/infer", body([{"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}]), {}, 404, "Request for unknown model: 'gpu_only' has no available versions (model 'gpu_only': instance_group"),
     ("oversized body", "/v2/models/simple/infer", b" " * (1024 * 1024 + 1), {}, 400, "exceeds the maximum input size"),
     ("oversized after gzip", "/v2/models/simple/infer", gzip.compress(b" " * (2 * 1024 * 1024)), {"Content-Encoding": "gzip"}, 400, "exceeds the maximum input size"),
     ("garbage gzip", "/v2/models/simple/infer", b"not gzip at all", {"Content-Encoding": "gzip"}, 400, "failed to decompress"),

@@ -115,7 +115,7 @@ def test_errors_and_codes(server, gclient):
     assert e.value.status() == "StatusCode.NOT_FOUND"
     with pytest.raises(InferenceServerException) as e:
         gclient.infer("gpu_only", [])
-    assert e.value.status() == "StatusCode.UNAVAILABLE"
+    assert e.value.status() == "StatusCode.NOT_FOUND", "no ready version: Triton's NOT_FOUND"
     with pytest.raises(InferenceServerException) as e:
         gclient.load_model("simple")
     assert e.value.status() == "StatusCode.UNAVAILABLE", "model control mode none, as Triton answers"

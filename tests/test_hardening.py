@@ -258,7 +258,7 @@ def test_a_slow_load_holds_neither_other_loads_nor_the_server(tmp_path):
         assert re.fullmatch(r"loading: version 1: starting instances and warming up, \d+ s", rows["slow"]["reason"]), rows["slow"]
         m = httpclient.InferInput("MODE", [1], "BYTES")
         m.set_data_from_numpy(np.array([b"ok"], dtype=np.object_))
-        with pytest.raises(Exception, match=r"model 'slow' is not ready: loading: version 1: starting instances"):
+        with pytest.raises(Exception, match=r"Request for unknown model: 'slow' has no available versions \(loading: version 1: starting instances"):
             c.infer("slow", [m])
         x = httpclient.InferInput("INPUT0", [4], "FP32")
         x.set_data_from_numpy(np.ones(4, dtype=np.float32))

@@ -311,10 +311,7 @@ impl Repository {
             .handle(version)
             .cloned()
             .ok_or_else(|| match entry.not_ready_reason(name, version) {
-                Some(r) => Error::unavailable(format!(
-                    "model '{name}'{} is not ready: {r}",
-                    version_suffix(version)
-                )),
+                Some(r) => tern_core::messages::not_ready(name, version, &r),
                 None => unknown(name, version),
             })
     }
@@ -455,10 +452,6 @@ impl Repository {
         }
         Ok(guard)
     }
-}
-
-fn version_suffix(version: Option<i64>) -> String {
-    version.map(|v| format!(" version {v}")).unwrap_or_default()
 }
 
 fn unknown(name: &str, version: Option<i64>) -> Error {

@@ -1,0 +1,423 @@
+"""Tern against Triton itself: the same unchanged Python-backend model folders
+(tests/python_models) served by tritonserver 2.51 (the `nvidia-pytriton` PyPI
+wheel, CPU only; `make test-vs-triton` unpacks it under .cache/triton-ref with
+scripts/triton_ref.sh) and by Tern with its Python runner, each on its own copy
+of the folders, asked the same things through tritonclient over HTTP (binary
+and JSON tensors) and gRPC. Compared: every output (values bit for bit,
+datatype, shape, names), the model name and version of each response, the
+HTTP status or gRPC code of every request Triton refuses or fails (the texts
+differ by design and are recorded in $CARGO_TARGET_DIR/test-vs-triton/
+messages.json), which models each server reports READY or UNAVAILABLE, model
+and server readiness, and model metadata. A difference in Tern's answers that
+is known is an xfail (strict) naming the difference: KNOWN.
+
+Run by `make test-vs-triton` only (`make e2e` ignores this file)."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import ROOT, Tern, tern_bin
+
+MODELS = os.path.join(ROOT, "tests", "python_models")
+REF = os.environ.get("TERN_TRITON_REF", os.path.join(ROOT, ".cache", "triton-ref"))
+TRITONSERVER = os.path.join(REF, "pytriton", "tritonserver", "bin", "tritonserver")
+BACKENDS = os.path.join(REF, "pytriton", "tritonserver", "backends")
+REF_VENV_BIN = os.path.join(REF, "venv", "bin")
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+MESSAGES_FILE = os.path.join(TARGET, "test-vs-triton", "messages.json")
+
+GOOD = ("add_sub", "strings", "uses_stdlib")
+BAD = ("fails_init", "imports_torch", "syntax_error")
+PROTOCOLS = ("http-binary", "http-json", "grpc")
+
+# Differences found in Tern's answers, by test id: each is an xfail(strict=True)
+# with the difference as its reason, so a fix shows up as an XPASS that fails.
+KNOWN = {}
+
+# What each server said when it refused a request, for the record (test id -> server -> text).
+MESSAGES = {}
+
+
+def free_ports(n):
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Triton:
+    """tritonserver 2.51 from the wheel on free ports, with the numpy<2 venv first
+    on PATH for its Python stub (with numpy 2 the stub corrupts inputs)."""
+
+    def __init__(self, repo, log_path):
+        self.repo = repo
+        self.log_path = log_path
+        self.proc = None
+
+    def start(self):
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH", "VIRTUAL_ENV")}
+        env["PATH"] = REF_VENV_BIN + os.pathsep + env.get("PATH", "")
+        self.log_file = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [
+                TRITONSERVER,
+                f"--model-repository={self.repo}",
+                f"--backend-directory={BACKENDS}",
+                "--exit-on-error=false",
+                "--http-address=127.0.0.1",
+                f"--http-port={self.http_port}",
+                "--grpc-address=127.0.0.1",
+                f"--grpc-port={self.grpc_port}",
+                "--metrics-address=127.0.0.1",
+                f"--metrics-port={self.metrics_port}",
+            ],
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        self.url = f"127.0.0.1:{self.http_port}"
+        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def wait_live(self, timeout=120):
+        """True once HTTP and gRPC answer (Triton starts them after loading every
+        model); False when the process ended (a port taken in between)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(f"http://{self.url}/v2/health/live", timeout=2) as r:
+                    if r.status == 200 and grpcclient.InferenceServerClient(self.grpc_url).is_server_live():
+                        return True
+            except (OSError, InferenceServerException):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"tritonserver did not come up in {timeout} s:\n" + self.log())
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(40)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc:
+            self.log_file.close()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    if not os.access(TRITONSERVER, os.X_OK) or not os.path.exists(os.path.join(REF, ".stamp")):
+        pytest.fail(f"Triton 2.51 is not unpacked under {REF}: run `make test-vs-triton` (scripts/triton_ref.sh)")
+    runner = os.path.join(os.path.dirname(tern_bin()), "python-runner.wasm")
+    if not os.path.isfile(runner):
+        pytest.fail(f"the Python runner is not at {runner}: run `make python-runner` (make test-vs-triton does)")
+    base = tmp_path_factory.mktemp("vs-triton")
+    triton_repo, tern_repo = str(base / "triton-models"), str(base / "tern-models")
+    shutil.copytree(MODELS, triton_repo)
+    shutil.copytree(MODELS, tern_repo)
+
+    triton = Triton(triton_repo, str(base / "triton.log"))
+    triton.start()  # loads its models while Tern starts
+    # The runner's compiled code is cached beside the binary: only the first run of a build compiles it.
+    cache = os.path.join(os.path.dirname(tern_bin()), "test-vs-triton-wasm-cache")
+    tern = None
+    try:
+        tern = Tern([f"--model-repository={tern_repo}", "--exit-on-error=false", f"--python-runner={runner}",
+                     f"--wasm-cache-dir={cache}"])
+        for _ in range(3):  # a free port can be taken before Triton binds it: start again on others
+            if triton.wait_live():
+                break
+            log = triton.log()
+            triton.stop()
+            if "already in use" not in log.lower():
+                raise RuntimeError("tritonserver exited:\n" + log)
+            triton.start()
+        else:
+            raise RuntimeError("tritonserver found no free ports:\n" + triton.log())
+        yield {"triton": triton, "tern": tern}
+    finally:
+        triton.stop()
+        if tern is not None:
+            tern.stop()
+        os.makedirs(os.path.dirname(MESSAGES_FILE), exist_ok=True)
+        with open(MESSAGES_FILE, "w") as f:
+            json.dump(MESSAGES, f, indent=1, ensure_ascii=False, sort_keys=True)
+
+
+# ---------------------------------------------------------------------------
+# One request, sent the same way to each server; its answer in plain data.
+
+
+class Ok:
+    def __init__(self, model_name, model_version, outputs):
+        self.model_name, self.model_version, self.outputs = model_name, model_version, outputs
+
+    def __repr__(self):
+        return f"Ok({self.model_name!r}, {self.model_version!r}, {self.outputs!r})"
+
+
+class Err:
+    def __init__(self, status, message):
+        self.status, self.message = status, message
+
+    def __repr__(self):
+        return f"Err({self.status!r}, {self.message!r})"
+
+
+def infer(server, proto, model, inputs, outputs, version=""):
+    """inputs: [(name, array, datatype)]; outputs: names to ask for (binary or
+    JSON as the protocol says). An answer: Ok(name, version, {output: (datatype,
+    shape, array)}) or Err(HTTP status / gRPC code, message)."""
+    http = proto.startswith("http")
+    mod = httpclient if http else grpcclient
+    ins = []
+    for name, value, datatype in inputs:
+        t = mod.InferInput(name, list(value.shape), datatype)
+        if http:
+            t.set_data_from_numpy(value, binary_data=proto == "http-binary")
+        else:
+            t.set_data_from_numpy(value)
+        ins.append(t)
+    if http:
+        outs = [httpclient.InferRequestedOutput(n, binary_data=proto == "http-binary") for n in outputs]
+        c = httpclient.InferenceServerClient(server.url)
+    else:
+        outs = [grpcclient.InferRequestedOutput(n) for n in outputs]
+        c = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        r = c.infer(model, ins, model_version=version, outputs=outs)
+    except InferenceServerException as e:
+        return Err(e.status(), e.message())
+    finally:
+        c.close()
+    response = r.get_response()
+    got = {}
+    if http:
+        for o in response["outputs"]:
+            got[o["name"]] = (o["datatype"], list(o["shape"]), r.as_numpy(o["name"]))
+        return Ok(response["model_name"], response["model_version"], got)
+    for o in response.outputs:
+        got[o.name] = (o.datatype, list(o.shape), r.as_numpy(o.name))
+    return Ok(response.model_name, response.model_version, got)
+
+
+def assert_same_answer(triton, tern):
+    assert isinstance(tern, type(triton)), f"Triton answered {triton}, Tern answered {tern}"
+    if isinstance(triton, Err):
+        assert tern.status == triton.status, f"Triton: {triton}\nTern: {tern}"
+        return
+    assert (tern.model_name, tern.model_version) == (triton.model_name, triton.model_version), f"Triton: {triton}\nTern: {tern}"
+    assert sorted(tern.outputs) == sorted(triton.outputs), f"Triton: {triton}\nTern: {tern}"
+    for name, (datatype, shape, value) in triton.outputs.items():
+        t_datatype, t_shape, t_value = tern.outputs[name]
+        assert (t_datatype, t_shape) == (datatype, shape), f"{name}: Triton {datatype} {shape}, Tern {t_datatype} {t_shape}"
+        np.testing.assert_array_equal(t_value, value, strict=True, err_msg=name)
+        if value.dtype != np.object_:  # bit for bit: -0.0, NaN
+            assert t_value.tobytes() == value.tobytes(), f"{name}: Triton {value!r}, Tern {t_value!r}"
+
+
+def compare(servers, proto, model, inputs, outputs, version="", record=None):
+    answers = {k: infer(s, proto, model, inputs, outputs, version) for k, s in servers.items()}
+    if record is not None:
+        MESSAGES[record] = {k: (a.__dict__ if isinstance(a, Err) else "ok") for k, a in answers.items()}
+    assert_same_answer(answers["triton"], answers["tern"])
+    return answers["triton"]
+
+
+def case_params(cases, protocols=PROTOCOLS):
+    """pytest params (case x protocol) with ids `<case>-<protocol>`, KNOWN ones as strict xfails."""
+    params = []
+    for case_id, case in cases.items():
+        for proto in protocols:
+            if proto == "http-json" and case.get("binary_only"):
+                continue
+            test_id = f"{case_id}-{proto}"
+            marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=KNOWN[test_id])] if test_id in KNOWN else []
+            params.append(pytest.param(case, proto, id=test_id, marks=marks))
+    return params
+
+
+# ---------------------------------------------------------------------------
+# Answers: add_sub (FP32 [4]), strings (BYTES [-1], max_batch_size 8), uses_stdlib (INT64 [-1]).
+
+f32 = lambda *v: np.array(v, dtype=np.float32)  # noqa: E731
+rng = np.random.default_rng(7)
+
+ADD_SUB = {
+    "small": (f32(1, 2, 3, 4), f32(0.5, 0.25, -1, 8)),
+    "zeros": (f32(0, 0, 0, 0), f32(-0.0, 0, -0.0, 0)),
+    "random": tuple(rng.standard_normal((2, 4)).astype(np.float32) * 1000),
+    "extremes": (f32(3.4e38, -3.4e38, 1e-45, 1.17549435e-38), f32(3.4e38, 3.4e38, 1e-45, -1e-45)),
+    "inf": (f32(np.inf, -np.inf, np.inf, 1), f32(1, 2, np.inf, -np.inf)),
+    "nan": (f32(np.nan, 1, 2, 3), f32(1, np.nan, 0, 0)),
+}
+
+
+@pytest.mark.parametrize("case,proto", case_params({k: {"a": v[0], "b": v[1]} for k, v in ADD_SUB.items()}))
+def test_add_sub_answers_as_triton(servers, case, proto):
+    a, b = case["a"], case["b"]
+    ok = compare(servers, proto, "add_sub", [("INPUT0", a, "FP32"), ("INPUT1", b, "FP32")], ["OUTPUT0", "OUTPUT1"])
+    # Triton's own answer is right (a stub on numpy 2 would corrupt it).
+    with np.errstate(over="ignore", invalid="ignore"):
+        a_plus_b, a_minus_b = a + b, a - b
+    np.testing.assert_array_equal(ok.outputs["OUTPUT0"][2], a_plus_b, strict=True)
+    np.testing.assert_array_equal(ok.outputs["OUTPUT1"][2], a_minus_b, strict=True)
+
+
+def obj(rows):
+    return np.array([[v.encode() if isinstance(v, str) else v for v in row] for row in rows], dtype=np.object_)
+
+
+STRINGS = {
+    "mixed": {"text": obj([["hello", "Tern"], ["", "\u00e9t\u00e9"]])},
+    "one_empty": {"text": obj([[""]])},
+    "all_empty": {"text": obj([["", "", ""], ["", "", ""]])},
+    "non_ascii": {"text": obj([["stra\u00dfe", "\u01c6", "\u65e5\u672c\u8a9e", "\ufb01", "\U0001f600 ok", "\u0131i\u0130I"]])},
+    "batch_of_8": {"text": obj([[f"row {i}", "x" * i, "\u00c5\u00e5"] for i in range(8)])},
+    "long": {"text": obj([["abc" * 20000]])},
+    "no_elements": {"text": np.zeros((2, 0), dtype=np.object_)},
+    "raw_bytes": {"text": obj([[b"\xff\xfe\x00a", b"\x00", b"caf\xe9"]]), "binary_only": True},
+}
+
+
+@pytest.mark.parametrize("case,proto", case_params(STRINGS))
+def test_strings_answer_as_triton(servers, case, proto):
+    ok = compare(servers, proto, "strings", [("TEXT", case["text"], "BYTES")], ["UPPER", "LENGTHS"])
+    assert isinstance(ok, Ok), f"Triton refused it: {ok}"
+    as_bytes = [[t.encode() if isinstance(t, str) else t for t in row] for row in ok.outputs["UPPER"][2].tolist()]
+    assert as_bytes == [[t.upper() for t in row] for row in case["text"].tolist()]  # JSON gives str, binary bytes
+
+
+i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+
+STDLIB = {
+    "example": {"values": i64(3, 1, 3, 2, 3)},
+    "one": {"values": i64(7)},
+    "tie": {"values": i64(2, 1, 1, 2)},
+    "negative": {"values": i64(-5, 5, -5)},
+    "huge": {"values": i64(2**62, 2**62, -(2**63), 2**63 - 1)},
+    "thousand": {"values": np.arange(1000, dtype=np.int64) % 37},
+}
+
+
+@pytest.mark.parametrize("case,proto", case_params(STDLIB))
+def test_uses_stdlib_answers_as_triton(servers, case, proto):
+    ok = compare(servers, proto, "uses_stdlib", [("IN", case["values"], "INT64")], ["OUT"])
+    assert json.loads(ok.outputs["OUT"][2][0])["count"] == len(case["values"])
+
+
+# ---------------------------------------------------------------------------
+# Requests Triton refuses (or fails): the same HTTP status / gRPC code.
+
+ONES = f32(1, 1, 1, 1)
+ERRORS = {
+    "add_sub_wrong_input_name": ("add_sub", [("INPUT0", ONES, "FP32"), ("INPUT2", ONES, "FP32")], ["OUTPUT0"], ""),
+    "add_sub_wrong_dtype": ("add_sub", [("INPUT0", ONES.astype(np.int32), "INT32"), ("INPUT1", ONES, "FP32")], ["OUTPUT0"], ""),
+    "add_sub_fp64": ("add_sub", [("INPUT0", ONES.astype(np.float64), "FP64"), ("INPUT1", ONES.astype(np.float64), "FP64")], ["OUTPUT0"], ""),
+    "add_sub_wrong_shape": ("add_sub", [("INPUT0", f32(1, 2, 3, 4, 5), "FP32"), ("INPUT1", f32(1, 2, 3, 4, 5), "FP32")], ["OUTPUT0"], ""),
+    "add_sub_2d_shape": ("add_sub", [("INPUT0", ONES.reshape(2, 2), "FP32"), ("INPUT1", ONES.reshape(2, 2), "FP32")], ["OUTPUT0"], ""),
+    "add_sub_missing_input": ("add_sub", [("INPUT0", ONES, "FP32")], ["OUTPUT0"], ""),
+    "add_sub_extra_input": ("add_sub", [("INPUT0", ONES, "FP32"), ("INPUT1", ONES, "FP32"), ("INPUT2", ONES, "FP32")], ["OUTPUT0"], ""),
+    "add_sub_unknown_output": ("add_sub", [("INPUT0", ONES, "FP32"), ("INPUT1", ONES, "FP32")], ["OUTPUT9"], ""),
+    "add_sub_missing_version": ("add_sub", [("INPUT0", ONES, "FP32"), ("INPUT1", ONES, "FP32")], ["OUTPUT0"], "2"),
+    "unknown_model": ("no_such_model", [("INPUT0", ONES, "FP32")], ["OUTPUT0"], ""),
+    "unavailable_model": ("imports_torch", [("IN", f32(1), "FP32")], ["OUT"], ""),
+    "strings_batch_over_max": ("strings", [("TEXT", obj([["a"]] * 9), "BYTES")], ["UPPER"], ""),
+    "strings_no_batch_dim": ("strings", [("TEXT", np.array([b"a", b"b"], dtype=np.object_), "BYTES")], ["UPPER"], ""),
+    "strings_wrong_dtype": ("strings", [("TEXT", np.ones((1, 2), dtype=np.int32), "INT32")], ["UPPER"], ""),
+    "uses_stdlib_empty": ("uses_stdlib", [("IN", np.zeros(0, dtype=np.int64), "INT64")], ["OUT"], ""),  # raises in execute
+    "uses_stdlib_wrong_dtype": ("uses_stdlib", [("IN", f32(1, 2), "FP32")], ["OUT"], ""),
+}
+
+
+@pytest.mark.parametrize("case,proto", case_params({k: {"args": v} for k, v in ERRORS.items()}))
+def test_refused_requests_fail_as_on_triton(servers, case, proto, request):
+    model, inputs, outputs, version = case["args"]
+    answer = compare(servers, proto, model, inputs, outputs, version, record=request.node.callspec.id)
+    assert isinstance(answer, Err), f"Triton accepted it: {answer}"
+
+
+# ---------------------------------------------------------------------------
+# Repository, readiness and metadata.
+
+
+def index(server):
+    return {m["name"]: m for m in httpclient.InferenceServerClient(server.url).get_model_repository_index()}
+
+
+def test_the_same_models_are_ready_and_unavailable(servers):
+    got = {k: index(s) for k, s in servers.items()}
+    MESSAGES["repository_index"] = {k: {n: m.get("reason", "") for n, m in i.items()} for k, i in got.items()}
+    states = {k: {n: (m.get("version"), m.get("state")) for n, m in i.items()} for k, i in got.items()}
+    assert states["tern"] == states["triton"]
+    assert states["triton"] == {**{n: ("1", "READY") for n in GOOD}, **{n: ("1", "UNAVAILABLE") for n in BAD}}
+    for k, i in got.items():  # each server says why; the words are its own
+        for n in BAD:
+            assert i[n].get("reason"), (k, n, i[n])
+
+
+def http_status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def readiness(server):
+    h = httpclient.InferenceServerClient(server.url)
+    g = grpcclient.InferenceServerClient(server.grpc_url)
+    out = {"server": (h.is_server_ready(), g.is_server_ready(), h.is_server_live(), g.is_server_live(),
+                      http_status(f"http://{server.url}/v2/health/ready"))}
+    for n in GOOD + BAD + ("no_such_model",):
+        out[n] = (http_status(f"http://{server.url}/v2/models/{n}/ready"), h.is_model_ready(n), g.is_model_ready(n))
+    return out
+
+
+def test_server_and_model_readiness_match(servers):
+    got = {k: readiness(s) for k, s in servers.items()}
+    assert got["tern"] == got["triton"]
+    # Triton's strict readiness: a repository with a model that failed to load is not ready.
+    assert got["triton"]["server"] == (False, False, True, True, 400)
+
+
+def metadata(server, proto, model):
+    if proto == "grpc":
+        m = grpcclient.InferenceServerClient(server.grpc_url).get_model_metadata(model, as_json=True)
+    else:
+        m = httpclient.InferenceServerClient(server.url).get_model_metadata(model)
+    io = lambda ts: [(t["name"], t["datatype"], [int(d) for d in t["shape"]]) for t in ts]  # noqa: E731
+    return {"name": m["name"], "versions": m.get("versions"), "platform": m.get("platform", ""),
+            "inputs": io(m.get("inputs", [])), "outputs": io(m.get("outputs", []))}
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+@pytest.mark.parametrize("model", GOOD)
+def test_model_metadata_matches(servers, model, proto):
+    got = {k: metadata(s, proto, model) for k, s in servers.items()}
+    assert got["tern"] == got["triton"]
