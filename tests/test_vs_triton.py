@@ -39,7 +39,7 @@ REF_VENV_BIN = os.path.join(REF, "venv", "bin")
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 MESSAGES_FILE = os.path.join(TARGET, "test-vs-triton", "messages.json")
 
-GOOD = ("add_sub", "strings", "uses_stdlib")
+GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess")
 BAD = ("fails_init", "imports_torch", "syntax_error")
 PROTOCOLS = ("http-binary", "http-json", "grpc")
 
@@ -329,6 +329,21 @@ STDLIB = {
 def test_uses_stdlib_answers_as_triton(servers, case, proto):
     ok = compare(servers, proto, "uses_stdlib", [("IN", case["values"], "INT64")], ["OUT"])
     assert json.loads(ok.outputs["OUT"][2][0])["count"] == len(case["values"])
+
+
+u8 = np.random.default_rng(11)
+PREPROCESS = {
+    "one_image": {"image": u8.integers(0, 256, (1, 32, 32, 3), dtype=np.uint8)},
+    "batch_of_4": {"image": u8.integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)},
+    "flat": {"image": np.full((2, 32, 32, 3), 128, dtype=np.uint8)},
+}
+
+
+@pytest.mark.parametrize("case,proto", case_params(PREPROCESS))
+def test_numpy_preprocessing_answers_as_triton(servers, case, proto):
+    ok = compare(servers, proto, "preprocess", [("IMAGE", case["image"], "UINT8")], ["TENSOR", "BRIGHTEST"])
+    assert isinstance(ok, Ok), f"Triton refused it: {ok}"
+    assert ok.outputs["TENSOR"][2].shape == (case["image"].shape[0], 3, 32, 32)
 
 
 # ---------------------------------------------------------------------------
