@@ -25,7 +25,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: python-runner stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins test-vs-triton
+.PHONY: python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins test-vs-triton
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 	$(call mark,setup)
@@ -451,3 +451,11 @@ test-vs-triton: $(VENV)/.stamp $(TRITON_REF)
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_TRITON_REF=$(CURDIR)/$(TRITON_REF_DIR) \
 		$(PY) -m pytest tests/test_vs_triton.py -q -rxs
 	$(call mark,test-vs-triton)
+
+# Triton Python models on Tern's Python runner vs Triton 2.51's Python
+# backend (tests/bench/python_models.py): add_sub, strings and preprocess,
+# one instance each, perf_analyzer over gRPC at concurrency 1 and 16, time to
+# READY and resident memory, 2 interleaved rounds (~6 min).
+bench-python: release $(PERF_ANALYZER) $(TRITON_REF)
+	$(MAKE) python-runner TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
+	$(PY) tests/bench/python_models.py --tern $(CARGO_TARGET_DIR)/release/tern --triton-ref $(TRITON_REF_DIR) --perf-analyzer $(PERF_ANALYZER) $(BENCH_ARGS)
