@@ -19,8 +19,8 @@ DIR is replaced. Its layout (the Containerfile's COPY sources):
 
 The output is deterministic: the same inputs give the same bytes, names,
 modes and modification times (SOURCE_DATE_EPOCH, else the tarball's binary's),
-except cwasm.key, a fresh random key for each context, and the last 32 bytes
-of each cwasm/ entry, its digest under that key.
+except cwasm.key, a fresh random key for each context, and the cwasm/*.seal
+files, each entry's digest under that key.
 """
 
 import argparse

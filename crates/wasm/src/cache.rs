@@ -117,15 +117,20 @@ pub fn load(
     let bytes = std::fs::read(path)
         .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))?;
     let name = key(&runtime.cache_tag(), &bytes);
-    let slot = loaded()
-        .lock()
-        .expect("loaded components lock poisoned: nothing panics while holding it")
-        .entry(name)
-        .or_default()
-        .clone();
+    let slot = {
+        let mut map = loaded()
+            .lock()
+            .expect("loaded components lock poisoned: nothing panics while holding it");
+        // Components no model holds any more (and nobody is loading) leave the map.
+        map.retain(|_, s| {
+            Arc::strong_count(s) > 1 || s.try_lock().map_or(true, |w| w.strong_count() > 0)
+        });
+        map.entry(name).or_default().clone()
+    };
+    // A load that panicked (compiling untrusted bytes) left the slot empty, not unusable.
     let mut slot = slot
         .lock()
-        .expect("component slot lock poisoned: nothing panics while holding it");
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(component) = slot.upgrade() {
         return Ok((component, Source::Shared));
     }
@@ -154,13 +159,13 @@ fn load_bytes(
     if let (Some(entry), Some(seal)) = (&entry, &seal) {
         if entry.is_file() {
             match check_sealed(entry, seal) {
-                // SAFETY: the code was written by `Engine::precompile_component`
-                // of this server (its keyed digest proves it), under a name that
-                // binds it to this engine's configuration and the source bytes,
-                // into a file and folder that only this user or root can change,
-                // so it cannot change between the check and the mapping. Mapping
-                // the file (not a copy) keeps the code in the page cache, shared.
-                Ok(()) => match unsafe { Component::deserialize_file(engine, entry) } {
+                // The code was written by `Engine::precompile_component` of this
+                // server (its keyed digest proves it), under a name that binds it
+                // to this engine's configuration and the source bytes; the file
+                // loaded is the one checked (by descriptor), owned by this user or
+                // root and writable by no one else. Mapping the file (not a copy)
+                // keeps the code in the page cache, shared.
+                Ok(mut file) => match deserialize_open(engine, &mut file) {
                     Ok(c) => return Ok((c, Source::Cache)),
                     Err(e) => tracing::warn!(
                         "wasm cache entry '{}' is unusable ({e:#}); recompiling",
@@ -205,7 +210,18 @@ fn seal_path(entry: &Path) -> PathBuf {
 /// to (not in) the folder, created (32 random bytes, mode 0600) when missing.
 /// A key file others may write is refused: the cache is then not used.
 pub fn seal_key(cache_dir: &Path) -> Result<[u8; 32]> {
-    let path = key_path(cache_dir);
+    let dir_error =
+        |e: String| Error::internal(format!("wasm cache folder '{}': {e}", cache_dir.display()));
+    create_dir(cache_dir).map_err(|e| dir_error(e.to_string()))?;
+    let canonical = cache_dir
+        .canonicalize()
+        .map_err(|e| dir_error(e.to_string()))?;
+    if canonical.parent().is_none() {
+        return Err(dir_error(
+            "the cache folder needs a parent folder, where its key is kept".into(),
+        ));
+    }
+    let path = key_path(&canonical);
     let fail =
         |what: String| Error::internal(format!("wasm cache key '{}': {what}", path.display()));
     if !path.exists() {
@@ -231,9 +247,12 @@ pub fn seal_key(cache_dir: &Path) -> Result<[u8; 32]> {
         }
         let _ = std::fs::remove_file(&tmp);
     }
-    let meta = std::fs::metadata(&path).map_err(|e| fail(e.to_string()))?;
-    trusted(&meta).map_err(fail)?;
-    let key = std::fs::read(&path).map_err(|e| fail(e.to_string()))?;
+    let mut file = open_trusted(&path)
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(fail)?;
+    let mut key = Vec::new();
+    file.read_to_end(&mut key)
+        .map_err(|e| fail(e.to_string()))?;
     key.try_into()
         .map_err(|_| fail("it is not 32 bytes long".into()))
 }
@@ -265,20 +284,34 @@ fn trusted(meta: &std::fs::Metadata) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Whether an entry may be loaded: its folder, the entry and its seal are
-/// trusted, and the seal is the keyed digest of the entry's bytes.
-fn check_sealed(entry: &Path, key: &[u8; 32]) -> std::result::Result<(), String> {
+/// Opens a file without following a symbolic link, and checks (on the
+/// open file, so a swap after the check changes nothing) that it is trusted.
+fn open_trusted(path: &Path) -> std::io::Result<std::result::Result<std::fs::File, String>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    Ok(trusted(&file.metadata()?).map(|()| file))
+}
+
+/// The open entry, when it may be loaded: its folder, the entry and its
+/// seal are trusted, and the seal is the keyed digest of the bytes of the
+/// file that is returned (the caller loads that open file, not the path
+/// again).
+fn check_sealed(entry: &Path, key: &[u8; 32]) -> std::result::Result<std::fs::File, String> {
     let dir = entry.parent().expect("cache entries live in a directory");
-    let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
     trusted(&meta).map_err(|why| format!("its folder '{}': {why}", dir.display()))?;
-    let mut file = std::fs::File::open(entry).map_err(|e| e.to_string())?;
-    trusted(&file.metadata().map_err(|e| e.to_string())?)?;
-    let seal_file = seal_path(entry);
-    let Ok(meta) = std::fs::metadata(&seal_file) else {
-        return Err("it was not written by this server (it has no seal)".into());
+    let mut file = open_trusted(entry).map_err(|e| e.to_string())??;
+    let seal = match open_trusted(&seal_path(entry)) {
+        Err(_) => return Err("it was not written by this server (it has no seal)".into()),
+        Ok(Err(why)) => return Err(format!("its seal: {why}")),
+        Ok(Ok(mut f)) => {
+            let mut seal = Vec::new();
+            f.read_to_end(&mut seal).map_err(|e| e.to_string())?;
+            seal
+        }
     };
-    trusted(&meta).map_err(|why| format!("its seal: {why}"))?;
-    let seal = std::fs::read(&seal_file).map_err(|e| e.to_string())?;
     let mut hasher = blake3::Hasher::new_keyed(key);
     std::io::copy(&mut file, &mut hasher).map_err(|e| e.to_string())?;
     if seal.len() != blake3::OUT_LEN
@@ -288,7 +321,24 @@ fn check_sealed(entry: &Path, key: &[u8; 32]) -> std::result::Result<(), String>
             "it was not written by this server (its seal does not match the cache key)".into(),
         );
     }
-    Ok(())
+    Ok(file)
+}
+
+/// Loads a checked entry from its open file: mapped through
+/// `/proc/self/fd` (the same file whatever happens to its path since), or
+/// read into memory where `/proc` is not mounted.
+fn deserialize_open(engine: &Engine, file: &mut std::fs::File) -> wasmtime::Result<Component> {
+    use std::os::fd::AsRawFd;
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    if by_fd.exists() {
+        // SAFETY: see the caller: the open file is the checked, sealed entry.
+        return unsafe { Component::deserialize_file(engine, &by_fd) };
+    }
+    let mut code = Vec::new();
+    std::io::Seek::rewind(file)?;
+    file.read_to_end(&mut code)?;
+    // SAFETY: as above; these are the bytes of the checked file.
+    unsafe { Component::deserialize(engine, &code) }
 }
 
 /// Creates a folder (and its parents) that only this user may write,
@@ -508,6 +558,31 @@ mod tests {
         // A key others may write disables the cache: every load compiles.
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert_eq!(load(), Source::Compiled);
+        assert_eq!(load(), Source::Compiled);
+    }
+
+    #[test]
+    fn symbolic_links_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, cache) = smallest(dir.path(), "links");
+        let native = Runtime::new(false).unwrap();
+        let load = || load(&native, &file, Some(&cache), || ()).unwrap().1;
+        assert_eq!(load(), Source::Compiled);
+        let entry = entry_in(&cache);
+        let elsewhere = dir.path().join("elsewhere.cwasm");
+        std::fs::rename(&entry, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &entry).unwrap();
+        assert_eq!(
+            load(),
+            Source::Compiled,
+            "an entry that is a link is not loaded"
+        );
+        assert_eq!(load(), Source::Cache, "the rewritten entry is");
+        let key = key_path(&cache);
+        let real = dir.path().join("real.key");
+        std::fs::rename(&key, &real).unwrap();
+        std::os::unix::fs::symlink(&real, &key).unwrap();
+        assert_eq!(load(), Source::Compiled, "a key that is a link is not used");
         assert_eq!(load(), Source::Compiled);
     }
 

@@ -21,7 +21,7 @@ import random as _random
 import struct as _struct
 import sys as _sys
 
-__version__ = "1.26.0+tern"
+__version__ = "2.1.0+tern"
 
 # --- dtypes -----------------------------------------------------------------
 
@@ -74,6 +74,7 @@ def _register(name, kind, itemsize, char, base, aliases=()):
         scalar = type(name, (base,), {
             "dtype": d,
             "__slots__": (),
+            "__new__": lambda cls, v=0, _base=base, _d=d: _base.__new__(cls, _caster(_d)(v)),
             "item": lambda self, _base=base: _base(self),
             "tolist": lambda self, _base=base: _base(self),
             "astype": lambda self, t: dtype(t).type(_caster(dtype(t))(self)),
@@ -383,6 +384,7 @@ class ndarray:
 
     def __setitem__(self, key, value):
         positions, shape = _positions(self, key)
+        shape = () if shape is None else shape
         v = asarray(value)
         if v._dtype.kind == "O" and self._dtype.kind != "O" and v.size == 1:
             v = asarray(v.item())
@@ -429,7 +431,41 @@ class ndarray:
         return self._bin(o, _mod)
 
     def __pow__(self, o):
+        if self._dtype.kind in "iu" and result_type(self, o).kind in "iu" and _b.any(v < 0 for v in asarray(o)._data):
+            raise ValueError("Integers to negative integer powers are not allowed.")
         return self._bin(o, lambda a, b: a**b)
+
+    def __rmod__(self, o):
+        return self._bin(o, _mod, reverse=True)
+
+    def __lshift__(self, o):
+        return self._bin(o, lambda a, b: a << b)
+
+    def __rshift__(self, o):
+        return self._bin(o, lambda a, b: a >> b)
+
+    def _inplace(self, result):
+        """`a op= b`: the result written into `a`, in `a`'s dtype (numpy's same-kind casting)."""
+        r = _broadcast_to(result, self._shape)
+        self._data[:] = _cast_all(r._data, self._dtype) if self._dtype.kind != "O" else r._data
+        return self
+
+    def __iadd__(self, o):
+        return self._inplace(self + o)
+
+    def __isub__(self, o):
+        return self._inplace(self - o)
+
+    def __imul__(self, o):
+        return self._inplace(self * o)
+
+    def __itruediv__(self, o):
+        if self._dtype.kind != "f":
+            raise TypeError("Cannot cast ufunc 'divide' output from dtype('float64') to an integer dtype in place")
+        return self._inplace(self / o)
+
+    def __ifloordiv__(self, o):
+        return self._inplace(self // o)
 
     def __rpow__(self, o):
         return self._bin(o, lambda a, b: a**b, reverse=True)
@@ -508,8 +544,8 @@ class ndarray:
     def any(self, axis=None):
         return any(self, axis)
 
-    def clip(self, a_min=None, a_max=None):
-        return clip(self, a_min, a_max)
+    def clip(self, a_min=None, a_max=None, min=None, max=None):  # noqa: A002
+        return clip(self, a_min, a_max, min, max)
 
     def round(self, decimals=0):
         return round(self, decimals)
@@ -795,6 +831,8 @@ def _normalise_key(a, key):
 
 def _positions(a, key):
     """Flat positions a key selects, and the shape of the selection (`None`: a scalar)."""
+    if isinstance(key, list) and key and _b.all(isinstance(k, _b.bool) for k in key):
+        key = array(key, dtype=bool_d)
     if isinstance(key, ndarray) and key.dtype.kind == "b":
         if key.shape != a.shape[: key.ndim]:
             raise IndexError("boolean index did not match indexed array")
@@ -900,8 +938,8 @@ def _scalar(v, d):
     if d.kind == "O":
         return v
     try:
-        return d.type(v)
-    except TypeError:
+        return d.type(v)  # rounds (float32) or wraps (integers) as numpy's scalars hold them
+    except (TypeError, ValueError, OverflowError):
         return v
 
 
@@ -939,26 +977,45 @@ def std(a, axis=None):
     return sqrt(var(a, axis))
 
 
+def _nan_or(f):
+    """numpy's max/min: a NaN anywhere is the answer."""
+    def g(values):
+        for v in values:
+            if v != v:
+                return v
+        return f(values)
+    return g
+
+
 def amax(a, axis=None, keepdims=False):
-    return _reduce(a, _b.max, axis, None, keepdims)
+    return _reduce(a, _nan_or(_b.max), axis, None, keepdims)
 
 
 def amin(a, axis=None, keepdims=False):
-    return _reduce(a, _b.min, axis, None, keepdims)
+    return _reduce(a, _nan_or(_b.min), axis, None, keepdims)
 
 
 max = amax  # noqa: A001
 min = amin  # noqa: A001
 
 
+def _first_nan_or(f):
+    def g(values):
+        for i, v in enumerate(values):
+            if v != v:
+                return i
+        return values.index(f(values))
+    return g
+
+
 def argmax(a, axis=None):
     a = asarray(a)
-    return _reduce(a, lambda g: g.index(_b.max(g)), axis, int64_d)
+    return _reduce(a.flatten() if axis is None else a, _first_nan_or(_b.max), None if axis is None else axis, int64_d)
 
 
 def argmin(a, axis=None):
     a = asarray(a)
-    return _reduce(a, lambda g: g.index(_b.min(g)), axis, int64_d)
+    return _reduce(a.flatten() if axis is None else a, _first_nan_or(_b.min), None if axis is None else axis, int64_d)
 
 
 def all(a, axis=None):  # noqa: A001
@@ -1030,14 +1087,21 @@ def _safe(f):
     return g
 
 
-exp = _unary(_safe(_math.exp))
+def _exp(v):
+    try:
+        return _math.exp(v)
+    except OverflowError:
+        return _math.inf
+
+
+exp = _unary(_exp)
 log = _unary(lambda v: -_math.inf if v == 0 else (_math.log(v) if v > 0 else _math.nan))
 sqrt = _unary(lambda v: _math.sqrt(v) if v >= 0 else _math.nan)
 tanh = _unary(_math.tanh)
 sin = _unary(_math.sin)
 cos = _unary(_math.cos)
-floor = _unary(_math.floor)
-ceil = _unary(_math.ceil)
+floor = _unary(lambda v: _math.floor(v) if _math.isfinite(v) else v)
+ceil = _unary(lambda v: _math.ceil(v) if _math.isfinite(v) else v)
 abs = _unary(_b.abs, out_float=False)  # noqa: A001
 absolute = abs
 
@@ -1050,19 +1114,23 @@ def round(a, decimals=0):  # noqa: A001
 around = round
 
 
-def clip(a, a_min, a_max):
+def clip(a, a_min=None, a_max=None, min=None, max=None):  # noqa: A002 (numpy's names)
     a = asarray(a)
-    lo = -_math.inf if a_min is None else a_min
-    hi = _math.inf if a_max is None else a_max
-    return _binary(_binary(a, lo, lambda x, y: x if x > y else y), hi, lambda x, y: x if x < y else y)
+    lo = a_min if a_min is not None else min
+    hi = a_max if a_max is not None else max
+    if lo is not None:
+        a = _binary(a, lo, lambda x, y: x if x > y or x != x else y)
+    if hi is not None:
+        a = _binary(a, hi, lambda x, y: x if x < y or x != x else y)
+    return a
 
 
 def maximum(a, b):
-    return _binary(asarray(a), b, lambda x, y: x if x >= y else y)
+    return _binary(asarray(a), b, lambda x, y: x if x >= y or x != x else y)
 
 
 def minimum(a, b):
-    return _binary(asarray(a), b, lambda x, y: x if x <= y else y)
+    return _binary(asarray(a), b, lambda x, y: x if x <= y or x != x else y)
 
 
 def add(a, b):
@@ -1117,10 +1185,10 @@ def where(condition, x=None, y=None):
     c = asarray(condition)
     if x is None and y is None:
         return nonzero(c)
+    d = result_type(x, y)
     x, y = asarray(x), asarray(y)
     shape = _broadcast_shape(c.shape, x.shape, y.shape)
     cd, xd, yd = (_broadcast_to(v, shape)._data for v in (c, x, y))
-    d = _promote(x.dtype, y.dtype)
     return ndarray._of(_cast_all([p if k else q for k, p, q in zip(cd, xd, yd)], d), shape, d)
 
 

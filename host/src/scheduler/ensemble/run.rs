@@ -103,6 +103,13 @@ impl Ensemble {
     /// Runs one (validated) request of an ensemble that is not decoupled and
     /// returns the ensemble's outputs.
     pub async fn run(&self, request: InferRequest) -> Result<InferResponse> {
+        if self.decoupled() {
+            return Err(Error::unsupported(format!(
+                "ensemble '{}' is decoupled (a step streams its responses): it answers through gRPC \
+                 ModelStreamInfer, HTTP generate_stream or a BLS exec(decoupled=True)",
+                self.plan.name
+            )));
+        }
         let id = request.id.clone();
         let mut answer = None;
         let mut emit = |outputs: Option<Vec<Tensor>>, _last: bool| {
@@ -241,7 +248,17 @@ impl Ensemble {
         match p.streams_from {
             None => {
                 let outputs = self.outputs_at(&tensors, None).ok_or_else(|| {
-                    Error::internal(format!("ensemble '{}': an output was not produced", p.name))
+                    let missing: Vec<&str> = p
+                        .outputs
+                        .iter()
+                        .filter(|o| tensors.get(o, None).is_none())
+                        .map(String::as_str)
+                        .collect();
+                    Error::internal(format!(
+                        "ensemble '{}': output(s) {} were not produced",
+                        p.name,
+                        missing.join(", ")
+                    ))
                 })?;
                 emit(Some(outputs), true)?;
             }
