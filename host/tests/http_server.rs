@@ -115,9 +115,14 @@ async fn serves_infer_metadata_and_errors() {
     assert_eq!(status, 400);
     assert!(body.contains("Expected [-1,2], got [1,3]"), "{body}");
 
+    // As Triton: a model with no ready version is unknown (404), the load error after its words.
     let (status, body) = call(addr, "GET", "/v2/models/bad/config", "").await;
-    assert_eq!(status, 503, "{body}");
-    assert!(body.contains("unknown backend 'no_such_backend'"), "{body}");
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body.contains("Request for unknown model: 'bad' has no available versions")
+            && body.contains("unknown backend 'no_such_backend'"),
+        "{body}"
+    );
 
     let (status, body) = call(addr, "GET", "/v2/models/ident/config", "").await;
     assert_eq!(status, 200);

@@ -90,8 +90,17 @@ mod tests {
         let rt = Runtime::for_target("aarch64-unknown-linux-gnu", false).unwrap();
         let done = repository(&rt, repo.path(), &cache).unwrap();
         assert_eq!(done.len(), 3);
-        // The same bytes make one entry.
-        assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
+        // The same bytes make one entry (with its seal).
+        let mut names: Vec<String> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(
+            names[1].ends_with(".cwasm.seal") && names[1].starts_with(&names[0]),
+            "{names:?}"
+        );
         assert!(done[0]
             .entry
             .to_str()

@@ -247,12 +247,15 @@ mod tests {
         assert_eq!(resolve("backend: \"wasm\"", &[]).unwrap(), "wasm");
         assert_eq!(resolve("", &["model.wasm"]).unwrap(), "wasm");
         assert_eq!(resolve("backend: \"identity\"", &[]).unwrap(), "identity");
-        let e = resolve("backend: \"python\"", &[]).unwrap_err();
+        // Triton Python models run on the Python runner: by name, or by their model.py.
+        assert_eq!(resolve("backend: \"python\"", &[]).unwrap(), "python");
+        assert_eq!(resolve("", &["model.py"]).unwrap(), "python");
+        let e = resolve("backend: \"tensorflow\"", &[]).unwrap_err();
         assert_eq!(e.code, tern_core::Code::Unsupported);
         assert!(
             e.message
                 .contains("is a Triton backend that Tern does not provide")
-                && e.message.contains("tern plugin new <dir> --lang python"),
+                && e.message.contains("tf2onnx"),
             "{e}"
         );
         #[cfg(not(feature = "torch"))]
