@@ -224,6 +224,11 @@ pub fn seal_key(cache_dir: &Path) -> Result<[u8; 32]> {
     let path = key_path(&canonical);
     let fail =
         |what: String| Error::internal(format!("wasm cache key '{}': {what}", path.display()));
+    // Models load in parallel: one of them creates the key, the others read it.
+    static CREATING: Mutex<()> = Mutex::new(());
+    let _creating = CREATING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !path.exists() {
         let mut key = [0u8; 32];
         std::fs::File::open("/dev/urandom")
@@ -559,6 +564,19 @@ mod tests {
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert_eq!(load(), Source::Compiled);
         assert_eq!(load(), Source::Compiled);
+    }
+
+    #[test]
+    fn models_loading_in_parallel_share_one_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let keys: Vec<[u8; 32]> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| seal_key(&cache).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(keys.iter().all(|k| *k == keys[0]));
     }
 
     #[test]
