@@ -52,14 +52,14 @@ fn device_for(model: &str, device: DeviceKind) -> Result<Device> {
         DeviceKind::Gpu(id) => {
             if !shim::cuda_linked() {
                 return Err(Error::unavailable("KIND_GPU instances need LibTorch's CUDA library, and this build's pytorch \
-                     backend has CPU LibTorch only (build with the 'torch-cuda' feature: make torch-cuda)").for_model(&model));
+                     backend has CPU LibTorch only (build with the 'torch-cuda' feature: make torch-cuda)").for_model(model));
             }
             let count = tch::Cuda::device_count();
             if id < 0 || i64::from(id) >= count {
                 return Err(Error::unavailable(format!(
                     "LibTorch sees {count} CUDA device(s), so it cannot use GPU {id}"
                 ))
-                .for_model(&model));
+                .for_model(model));
             }
             Ok(Device::Cuda(id as usize))
         }
