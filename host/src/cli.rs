@@ -388,6 +388,24 @@ pub struct Args {
     )]
     pub metrics_interval_ms: u64,
 
+    /// Response cache `<cache>,<setting>=<value>` (repeatable): `local,size=<bytes>`
+    /// or `redis,host=<host>` with `redis,port=<port>` (docs/configuration.md).
+    #[arg(help_heading = "Response cache", long, env = "TERN_CACHE_CONFIG")]
+    pub cache_config: Vec<String>,
+
+    /// Deprecated tritonserver spelling of `--cache-config=local,size=<bytes>`.
+    #[arg(
+        help_heading = "Response cache",
+        long,
+        env = "TERN_RESPONSE_CACHE_BYTE_SIZE"
+    )]
+    pub response_cache_byte_size: Option<String>,
+
+    /// Where tritonserver looks for cache libraries; accepted for
+    /// compatibility (Tern's caches are built in).
+    #[arg(help_heading = "Response cache", long, env = "TERN_CACHE_DIRECTORY")]
+    pub cache_directory: Option<PathBuf>,
+
     /// Metrics settings `<setting>=<value>` (repeatable): counter_latencies,
     /// summary_latencies, summary_quantiles.
     #[arg(help_heading = "Metrics", long, env = "TERN_METRICS_CONFIG")]
@@ -467,9 +485,6 @@ fn parse_cuda_pool(s: &str) -> std::result::Result<(usize, usize), String> {
 const NOT_YET: &[&str] = &[
     "--grpc-header-forward-pattern",
     "--cuda-virtual-address-size",
-    "--response-cache-byte-size",
-    "--cache-config",
-    "--cache-directory",
     "--rate-limit",
     "--trace-",
     "--backend-directory",
@@ -612,6 +627,20 @@ impl Args {
         };
         s.apply_config(&self.metrics_config)?;
         Ok(s)
+    }
+
+    /// The response cache `--cache-config` (or `--response-cache-byte-size`) asks for.
+    pub fn cache_settings(&self) -> Result<Option<crate::cache::CacheSettings>> {
+        if let Some(dir) = &self.cache_directory {
+            tracing::info!(
+                "--cache-directory '{}' has no effect: Tern's response caches are built in",
+                dir.display()
+            );
+        }
+        crate::cache::CacheSettings::from_flags(
+            &self.cache_config,
+            self.response_cache_byte_size.as_deref(),
+        )
     }
 
     /// Whether configs are auto-completed.

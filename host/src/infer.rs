@@ -10,12 +10,14 @@
 //! with [`Infer::target`] and runs the decoded request on that same version.
 
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use tern_core::error::{Error, Result};
 use tern_core::request::{InferRequest, InferResponse, RequestedOutput, StreamItem};
 use tern_core::router::{InferFuture, ModelRouter, NextFuture, ResponseStream};
 use tern_memory::shm;
 
+use crate::cache::{self, ResponseCache};
 use crate::repository::{Repository, RepositoryOptions};
 use crate::scheduler::{stream::Single, ModelHandle};
 
@@ -23,6 +25,7 @@ use crate::scheduler::{stream::Single, ModelHandle};
 pub struct Infer {
     me: Weak<Infer>,
     repository: Arc<Repository>,
+    cache: Option<Arc<ResponseCache>>,
 }
 
 /// The model version a request runs on, resolved before the request is decoded.
@@ -49,11 +52,18 @@ impl Infer {
     /// A repository whose models route their own calls (ensemble steps, BLS)
     /// back through the facade.
     pub fn new(options: RepositoryOptions) -> Arc<Infer> {
+        Infer::with_cache(options, None)
+    }
+
+    /// As [`Infer::new`], answering models that enable `response_cache`
+    /// from `cache` when there is one.
+    pub fn with_cache(options: RepositoryOptions, cache: Option<Arc<ResponseCache>>) -> Arc<Infer> {
         Arc::new_cyclic(|me: &Weak<Infer>| {
             let router: Weak<dyn ModelRouter> = me.clone();
             Infer {
                 me: me.clone(),
                 repository: Repository::new(options, router),
+                cache,
             }
         })
     }
@@ -73,7 +83,7 @@ impl Infer {
     /// outputs bound to shared memory.
     pub async fn infer(&self, target: &Target, request: InferRequest) -> Result<Answer> {
         let requested = request.outputs.clone();
-        let response = target.0.infer(request).await?;
+        let response = self.run(&target.0, request).await?;
         shm::write_outputs(&response, &requested)?;
         Ok(Answer {
             response,
@@ -90,11 +100,40 @@ impl Infer {
         let inner: Box<dyn ResponseStream> = if handle.decoupled() {
             Box::new(handle.infer_stream(request)?)
         } else {
-            Box::new(Single::new(Box::pin(
-                async move { handle.infer(request).await },
-            )))
+            let this = self.me.upgrade().ok_or_else(shutting_down)?;
+            Box::new(Single::new(Box::pin(async move {
+                this.run(&handle, request).await
+            })))
         };
         Ok(Answers { inner, requested })
+    }
+
+    /// Runs a request on a model that is not decoupled, through the
+    /// response cache when the server has one and the model enables it: a
+    /// hit answers without the model (with this request's id), a miss runs
+    /// it and keeps a successful response.
+    async fn run(&self, handle: &ModelHandle, request: InferRequest) -> Result<InferResponse> {
+        let Some(cache) = self.cache.as_ref().filter(|_| handle.caches_responses()) else {
+            return handle.infer(request).await;
+        };
+        let arrived = Instant::now();
+        let key = cache::key(&handle.config.name, handle.version, &request);
+        let queued = arrived.elapsed();
+        let (found, lookup) = cache.lookup(&key);
+        if let Some(outputs) = found {
+            handle.record_cache_hit(arrived.elapsed(), queued, lookup);
+            return Ok(InferResponse {
+                model_name: handle.config.name.clone(),
+                model_version: handle.version,
+                id: request.id,
+                outputs,
+                ..Default::default()
+            });
+        }
+        let response = handle.infer(request).await?;
+        let insert = cache.insert(&key, &response.outputs);
+        handle.record_cache_miss(lookup + insert);
+        Ok(response)
     }
 }
 

@@ -5,6 +5,7 @@
 //! See `docs/architecture.md` for how the crates and modules fit together.
 
 pub mod backends;
+pub mod cache;
 pub mod cli;
 pub mod frontend;
 pub mod infer;

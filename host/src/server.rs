@@ -11,6 +11,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::cache::ResponseCache;
 use crate::cli::Args;
 use crate::frontend::common::ServerInfo;
 use crate::frontend::grpc;
@@ -47,14 +48,22 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     tracing::info!("{}", crate::version::line());
     let pools = configure_memory(args);
     let metrics_settings = args.metrics_settings()?;
-    let infer = Infer::new(repository_options(
-        args,
-        metrics_settings.summary_latencies,
-    )?);
+    let cache = match args.cache_settings()? {
+        Some(settings) => Some(ResponseCache::open(&settings)?),
+        None => None,
+    };
+    let infer = Infer::with_cache(
+        repository_options(args, metrics_settings.summary_latencies)?,
+        cache.clone(),
+    );
     let repository = infer.repository().clone();
-    let metrics = args
-        .allow_metrics
-        .then(|| Arc::new(Metrics::new(repository.clone(), metrics_settings, pools)));
+    let metrics = args.allow_metrics.then(|| {
+        let mut m = Metrics::new(repository.clone(), metrics_settings, pools);
+        if let Some(cache) = cache {
+            m = m.with_families(cache);
+        }
+        Arc::new(m)
+    });
     let initialized = load_startup_models(args, &repository, mode, &load_models).await?;
     let info = Arc::new(ServerInfo {
         infer,

@@ -141,6 +141,16 @@ pub fn sequence_start_required(id: &str, model: &str) -> Error {
     ))
 }
 
+/// A model that enables the response cache with a scheduler or transaction
+/// policy the cache cannot serve (`INVALID_ARG` at load; Triton's
+/// `model_config_utils.cc`): `what` is `sequence batching scheduler` or
+/// `'decoupled' transaction policy`.
+pub fn response_cache_unsupported(model: &str, what: &str) -> Error {
+    Error::invalid_arg(format!(
+        "Response Cache does not currently support model {model} with {what}. Please disable the response cache."
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,7 +159,7 @@ mod tests {
     /// marked in the function docs).
     #[test]
     fn texts_are_tritons() {
-        let cases: [(Error, Code, &str); 18] = [
+        let cases: [(Error, Code, &str); 20] = [
             (not_ready("m", None, "failed"), Code::NotFound, "Request for unknown model: 'm' has no available versions (failed)"),
             (not_ready("m", Some(2), "loading"), Code::NotFound, "Request for unknown model: 'm' version 2 is not at ready state (loading)"),
             (unknown_model("m", None), Code::NotFound, "Request for unknown model: 'm' is not found"),
@@ -167,6 +177,8 @@ mod tests {
             (ensemble_two_decoupled_origins("e", "m"), Code::InvalidArg, "in ensemble e, step of model 'm' receives inputs originated from different decoupled models"),
             (sequence_batch_size_one("m"), Code::InvalidArg, "inference request to model 'm' must specify batch-size 1 due to requirements of sequence batcher"),
             (sequence_correlation_id_required("m"), Code::InvalidArg, "inference request to model 'm' must specify a non-zero or non-empty correlation ID"),
+            (response_cache_unsupported("m", "sequence batching scheduler"), Code::InvalidArg, "Response Cache does not currently support model m with sequence batching scheduler. Please disable the response cache."),
+            (response_cache_unsupported("m", "'decoupled' transaction policy"), Code::InvalidArg, "Response Cache does not currently support model m with 'decoupled' transaction policy. Please disable the response cache."),
             (sequence_start_required("7", "m"), Code::InvalidArg, "inference request for sequence 7 to model 'm' must specify the START flag on the first request of the sequence"),
         ];
         for (e, code, text) in cases {

@@ -109,6 +109,8 @@ pub struct Metrics {
     sampler: Option<system::Sampler>,
     /// The memory pools' families (pinned, host, CUDA).
     pools: &'static dyn Families,
+    /// Other server-wide owners' families (the response cache).
+    others: Vec<Arc<dyn Families>>,
 }
 
 /// A per-model counter family: name, help and the value for one version.
@@ -198,7 +200,14 @@ impl Metrics {
             settings,
             sampler,
             pools,
+            others: Vec::new(),
         }
+    }
+
+    /// Adds a server-wide owner's families (rendered after the models').
+    pub fn with_families(mut self, families: Arc<dyn Families>) -> Metrics {
+        self.others.push(families);
+        self
     }
 
     /// Every family in Prometheus text format.
@@ -220,6 +229,9 @@ impl Metrics {
         self.render_system(&mut out);
         if self.settings.gpu {
             gpu::render(&mut out);
+        }
+        for families in &self.others {
+            families.render(&mut out);
         }
         self.pools.render(&mut out);
         self.render_tern(&mut out);
@@ -243,6 +255,9 @@ impl Metrics {
             for (l, _, snap) in rows {
                 sample(out, name, l, value(snap) as f64);
             }
+        }
+        if self.settings.counter_latencies {
+            render_cache_counters(out, rows);
         }
         let name = "nv_inference_request_failure";
         header(
@@ -357,6 +372,46 @@ impl Metrics {
 /// `{model="m",version="1"}` plus the config's `metric_tags`, all sorted by
 /// label name as Triton prints them (see [`text::labels`]).
 /// Triton's `nv_inference_first_response_histogram_ms`, for decoupled models only.
+/// Triton's per-model response cache counters, for the models whose config
+/// enables the cache (labelled without `gpu_uuid`, as Triton's).
+fn render_cache_counters(out: &mut String, rows: &[Row]) {
+    const CACHE: &[Family] = &[
+        (
+            "nv_cache_num_hits_per_model",
+            "Number of cache hits per model",
+            |s| s.cache_hit.count,
+        ),
+        (
+            "nv_cache_hit_duration_per_model",
+            "Total cache hit duration per model, in microseconds",
+            |s| s.cache_hit.ns / 1000,
+        ),
+        (
+            "nv_cache_num_misses_per_model",
+            "Number of cache misses per model",
+            |s| s.cache_miss.count,
+        ),
+        (
+            "nv_cache_miss_duration_per_model",
+            "Total cache miss (insert+lookup) duration per model, in microseconds",
+            |s| s.cache_miss.ns / 1000,
+        ),
+    ];
+    let cached: Vec<&Row> = rows
+        .iter()
+        .filter(|(_, h, _)| h.caches_responses())
+        .collect();
+    if cached.is_empty() {
+        return;
+    }
+    for (name, help, value) in CACHE {
+        header(out, name, "counter", help);
+        for (l, _, snap) in &cached {
+            sample(out, name, l, value(snap) as f64);
+        }
+    }
+}
+
 fn render_first_response(out: &mut String, rows: &[Row]) {
     use crate::scheduler::stats::FIRST_RESPONSE_BUCKETS_MS;
     let name = "nv_inference_first_response_histogram_ms";

@@ -335,6 +335,29 @@ impl ModelHandle {
         }
     }
 
+    /// Whether the config enables the response cache (`response_cache { enable: true }`).
+    pub fn caches_responses(&self) -> bool {
+        self.config
+            .response_cache
+            .as_ref()
+            .is_some_and(|c| c.enable)
+    }
+
+    /// Records a request answered from the response cache.
+    pub fn record_cache_hit(
+        &self,
+        total: std::time::Duration,
+        queue: std::time::Duration,
+        lookup: std::time::Duration,
+    ) {
+        self.model_stats().record_cache_hit(total, queue, lookup);
+    }
+
+    /// Records a response cache miss and the time its lookup and insert took.
+    pub fn record_cache_miss(&self, took: std::time::Duration) {
+        self.model_stats().record_cache_miss(took);
+    }
+
     /// Current statistics of this version.
     pub fn stats(&self) -> stats::Snapshot {
         self.model_stats().snapshot()

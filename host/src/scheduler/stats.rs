@@ -50,6 +50,10 @@ pub struct Snapshot {
     pub compute_infer: CountNs,
     /// Output time of successful requests.
     pub compute_output: CountNs,
+    /// Requests answered from the response cache, with the lookup time.
+    pub cache_hit: CountNs,
+    /// Cache lookups that missed, with the lookup and insert time.
+    pub cache_miss: CountNs,
     /// Per executed batch size: (input, infer, output).
     pub batches: BTreeMap<usize, [CountNs; 3]>,
     /// Failed requests by reason, indexed by [`FailReason`].
@@ -245,6 +249,30 @@ impl ModelStats {
                 sum.observe(values);
             }
         }
+    }
+
+    /// Records a request answered from the response cache, as Triton does:
+    /// a success of `total` with `queue` before the lookup and the lookup's
+    /// time as the hit's; no execution, inference or compute time.
+    pub fn record_cache_hit(&self, total: Duration, queue: Duration, lookup: Duration) {
+        let mut s = self
+            .inner
+            .lock()
+            .expect("stats lock poisoned: nothing panics while holding it");
+        s.success.add(total);
+        s.queue.add(queue);
+        s.cache_hit.add(lookup);
+    }
+
+    /// Records a cache miss whose lookup and insert took `took` (Triton adds
+    /// that time to the request's success time too).
+    pub fn record_cache_miss(&self, took: Duration) {
+        let mut s = self
+            .inner
+            .lock()
+            .expect("stats lock poisoned: nothing panics while holding it");
+        s.cache_miss.add(took);
+        s.success.ns += took.as_nanos() as u64;
     }
 
     /// Records a successful ensemble request, as Triton does: one execution

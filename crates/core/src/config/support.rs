@@ -33,10 +33,6 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
         cfg.model_repository_agents.is_some(),
         "model_repository_agents",
     );
-    note(
-        cfg.response_cache.as_ref().is_some_and(|c| c.enable),
-        "response_cache",
-    );
     note(cfg.model_metrics.is_some(), "model_metrics");
     note(!cfg.runtime.is_empty(), "runtime");
     note(

@@ -441,3 +441,34 @@ fn mutated_configs_never_panic() {
         }
     }
 }
+
+#[test]
+fn the_response_cache_is_refused_for_sequence_and_decoupled_models() {
+    let base = r#"name: "m" backend: "identity" max_batch_size: 4
+        input [{name: "X" data_type: TYPE_INT32 dims: [2]}]
+        output [{name: "Y" data_type: TYPE_INT32 dims: [2]}]
+        response_cache { enable: true }"#;
+    let ok = parse_pbtxt(base).unwrap();
+    validate(&ok, "m").unwrap();
+    let seq = parse_pbtxt(&format!("{base} sequence_batching {{}}")).unwrap();
+    assert_eq!(
+        validate(&seq, "m").unwrap_err().message,
+        "Response Cache does not currently support model m with sequence batching scheduler. Please disable the response cache."
+    );
+    let dec = parse_pbtxt(&format!(
+        "{base} model_transaction_policy {{ decoupled: true }}"
+    ))
+    .unwrap();
+    let e = validate(&dec, "m").unwrap_err();
+    assert_eq!(e.code, crate::error::Code::InvalidArg);
+    assert!(
+        e.message.contains("with 'decoupled' transaction policy"),
+        "{e}"
+    );
+    let off = parse_pbtxt(
+        &format!("{base} model_transaction_policy {{ decoupled: true }}")
+            .replace("enable: true", "enable: false"),
+    )
+    .unwrap();
+    validate(&off, "m").unwrap();
+}

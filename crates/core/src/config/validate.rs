@@ -105,7 +105,33 @@ pub fn validate(cfg: &ModelConfig, folder: &str) -> Result<()> {
             }
         }
     }
+    validate_response_cache(cfg)?;
     crate::sequence::validate_config(cfg)?;
+    Ok(())
+}
+
+/// The response cache serves one response per request from a model without
+/// sequence state: Triton's refusals for the other two.
+fn validate_response_cache(cfg: &ModelConfig) -> Result<()> {
+    if !cfg.response_cache.as_ref().is_some_and(|c| c.enable) {
+        return Ok(());
+    }
+    if crate::sequence::batching(cfg).is_some() {
+        return Err(crate::messages::response_cache_unsupported(
+            &cfg.name,
+            "sequence batching scheduler",
+        ));
+    }
+    if cfg
+        .model_transaction_policy
+        .as_ref()
+        .is_some_and(|p| p.decoupled)
+    {
+        return Err(crate::messages::response_cache_unsupported(
+            &cfg.name,
+            "'decoupled' transaction policy",
+        ));
+    }
     Ok(())
 }
 

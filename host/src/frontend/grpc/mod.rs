@@ -132,8 +132,8 @@ fn statistics(name: &str, version: i64, s: &Snapshot) -> ModelStatistics {
             compute_input: duration(&s.compute_input),
             compute_infer: duration(&s.compute_infer),
             compute_output: duration(&s.compute_output),
-            cache_hit: duration(&CountNs::default()),
-            cache_miss: duration(&CountNs::default()),
+            cache_hit: duration(&s.cache_hit),
+            cache_miss: duration(&s.cache_miss),
         }),
         batch_stats: s
             .batches

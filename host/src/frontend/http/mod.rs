@@ -428,8 +428,8 @@ fn stats_json(s: &Snapshot, name: &str, version: i64) -> Value {
             "compute_input": c(&s.compute_input),
             "compute_infer": c(&s.compute_infer),
             "compute_output": c(&s.compute_output),
-            "cache_hit": c(&CountNs::default()),
-            "cache_miss": c(&CountNs::default()),
+            "cache_hit": c(&s.cache_hit),
+            "cache_miss": c(&s.cache_miss),
         },
         "batch_stats": s.batches.iter().map(|(size, [i, n, o])| json!({
             "batch_size": size,
