@@ -25,7 +25,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins test-vs-triton
+.PHONY: python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins test-vs-triton redis-server
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 	$(call mark,setup)
@@ -227,7 +227,11 @@ test-audio:
 # Test files another target runs with what it builds (the pytorch build, the
 # images, the Jetson context, Triton itself); `make e2e` fails on any skip not about a GPU.
 E2E_OWN_TARGETS := --ignore=tests/test_torch.py --ignore=tests/test_images.py --ignore=tests/test_jetson_recipe.py --ignore=tests/test_vs_triton.py
-e2e: setup flavours test-audio
+# Debian's redis-server for the redis response cache's tests (they start their own on a free port).
+redis-server:
+	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null)
+
+e2e: setup flavours test-audio redis-server
 	$(CARGO) build --workspace
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) TERN_STRICT_SKIPS=1 \

@@ -263,6 +263,7 @@ def test_decoupled_and_sequence_models_are_refused(tmp_path, start_tern):
     (["--cache-config=local,foo=1"], "Failed to initialize LocalCache: config didn't contain a valid 'size' field."),
     (["--cache-config=local,size=abc"], "'size' must be a number of bytes, got 'abc'"),
     (["--cache-config=local,size=10", "--cache-config=redis,host=h"], "only a single cache is currently supported"),
+    (["--cache-config=redis,host=h"], "Failed to initialize RedisCache, didn't specify address."),
     (["--cache-config=foo,size=1"], "unknown cache 'foo'"),
     (["--cache-config=local,size=10", "--response-cache-byte-size=10"], "Incompatible flags --response-cache-byte-size and --cache-config both provided"),
 ])
@@ -281,3 +282,100 @@ def test_the_deprecated_byte_size_flag_is_a_local_cache(tmp_path, start_tern):
     http_infer(t, "m", A, B)
     assert stats(t, "m")["hit"] == 1
     assert "'--response-cache-byte-size' has been deprecated!" in t.log()
+
+
+# --- the redis cache: a real redis-server (Debian's package, which `make` installs) ---
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    def __init__(self, port=None):
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.fail("redis-server not found: `make e2e` installs Debian's redis-server")
+        self.port = port or free_port()
+        self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import socket
+        import time
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def redis_server():
+    r = RedisServer()
+    yield r
+    r.stop()
+
+
+def redis_args(port, *extra):
+    return ["--cache-config=redis,host=127.0.0.1", f"--cache-config=redis,port={port}", *extra]
+
+
+def test_servers_sharing_a_redis_share_their_entries(tmp_path, start_tern, redis_server):
+    r = repo(tmp_path, {"m": pair("m")})
+    one = start_tern([f"--model-repository={r}", *redis_args(redis_server.port)])
+    two = start_tern([f"--model-repository={r}", *redis_args(redis_server.port)])
+    http_infer(one, "m", A, B)
+    assert stats(one, "m")["miss"] == 1
+    answer = http_infer(two, "m", A, B, request_id="x")
+    np.testing.assert_array_equal(answer.as_numpy("OUTPUT0"), A)
+    np.testing.assert_array_equal(answer.as_numpy("OUTPUT1"), B)
+    assert answer.get_response()["id"] == "x"
+    assert stats(two, "m") == {"exec": 0, "inferences": 0, "success": 1, "hit": 1, "miss": 0, "queue": 1, "compute": 0}
+    _, f = scrape(two)
+    assert sample(f, "nv_cache_num_hits_per_model", model="m", version="1") == 1
+    assert "nv_cache_util" not in f, "the local cache's gauges are the local cache's"
+
+
+def test_requests_are_answered_while_redis_is_away(tmp_path, start_tern, redis_server):
+    import time
+    r = repo(tmp_path, {"m": pair("m")})
+    t = start_tern([f"--model-repository={r}", *redis_args(redis_server.port, "--cache-config=redis,socket_timeout=300",
+                                                            "--cache-config=redis,connect_timeout=300")])
+    http_infer(t, "m", A, B)
+    http_infer(t, "m", A, B)
+    assert stats(t, "m")["hit"] == 1
+    redis_server.stop()
+    started = time.time()
+    for i in range(5):
+        np.testing.assert_array_equal(http_infer(t, "m", A + i, B).as_numpy("OUTPUT0"), A + i)
+    assert time.time() - started < 10, "a missing redis costs at most its timeouts"
+    s = stats(t, "m")
+    assert (s["exec"], s["hit"]) == (6, 1), s
+    _, f = scrape(t)
+    assert sample(f, "tern_response_cache_failures", operation="lookup") >= 5
+    assert t.wait_log("Failed to insert key [")
+    # Redis back on the same port: the connection comes back by itself.
+    back = RedisServer(redis_server.port)
+    redis_server.proc = back.proc
+    deadline = time.time() + 20
+    while time.time() < deadline and stats(t, "m")["hit"] < 2:
+        http_infer(t, "m", A + 100, B)
+        time.sleep(0.2)
+    assert stats(t, "m")["hit"] >= 2, "cached again once redis returned"
+
+
+def test_an_unreachable_redis_stops_the_startup(tmp_path):
+    r = repo(tmp_path, {"m": pair("m")})
+    p = subprocess.run([tern_bin(), f"--model-repository={r}", "--http-port=0", "--grpc-port=0", "--metrics-port=0",
+                        *redis_args(free_port(), "--cache-config=redis,connect_timeout=300")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "Failed to initialize RedisCache: 127.0.0.1:" in p.stdout + p.stderr

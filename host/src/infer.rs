@@ -119,7 +119,7 @@ impl Infer {
         let arrived = Instant::now();
         let key = cache::key(&handle.config.name, handle.version, &request);
         let queued = arrived.elapsed();
-        let (found, lookup) = cache.lookup(&key);
+        let (found, lookup) = cache.lookup(&key).await;
         if let Some(outputs) = found {
             handle.record_cache_hit(arrived.elapsed(), queued, lookup);
             return Ok(InferResponse {
@@ -131,7 +131,7 @@ impl Infer {
             });
         }
         let response = handle.infer(request).await?;
-        let insert = cache.insert(&key, &response.outputs);
+        let insert = cache.insert(&key, &response.outputs).await;
         handle.record_cache_miss(lookup + insert);
         Ok(response)
     }

@@ -49,7 +49,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     let pools = configure_memory(args);
     let metrics_settings = args.metrics_settings()?;
     let cache = match args.cache_settings()? {
-        Some(settings) => Some(ResponseCache::open(&settings)?),
+        Some(settings) => Some(ResponseCache::open(&settings).await?),
         None => None,
     };
     let infer = Infer::with_cache(

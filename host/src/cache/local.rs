@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tern_core::error::{Error, Result};
 use tern_core::prometheus::{header, sample};
 
-use super::{Key, Store};
+use super::{Key, Store, StoreFuture};
 
 /// An LRU map of entries charged by their length against `size` bytes.
 pub struct Local {
@@ -72,11 +72,21 @@ impl Local {
 }
 
 impl Store for Local {
-    fn lookup(&self, key: &Key) -> Result<Option<Bytes>> {
-        Ok(self.lock().touch(key))
+    fn lookup<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, Option<Bytes>> {
+        Box::pin(std::future::ready(Ok(self.lock().touch(key))))
     }
 
-    fn insert(&self, key: &Key, entry: Vec<u8>) -> Result<()> {
+    fn insert<'a>(&'a self, key: &'a Key, entry: Vec<u8>) -> StoreFuture<'a, ()> {
+        Box::pin(std::future::ready(self.put(key, entry)))
+    }
+
+    fn render(&self, out: &mut String, totals: &super::Totals) {
+        self.render_gauges(out, totals);
+    }
+}
+
+impl Local {
+    fn put(&self, key: &Key, entry: Vec<u8>) -> Result<()> {
         if entry.len() > self.size {
             // Nothing is evicted for an entry that can never fit.
             return Err(Error::internal(format!(
@@ -102,7 +112,7 @@ impl Store for Local {
         Ok(())
     }
 
-    fn render(&self, out: &mut String, totals: &super::Totals) {
+    fn render_gauges(&self, out: &mut String, totals: &super::Totals) {
         let lru = self.lock();
         let gauges: [(&str, &str, f64); 8] = [
             (
@@ -164,13 +174,13 @@ mod tests {
     #[test]
     fn the_least_recently_used_entry_goes_first() {
         let c = Local::new(250);
-        c.insert(&key(1), vec![1; 100]).unwrap();
-        c.insert(&key(2), vec![2; 100]).unwrap();
-        assert!(c.lookup(&key(1)).unwrap().is_some()); // 1 is now newer than 2
-        c.insert(&key(3), vec![3; 100]).unwrap();
-        assert!(c.lookup(&key(2)).unwrap().is_none(), "2 was evicted");
-        assert_eq!(c.lookup(&key(1)).unwrap().unwrap()[0], 1);
-        assert_eq!(c.lookup(&key(3)).unwrap().unwrap()[0], 3);
+        c.put(&key(1), vec![1; 100]).unwrap();
+        c.put(&key(2), vec![2; 100]).unwrap();
+        assert!(c.lock().touch(&key(1)).is_some()); // 1 is now newer than 2
+        c.put(&key(3), vec![3; 100]).unwrap();
+        assert!(c.lock().touch(&key(2)).is_none(), "2 was evicted");
+        assert_eq!(c.lock().touch(&key(1)).unwrap()[0], 1);
+        assert_eq!(c.lock().touch(&key(3)).unwrap()[0], 3);
         assert_eq!(c.len(), 2);
         assert_eq!(c.lock().used, 200);
         assert_eq!(c.lock().evictions, 1);
@@ -179,35 +189,35 @@ mod tests {
     #[test]
     fn an_entry_larger_than_the_cache_is_refused_and_evicts_nothing() {
         let c = Local::new(100);
-        c.insert(&key(1), vec![1; 60]).unwrap();
-        let e = c.insert(&key(2), vec![2; 101]).unwrap_err();
+        c.put(&key(1), vec![1; 60]).unwrap();
+        let e = c.put(&key(2), vec![2; 101]).unwrap_err();
         assert_eq!(
             e.message,
             "Requested byte_size: 101 is greater than total cache size: 100"
         );
-        assert!(c.lookup(&key(1)).unwrap().is_some());
+        assert!(c.lock().touch(&key(1)).is_some());
         // One that fits only alone empties the cache for itself.
-        c.insert(&key(3), vec![3; 100]).unwrap();
+        c.put(&key(3), vec![3; 100]).unwrap();
         assert_eq!(c.len(), 1);
     }
 
     #[test]
     fn inserting_a_key_twice_keeps_one_entry() {
         let c = Local::new(1000);
-        c.insert(&key(1), vec![1; 10]).unwrap();
-        c.insert(&key(1), vec![9; 10]).unwrap();
+        c.put(&key(1), vec![1; 10]).unwrap();
+        c.put(&key(1), vec![9; 10]).unwrap();
         assert_eq!(c.len(), 1);
         assert_eq!(c.lock().used, 10);
-        assert_eq!(c.lookup(&key(1)).unwrap().unwrap()[0], 1);
+        assert_eq!(c.lock().touch(&key(1)).unwrap()[0], 1);
     }
 
     #[test]
     fn the_gauges_say_what_is_held() {
         let c = Local::new(400);
-        c.insert(&key(1), vec![1; 100]).unwrap();
+        c.put(&key(1), vec![1; 100]).unwrap();
         let totals = super::super::Totals::default();
         let mut out = String::new();
-        c.render(&mut out, &totals);
+        c.render_gauges(&mut out, &totals);
         assert!(out.contains("nv_cache_num_entries 1\n"), "{out}");
         assert!(out.contains("nv_cache_util 0.25\n"), "{out}");
         assert!(

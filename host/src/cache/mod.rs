@@ -15,6 +15,8 @@ mod entry;
 mod local;
 mod redis;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,12 +30,15 @@ use tern_core::Tensor;
 /// A request's cache key: BLAKE3 over the model, version, inputs and requested outputs.
 pub type Key = [u8; 32];
 
+/// What a store's operations return.
+type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
 /// Where entries are kept.
 trait Store: Send + Sync {
     /// The entry under `key`, if there is one.
-    fn lookup(&self, key: &Key) -> Result<Option<Bytes>>;
+    fn lookup<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, Option<Bytes>>;
     /// Keeps `entry` under `key`.
-    fn insert(&self, key: &Key, entry: Vec<u8>) -> Result<()>;
+    fn insert<'a>(&'a self, key: &'a Key, entry: Vec<u8>) -> StoreFuture<'a, ()>;
     /// The store's own gauges, if it has any.
     fn render(&self, _out: &mut String, _totals: &Totals) {}
 }
@@ -143,6 +148,8 @@ pub struct Totals {
     misses: AtomicU64,
     lookup_ns: AtomicU64,
     insert_ns: AtomicU64,
+    /// Lookups and inserts the store failed (unreachable redis, ...).
+    failures: [AtomicU64; 2],
 }
 
 impl Totals {
@@ -168,13 +175,13 @@ pub struct ResponseCache {
 
 impl ResponseCache {
     /// Opens the cache `settings` describe (for redis: connects and pings it).
-    pub fn open(settings: &CacheSettings) -> Result<Arc<ResponseCache>> {
+    pub async fn open(settings: &CacheSettings) -> Result<Arc<ResponseCache>> {
         let store: Box<dyn Store> = match settings {
             CacheSettings::Local { size } => {
                 tracing::info!("response cache: local, {size} bytes");
                 Box::new(local::Local::new(*size))
             }
-            CacheSettings::Redis(r) => Box::new(redis::Redis::connect(r)?),
+            CacheSettings::Redis(r) => Box::new(redis::Redis::connect(r).await?),
         };
         Ok(Arc::new(ResponseCache {
             store,
@@ -184,9 +191,9 @@ impl ResponseCache {
 
     /// The outputs cached under `key`, and how long looking took. A store
     /// that fails or an entry that does not decode is a miss.
-    pub fn lookup(&self, key: &Key) -> (Option<Vec<Tensor>>, Duration) {
+    pub async fn lookup(&self, key: &Key) -> (Option<Vec<Tensor>>, Duration) {
         let start = Instant::now();
-        let found = match self.store.lookup(key) {
+        let found = match self.store.lookup(key).await {
             Ok(Some(bytes)) => match entry::decode(bytes) {
                 Ok(outputs) => Some(outputs),
                 Err(e) => {
@@ -196,6 +203,7 @@ impl ResponseCache {
             },
             Ok(None) => None,
             Err(e) => {
+                self.totals.failures[0].fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("response cache lookup [{}]: {}", hex(key), e.message);
                 None
             }
@@ -216,9 +224,10 @@ impl ResponseCache {
     /// Keeps `outputs` under `key`; a failure is logged and otherwise
     /// ignored (the response goes to the client all the same). Returns how
     /// long it took.
-    pub fn insert(&self, key: &Key, outputs: &[Tensor]) -> Duration {
+    pub async fn insert(&self, key: &Key, outputs: &[Tensor]) -> Duration {
         let start = Instant::now();
-        if let Err(e) = self.store.insert(key, entry::encode(outputs)) {
+        if let Err(e) = self.store.insert(key, entry::encode(outputs)).await {
+            self.totals.failures[1].fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 "Failed to insert key [{}] into response cache: {}",
                 hex(key),
@@ -236,6 +245,18 @@ impl ResponseCache {
 impl Families for ResponseCache {
     fn render(&self, out: &mut String) {
         self.store.render(out, &self.totals);
+        let name = "tern_response_cache_failures_total";
+        tern_core::prometheus::header(
+            out,
+            name,
+            "counter",
+            "Response cache lookups and inserts that failed (each answered as a miss)",
+        );
+        for (i, op) in ["lookup", "insert"].iter().enumerate() {
+            let l = tern_core::prometheus::labels(&[("operation", op)]);
+            let n = self.totals.failures[i].load(Ordering::Relaxed);
+            tern_core::prometheus::sample(out, name, &l, n as f64);
+        }
     }
 }
 
@@ -395,23 +416,61 @@ mod tests {
         );
     }
 
+    fn block<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
     #[test]
     fn a_lookup_after_an_insert_hits_and_counts() {
-        let cache = ResponseCache::open(&CacheSettings::Local { size: 1 << 20 }).unwrap();
+        let cache = block(ResponseCache::open(&CacheSettings::Local { size: 1 << 20 })).unwrap();
         let k = key("m", 1, &request(vec![1, 4], &[]));
-        assert!(cache.lookup(&k).0.is_none());
+        assert!(block(cache.lookup(&k)).0.is_none());
         let out = vec![Tensor::new(
             "Y",
             DataType::Fp32,
             vec![1],
             vec![0, 0, 128, 63],
         )];
-        cache.insert(&k, &out);
-        let (hit, _) = cache.lookup(&k);
+        block(cache.insert(&k, &out));
+        let (hit, _) = block(cache.lookup(&k));
         assert_eq!(hit.unwrap()[0].data, out[0].data);
         assert_eq!((cache.totals.hits(), cache.totals.misses()), (1, 1));
         let mut page = String::new();
         cache.render(&mut page);
         assert!(page.contains("nv_cache_num_hits 1\n"), "{page}");
+        assert!(
+            page.contains("tern_response_cache_failures_total{operation=\"insert\"} 0\n"),
+            "{page}"
+        );
+    }
+
+    /// A redis that is not there fails the startup, clearly.
+    #[test]
+    fn an_unreachable_redis_fails_to_open() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let settings = CacheSettings::from_flags(
+            &[
+                format!("redis,host=127.0.0.1"),
+                format!("redis,port={port}"),
+                "redis,connect_timeout=200".into(),
+            ],
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        let e = block(ResponseCache::open(&settings)).err().unwrap();
+        assert!(
+            e.message
+                .starts_with("Failed to initialize RedisCache: 127.0.0.1:"),
+            "{e}"
+        );
     }
 }
