@@ -207,7 +207,7 @@ torch-cuda: setup $(LIBTORCH_CUDA_DIR)/build-version $(TORCH_PY)
 # LibTorch) stays for `make run TORCH=1` and `make bench-torch`.
 test-torch: torch-cuda
 	$(TORCH_CUDA_ENV) $(CARGO) test -p tern-torch --features cuda
-	$(TORCH_CUDA_ENV) $(CARGO) clippy -p tern-torch -p tern --features tern/torch-cuda --all-targets -- -D warnings
+	$(TORCH_CUDA_ENV) $(CARGO) clippy --workspace --all-targets --features tern/bench,tern/torch-cuda -- -D warnings
 	TERN_TORCH_BIN=$(TORCH_CUDA_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests/test_torch.py -q -rs
 	$(call mark,test-torch)
 

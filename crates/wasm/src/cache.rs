@@ -230,10 +230,7 @@ pub fn seal_key(cache_dir: &Path) -> Result<[u8; 32]> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !path.exists() {
-        let mut key = [0u8; 32];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut key))
-            .map_err(|e| fail(format!("cannot read random bytes: {e}")))?;
+        let key = random_key().map_err(|e| fail(format!("cannot read random bytes: {e}")))?;
         if let Some(parent) = path.parent() {
             create_dir(parent).map_err(|e| fail(e.to_string()))?;
         }
@@ -394,6 +391,27 @@ pub fn default_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .map(|d| d.join("tern").join("wasm"))
+}
+
+/// 32 bytes from the kernel's random source, through the `getrandom`
+/// system call: containers and sandboxes without `/dev/urandom` have it too.
+fn random_key() -> std::io::Result<[u8; 32]> {
+    let mut key = [0u8; 32];
+    let mut filled = 0;
+    while filled < key.len() {
+        // SAFETY: the pointer and length describe the unfilled rest of `key`.
+        let n =
+            unsafe { libc::getrandom(key[filled..].as_mut_ptr().cast(), key.len() - filled, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        filled += n as usize;
+    }
+    Ok(key)
 }
 
 #[cfg(test)]
