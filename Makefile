@@ -133,7 +133,7 @@ lint:
 	python3 scripts/check_links.py
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --features tern/bench -- -D warnings
-	$(CARGO) clippy -p tern --no-default-features --all-targets -- -D warnings
+	$(CARGO) clippy -p tern --no-default-features -- -D warnings
 	$(call mark,lint)
 
 # The edit loop: every crate's unit tests, the Rust integration tests and the

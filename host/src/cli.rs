@@ -388,6 +388,16 @@ pub struct Args {
     )]
     pub metrics_interval_ms: u64,
 
+    /// Rate limiting of model instances: `off` or `execution_count`
+    /// (instances run only with the resources their `rate_limiter` asks for).
+    #[arg(help_heading = "Rate limiter", long, env = "TERN_RATE_LIMIT", default_value = "off", value_parser = parse_rate_limit)]
+    pub rate_limit: String,
+
+    /// A rate-limiter resource's copies, `<name>:<count>[:<device>]` (repeatable;
+    /// without a device: on every device).
+    #[arg(help_heading = "Rate limiter", long, env = "TERN_RATE_LIMIT_RESOURCE")]
+    pub rate_limit_resource: Vec<crate::scheduler::rate_limit::ResourceFlag>,
+
     /// Response cache `<cache>,<setting>=<value>` (repeatable): `local,size=<bytes>`
     /// or `redis,host=<host>` with `redis,port=<port>` (docs/configuration.md).
     #[arg(help_heading = "Response cache", long, env = "TERN_CACHE_CONFIG")]
@@ -465,6 +475,16 @@ fn parse_bool(s: &str) -> std::result::Result<bool, String> {
     }
 }
 
+/// `--rate-limit`: `off` or `execution_count`, in any case (as tritonserver reads it).
+fn parse_rate_limit(s: &str) -> std::result::Result<String, String> {
+    match s.to_ascii_lowercase().as_str() {
+        v @ ("off" | "execution_count") => Ok(v.to_string()),
+        _ => Err(format!(
+            "invalid argument for --rate-limit: '{s}' (off or execution_count)"
+        )),
+    }
+}
+
 /// `--cuda-memory-pool-byte-size <gpu>:<bytes>`.
 fn parse_cuda_pool(s: &str) -> std::result::Result<(usize, usize), String> {
     let (gpu, bytes) = s
@@ -485,7 +505,6 @@ fn parse_cuda_pool(s: &str) -> std::result::Result<(usize, usize), String> {
 const NOT_YET: &[&str] = &[
     "--grpc-header-forward-pattern",
     "--cuda-virtual-address-size",
-    "--rate-limit",
     "--trace-",
     "--backend-directory",
     "--repoagent-directory",
@@ -627,6 +646,15 @@ impl Args {
         };
         s.apply_config(&self.metrics_config)?;
         Ok(s)
+    }
+
+    /// The rate limiter `--rate-limit` and `--rate-limit-resource` ask for (`None`: off).
+    pub fn rate_limiter(
+        &self,
+    ) -> Option<std::sync::Arc<crate::scheduler::rate_limit::RateLimiter>> {
+        (self.rate_limit == "execution_count").then(|| {
+            crate::scheduler::rate_limit::RateLimiter::new(self.rate_limit_resource.clone())
+        })
     }
 
     /// The response cache `--cache-config` (or `--response-cache-byte-size`) asks for.

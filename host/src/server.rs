@@ -48,6 +48,7 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     tracing::info!("{}", crate::version::line());
     let pools = configure_memory(args);
     let metrics_settings = args.metrics_settings()?;
+    crate::scheduler::rate_limit::install(args.rate_limiter());
     let cache = match args.cache_settings()? {
         Some(settings) => Some(ResponseCache::open(&settings).await?),
         None => None,

@@ -140,6 +140,13 @@ pub trait Instance: Send {
     fn runs_on_any_thread(&self) -> bool {
         false
     }
+
+    /// Called before each execution, outside its timing: waits until the
+    /// instance may run (the rate limiter's resources) and returns what
+    /// gives them back when dropped. `None`: nothing to wait for.
+    fn admit(&mut self) -> Option<Box<dyn std::any::Any + Send>> {
+        None
+    }
 }
 
 /// A backend: turns model files and a config into a [`Model`].

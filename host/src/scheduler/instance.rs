@@ -98,7 +98,7 @@ pub(super) fn create_instance(
         }
         tracing::info!(model = %config.name, version, instance = %spec.name, "warmup sample '{}' ran {} time(s) in {:?}", sample.name, sample.count, started.elapsed());
     }
-    Ok(instance)
+    super::rate_limit::limit(config, spec, instance)
 }
 
 /// Creates and warms up every instance of every `instance_group`, named.
@@ -137,10 +137,13 @@ pub(super) fn execute_batch(
     instance: &mut dyn Instance,
     requests: &[InferRequest],
 ) -> Executed {
+    // The rate limiter's wait is queue time, not compute time.
+    let admitted = instance.admit();
     let start = Instant::now();
     let mut timing = ExecTiming::default();
     let results = catch_unwind(AssertUnwindSafe(|| instance.execute(requests, &mut timing)));
     let end = Instant::now();
+    drop(admitted);
     let results: Vec<Result<InferResponse>> = match results {
         Ok(r) if r.len() == requests.len() => r,
         Ok(r) => {

@@ -20,6 +20,7 @@ pub mod instance;
 pub mod instances;
 pub mod policy;
 pub mod queue;
+pub mod rate_limit;
 pub mod reorder;
 pub mod sequence;
 pub mod stats;

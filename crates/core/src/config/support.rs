@@ -36,10 +36,6 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
     note(cfg.model_metrics.is_some(), "model_metrics");
     note(!cfg.runtime.is_empty(), "runtime");
     note(
-        cfg.instance_group.iter().any(|g| g.rate_limiter.is_some()),
-        "instance_group.rate_limiter",
-    );
-    note(
         cfg.instance_group
             .iter()
             .any(|g| !g.secondary_devices.is_empty()),
