@@ -1,7 +1,7 @@
 //! The response cache (Triton's `--cache-config` with per-model
 //! `response_cache { enable: true }`): the settings from the command line,
 //! the key a request is cached under, and the store behind it. The
-//! [`crate::infer`] facade looks a request up before it reaches the model's
+//! infer facade (`infer.rs`) looks a request up before it reaches the model's
 //! scheduler and inserts what the model answered; a cache that fails only
 //! makes a miss, never a failed request.
 //!
@@ -458,7 +458,7 @@ mod tests {
             .port();
         let settings = CacheSettings::from_flags(
             &[
-                format!("redis,host=127.0.0.1"),
+                "redis,host=127.0.0.1".to_string(),
                 format!("redis,port={port}"),
                 "redis,connect_timeout=200".into(),
             ],

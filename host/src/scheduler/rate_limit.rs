@@ -168,7 +168,10 @@ impl RateLimiter {
     fn declared(&self, (name, scope): &(String, Scope)) -> Option<u64> {
         let named = self.declared.iter().filter(|r| &r.name == name);
         match scope {
-            Scope::Global => named.filter(|r| r.device.is_none()).map(|r| r.count).last(),
+            Scope::Global => named
+                .filter(|r| r.device.is_none())
+                .map(|r| r.count)
+                .next_back(),
             Scope::Device(d) => {
                 let mut found = None;
                 for r in named {
