@@ -235,7 +235,7 @@ e2e: setup flavours test-audio redis-server
 	$(CARGO) build --workspace
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) TERN_STRICT_SKIPS=1 \
-		$(PY) -m pytest tests -q -rs --durations=15 $(E2E_OWN_TARGETS)
+		$(PY) -m pytest tests -q -rs --durations=15 -n 2 --dist loadfile $(E2E_OWN_TARGETS)
 	$(call mark,e2e)
 
 test: stage-clock setup lint unit e2e test-vs-triton test-torch smoke-aarch64 package-check image-check
