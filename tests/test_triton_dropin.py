@@ -142,6 +142,23 @@ def test_triton_command_line_forms(start_tern, dropin_repo):
     assert c.is_server_ready()
 
 
+def test_tritons_jetson_command_line_starts_the_server(start_tern, dropin_repo):
+    """Triton's Jetson instructions start tritonserver with a backend folder,
+    a minimum compute capability and python backend settings: accepted, each
+    logged as having no effect."""
+    t = start_tern([
+        f"--model-repository={dropin_repo}",
+        "--backend-directory=/opt/tritonserver/backends",
+        "--min-supported-compute-capability=5.3",
+        "--backend-config=python,shm-default-byte-size=2097152",
+    ])
+    assert httpclient.InferenceServerClient(t.url).is_server_ready()
+    log = t.log()
+    assert "--backend-directory '/opt/tritonserver/backends' has no effect" in log
+    assert "--min-supported-compute-capability 5.3 has no effect" in log
+    assert "--backend-config 'python,shm-default-byte-size=2097152' has no effect in Tern" in log
+
+
 def test_bad_boolean_is_refused_with_tritons_words(tmp_path):
     t = Tern([f"--model-repository={tmp_path}", "--log-info=yes"], wait_ready=False)
     assert t.wait() != 0

@@ -285,6 +285,24 @@ pub struct Args {
     )]
     pub exit_timeout_secs: u64,
 
+    /// Where tritonserver looks for backend libraries; accepted for
+    /// compatibility (Tern's backends are built in).
+    #[arg(
+        help_heading = "Backends and plugins",
+        long,
+        env = "TERN_BACKEND_DIRECTORY"
+    )]
+    pub backend_directory: Option<PathBuf>,
+
+    /// tritonserver's lowest CUDA compute capability for GPU instances;
+    /// accepted for compatibility (ONNX Runtime and LibTorch decide what runs).
+    #[arg(
+        help_heading = "Backends and plugins",
+        long,
+        env = "TERN_MIN_SUPPORTED_COMPUTE_CAPABILITY"
+    )]
+    pub min_supported_compute_capability: Option<f64>,
+
     /// Backend settings, `[<backend>,]<key>=<value>` (repeatable); e.g. `default-max-batch-size=8`.
     #[arg(
         help_heading = "Backends and plugins",
@@ -506,7 +524,6 @@ const NOT_YET: &[&str] = &[
     "--grpc-header-forward-pattern",
     "--cuda-virtual-address-size",
     "--trace-",
-    "--backend-directory",
     "--repoagent-directory",
     "--allow-sagemaker",
     "--sagemaker-",
@@ -515,7 +532,6 @@ const NOT_YET: &[&str] = &[
     "--buffer-manager-thread-count",
     "--model-namespacing",
     "--host-policy",
-    "--min-supported-compute-capability",
     "--http-thread-count",
     "--http-header-forward-pattern",
     "--model-load-retry-count",
@@ -720,12 +736,24 @@ impl Args {
                         Error::invalid_arg(format!("--backend-config default-max-batch-size: '{value}' is not a non-negative integer"))
                     })?;
                 }
-                _ => {
-                    return Err(Error::unsupported(format!(
-                        "--backend-config '{entry}': unknown setting (supported: default-max-batch-size)"
-                    )))
-                }
+                // Triton hands every other setting to its backend; none of them
+                // changes what Tern does (its Python runner is in-process, so the
+                // python backend's shared-memory and stub settings have no meaning).
+                _ => tracing::warn!(
+                    "--backend-config '{entry}' has no effect in Tern (the setting Tern reads is [onnxruntime,]default-max-batch-size)"
+                ),
             }
+        }
+        if let Some(dir) = &self.backend_directory {
+            tracing::info!(
+                "--backend-directory '{}' has no effect: Tern's backends are built in",
+                dir.display()
+            );
+        }
+        if let Some(cc) = self.min_supported_compute_capability {
+            tracing::info!(
+                "--min-supported-compute-capability {cc} has no effect: ONNX Runtime and LibTorch decide which GPUs they can use"
+            );
         }
         Ok(settings)
     }
@@ -851,8 +879,29 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(a.backend_settings().unwrap().default_max_batch_size, 8);
-        let a = Args::parse_checked(["tern", "--model-repository=/m", "--backend-config=foo=1"])
-            .unwrap();
-        assert!(a.backend_settings().is_err());
+        // Triton's Jetson command line: accepted, logged, no effect.
+        let a = Args::parse_checked([
+            "tern",
+            "--model-repository=/m",
+            "--backend-directory=/opt/tritonserver/backends",
+            "--min-supported-compute-capability=5.3",
+            "--backend-config=python,shm-default-byte-size=2097152",
+            "--backend-config=foo=1",
+        ])
+        .unwrap();
+        assert_eq!(a.backend_settings().unwrap().default_max_batch_size, 4);
+        for bad in [
+            "--backend-config=foo",
+            "--backend-config=default-max-batch-size=-1",
+        ] {
+            let a = Args::parse_checked(["tern", "--model-repository=/m", bad]).unwrap();
+            assert!(a.backend_settings().is_err(), "{bad}");
+        }
+        assert!(Args::parse_checked([
+            "tern",
+            "--model-repository=/m",
+            "--min-supported-compute-capability=abc"
+        ])
+        .is_err());
     }
 }
