@@ -14,6 +14,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from conftest import tern_bin
+from test_response_cache import repo
 
 
 def model(name, delay_ms, resources, priority=1, count=1):
@@ -26,14 +27,6 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 instance_group [ {{ kind: KIND_CPU count: {count} rate_limiter {{ resources [ {res} ] priority: {priority} }} }} ]
 parameters {{ key: "execute_delay_ms" value: {{ string_value: "{delay_ms}" }} }}
 '''
-
-
-def repo(tmp_path, models):
-    root = tmp_path / "models"
-    for name, cfg in models.items():
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(cfg)
-    return str(root)
 
 
 def infer(url, name, value=1):
