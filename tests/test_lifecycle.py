@@ -20,8 +20,8 @@ def test_exit_on_error_default(test_repo):
 
 
 def test_unknown_and_unimplemented_flags():
-    r = subprocess.run([tern_bin(), "--model-repository=/tmp", "--trace-level=TIMESTAMPS"], capture_output=True, text=True)
-    assert r.returncode == 2 and "'--trace-level' is not supported" in r.stderr
+    r = subprocess.run([tern_bin(), "--model-repository=/tmp", "--repoagent-directory=/r"], capture_output=True, text=True)
+    assert r.returncode == 2 and "'--repoagent-directory' is not supported" in r.stderr
     r = subprocess.run([tern_bin(), "--model-repository=/tmp", "--no-such-flag"], capture_output=True, text=True)
     assert r.returncode == 2 and "--no-such-flag" in r.stderr
 

@@ -434,6 +434,33 @@ pub struct Args {
     #[arg(help_heading = "Response cache", long, env = "TERN_CACHE_DIRECTORY")]
     pub cache_directory: Option<PathBuf>,
 
+    /// Tracing `[<mode>,]<setting>=<value>` (repeatable): `level`, `rate`,
+    /// `count`, `mode` (triton or opentelemetry); `triton,file`,
+    /// `triton,log-frequency`; `opentelemetry,url`, `opentelemetry,resource`,
+    /// `opentelemetry,bsp_*` (docs/configuration.md, "Tracing").
+    #[arg(help_heading = "Tracing", long, env = "TERN_TRACE_CONFIG")]
+    pub trace_config: Vec<String>,
+
+    /// Deprecated: `--trace-config triton,file=<path>`.
+    #[arg(help_heading = "Tracing", long)]
+    pub trace_file: Option<String>,
+
+    /// Deprecated: `--trace-config level=<OFF|TIMESTAMPS|TENSORS>` (repeatable).
+    #[arg(help_heading = "Tracing", long)]
+    pub trace_level: Vec<String>,
+
+    /// Deprecated: `--trace-config rate=<rate>`.
+    #[arg(help_heading = "Tracing", long)]
+    pub trace_rate: Option<String>,
+
+    /// Deprecated: `--trace-config count=<count>`.
+    #[arg(help_heading = "Tracing", long)]
+    pub trace_count: Option<String>,
+
+    /// Deprecated: `--trace-config triton,log-frequency=<value>`.
+    #[arg(help_heading = "Tracing", long)]
+    pub trace_log_frequency: Option<String>,
+
     /// Metrics settings `<setting>=<value>` (repeatable): counter_latencies,
     /// summary_latencies, summary_quantiles.
     #[arg(help_heading = "Metrics", long, env = "TERN_METRICS_CONFIG")]
@@ -523,7 +550,6 @@ fn parse_cuda_pool(s: &str) -> std::result::Result<(usize, usize), String> {
 const NOT_YET: &[&str] = &[
     "--grpc-header-forward-pattern",
     "--cuda-virtual-address-size",
-    "--trace-",
     "--repoagent-directory",
     "--allow-sagemaker",
     "--sagemaker-",
@@ -687,6 +713,20 @@ impl Args {
         )
     }
 
+    /// The tracing `--trace-config` and the deprecated `--trace-*` flags ask for.
+    pub fn trace_config(&self) -> Result<crate::trace::TraceConfig> {
+        crate::trace::flags::parse(
+            &self.trace_config,
+            &crate::trace::flags::Deprecated {
+                file: self.trace_file.clone(),
+                level: self.trace_level.clone(),
+                rate: self.trace_rate.clone(),
+                count: self.trace_count.clone(),
+                log_frequency: self.trace_log_frequency.clone(),
+            },
+        )
+    }
+
     /// Whether configs are auto-completed.
     pub fn auto_complete(&self) -> bool {
         !self.disable_auto_complete_config && !self.strict_model_config
@@ -841,12 +881,22 @@ mod tests {
 
     #[test]
     fn rejects_unimplemented_and_unknown() {
-        let e = Args::parse_checked(["tern", "--model-repository=/m", "--trace-level=TIMESTAMPS"])
+        let e = Args::parse_checked(["tern", "--model-repository=/m", "--repoagent-directory=/r"])
             .unwrap_err();
         assert!(
-            e.message.contains("'--trace-level' is not supported"),
+            e.message.contains("'--repoagent-directory' is not supported"),
             "{e}"
         );
+        let a = Args::parse_checked([
+            "tern",
+            "--model-repository=/m",
+            "--trace-config=level=TIMESTAMPS",
+            "--trace-config=triton,file=/t.json",
+            "--trace-rate=7",
+        ])
+        .unwrap();
+        let t = a.trace_config().unwrap();
+        assert_eq!((t.values.rate, t.values.file.as_str()), (7, "/t.json"));
         let e = Args::parse_checked(["tern", "--model-repository=/m", "--bogus"]).unwrap_err();
         assert!(e.message.contains("--bogus"), "{e}");
         let a = Args::parse_checked(["tern", "--model-repository=/m", "--load-model=a"]).unwrap();

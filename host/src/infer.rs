@@ -15,17 +15,20 @@ use std::time::Instant;
 use tern_core::error::{Error, Result};
 use tern_core::request::{InferRequest, InferResponse, RequestedOutput, StreamItem};
 use tern_core::router::{InferFuture, ModelRouter, NextFuture, ResponseStream};
+use tern_core::trace::Trace;
 use tern_memory::shm;
 
 use crate::cache::{self, ResponseCache};
 use crate::repository::{Repository, RepositoryOptions};
 use crate::scheduler::{stream::Single, ModelHandle};
+use crate::trace::Tracer;
 
 /// The inference facade over a repository (see the module doc).
 pub struct Infer {
     me: Weak<Infer>,
     repository: Arc<Repository>,
     cache: Option<Arc<ResponseCache>>,
+    tracer: Arc<Tracer>,
 }
 
 /// The model version a request runs on, resolved before the request is decoded.
@@ -52,20 +55,32 @@ impl Infer {
     /// A repository whose models route their own calls (ensemble steps, BLS)
     /// back through the facade.
     pub fn new(options: RepositoryOptions) -> Arc<Infer> {
-        Infer::with_cache(options, None)
+        Infer::with(options, None, Tracer::off())
     }
 
     /// As [`Infer::new`], answering models that enable `response_cache`
-    /// from `cache` when there is one.
-    pub fn with_cache(options: RepositoryOptions, cache: Option<Arc<ResponseCache>>) -> Arc<Infer> {
+    /// from `cache` when there is one, and tracing the requests `tracer` samples.
+    pub fn with(
+        options: RepositoryOptions,
+        cache: Option<Arc<ResponseCache>>,
+        tracer: Arc<Tracer>,
+    ) -> Arc<Infer> {
         Arc::new_cyclic(|me: &Weak<Infer>| {
             let router: Weak<dyn ModelRouter> = me.clone();
             Infer {
                 me: me.clone(),
                 repository: Repository::new(options, router),
                 cache,
+                tracer,
             }
         })
+    }
+
+    /// The tracer: frontends sample requests with it (before decoding them,
+    /// so that the protocol's timestamps are in the trace), and the trace
+    /// extension reads and changes its settings.
+    pub fn tracer(&self) -> &Arc<Tracer> {
+        &self.tracer
     }
 
     /// The repository behind the facade (loading, unloading, the index, metadata).
@@ -83,7 +98,12 @@ impl Infer {
     /// outputs bound to shared memory.
     pub async fn infer(&self, target: &Target, request: InferRequest) -> Result<Answer> {
         let requested = request.outputs.clone();
-        let response = self.run(&target.0, request).await?;
+        let trace = started(&target.0, &request);
+        let response = self.run(&target.0, request).await;
+        if let Some(t) = trace {
+            t.timestamp("REQUEST_END");
+        }
+        let response = response?;
         shm::write_outputs(&response, &requested)?;
         Ok(Answer {
             response,
@@ -96,6 +116,7 @@ impl Infer {
     /// flag. Outputs bound to shared memory are written as each response comes.
     pub fn stream(&self, target: &Target, request: InferRequest) -> Result<Answers> {
         let requested = request.outputs.clone();
+        let trace = started(&target.0, &request);
         let handle = target.0.clone();
         let inner: Box<dyn ResponseStream> = if handle.decoupled() {
             Box::new(handle.infer_stream(request)?)
@@ -105,7 +126,11 @@ impl Infer {
                 this.run(&handle, request).await
             })))
         };
-        Ok(Answers { inner, requested })
+        Ok(Answers {
+            inner,
+            requested,
+            trace,
+        })
     }
 
     /// Runs a request on a model that is not decoupled, through the
@@ -137,10 +162,20 @@ impl Infer {
     }
 }
 
+/// Names the trace's model version and request id and records `REQUEST_START`.
+fn started(handle: &ModelHandle, request: &InferRequest) -> Option<Arc<Trace>> {
+    let trace = request.trace.clone()?;
+    trace.resolved(&handle.config.name, handle.version, &request.id);
+    trace.timestamp("REQUEST_START");
+    Some(trace)
+}
+
 /// The responses of one request run by [`Infer::stream`].
 pub struct Answers {
     inner: Box<dyn ResponseStream>,
     requested: Vec<RequestedOutput>,
+    /// The request's trace, until its last response (`REQUEST_END`).
+    trace: Option<Arc<Trace>>,
 }
 
 impl Answers {
@@ -153,7 +188,17 @@ impl Answers {
     /// request bound them (a failed write answers as that response's error);
     /// `None` once the stream has ended. Dropping the stream cancels the request.
     pub async fn next(&mut self) -> Option<StreamItem> {
-        let mut item = self.inner.next().await?;
+        let Some(mut item) = self.inner.next().await else {
+            if let Some(t) = self.trace.take() {
+                t.timestamp("REQUEST_END");
+            }
+            return None;
+        };
+        if item.last {
+            if let Some(t) = self.trace.take() {
+                t.timestamp("REQUEST_END");
+            }
+        }
         if let Some(Ok(r)) = &item.response {
             if let Err(e) = shm::write_outputs(r, &self.requested) {
                 item.response = Some(Err(e));

@@ -16,4 +16,5 @@ pub mod proto;
 pub mod repository;
 pub mod scheduler;
 pub mod server;
+pub mod trace;
 pub mod version;

@@ -53,9 +53,11 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
         Some(settings) => Some(ResponseCache::open(&settings).await?),
         None => None,
     };
-    let infer = Infer::with_cache(
+    let tracer = crate::trace::Tracer::new(args.trace_config()?)?;
+    let infer = Infer::with(
         repository_options(args, metrics_settings.summary_latencies)?,
         cache.clone(),
+        tracer,
     );
     let repository = infer.repository().clone();
     let metrics = args.allow_metrics.then(|| {
@@ -507,6 +509,9 @@ impl RunningServer {
             }),
         )
         .await;
+        // The traces of the requests drained above are written (or exported) last.
+        let tracer = self.info.infer.tracer().clone();
+        let _ = tokio::task::spawn_blocking(move || tracer.shutdown()).await;
     }
 }
 

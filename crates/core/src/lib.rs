@@ -14,6 +14,7 @@
 //! * [`backend`]: the traits a backend implements; [`router`]: the trait
 //!   through which frontends, ensembles and plugins run requests by model name.
 //! * [`prometheus`]: the text exposition format every metric is written in.
+//! * [`trace`]: one request's trace (timestamps and tensors) on its way through.
 
 #![warn(missing_docs)]
 
@@ -30,6 +31,7 @@ pub mod request;
 pub mod router;
 pub mod sequence;
 pub mod tensor;
+pub mod trace;
 pub mod validate;
 
 pub use dtype::DataType;

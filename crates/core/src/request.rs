@@ -115,6 +115,8 @@ pub struct InferRequest {
     /// Where a decoupled model sends its responses (set by the scheduler
     /// for requests to decoupled models, `None` otherwise).
     pub responder: Option<Responder>,
+    /// The request's trace when it was sampled for tracing.
+    pub trace: Option<std::sync::Arc<crate::trace::Trace>>,
 }
 
 impl InferRequest {

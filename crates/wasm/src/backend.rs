@@ -562,6 +562,7 @@ fn begin_call(m: &WasmModel, store: &mut Store<HostState>, batch: &[InferRequest
         })
         .collect();
     state.chain = call_chain(batch, &m.name);
+    state.trace = batch.iter().find_map(|r| r.trace.clone());
     state.panic = None;
     state.deadline = Some(Instant::now() + m.sandbox.timeout);
     state.limits.hit = false;
@@ -586,6 +587,8 @@ fn call_execute(
         .call_execute(&mut *store, &requests);
     drop(ticking);
     timing.infer_done = Some(Instant::now());
+    // The batch's trace ends with its request, not with the next call.
+    store.data_mut().trace = None;
     result
 }
 

@@ -166,6 +166,9 @@ pub struct HostState {
     pub models: Weak<dyn ModelRouter>,
     /// Plugin models waiting on the batch now executing, this one last.
     pub chain: Vec<String>,
+    /// The trace of the running batch's first traced request: BLS calls
+    /// made during the call are traced as its children.
+    pub trace: Option<Arc<tern_core::trace::Trace>>,
     /// When the executing call must be over; bounds BLS waits.
     pub deadline: Option<Instant>,
     /// Where the plugin's metric families live.
@@ -207,6 +210,7 @@ impl HostState {
             model: model.to_string(),
             models,
             chain: Vec::new(),
+            trace: None,
             deadline: None,
             counters: telemetry.counters(model),
             telemetry,
@@ -262,6 +266,7 @@ impl HostState {
             parameters: params_from_wit(req.parameters),
             callers: self.chain.clone(),
             responder: None,
+            trace: self.trace.as_ref().map(|t| t.child(&target)),
         };
         Ok((router, request))
     }

@@ -22,6 +22,7 @@ pub const EXTENSIONS: &[&str] = &[
     "logging",
     "model_repository",
     "model_repository(unload_dependents)",
+    "trace",
     // Not a KServe/Triton extension: tells Tern apart from tritonserver, whose
     // default `--id` (`triton`) Tern shares.
     "tern",
@@ -134,6 +135,33 @@ pub fn model_metadata(
             .map(|o| meta(&o.name, o.data_type, &o.dims))
             .collect(),
     })
+}
+
+/// The trace extension (HTTP `/v2/[models/<model>/]trace/setting`, gRPC
+/// `TraceSetting`): the setting of `model` (`None`: the global one) after
+/// `update`, if any, as key and string values in Triton's order.
+pub fn trace_setting(
+    info: &ServerInfo,
+    model: Option<&str>,
+    update: Option<&crate::trace::Update>,
+) -> Result<Vec<(String, Vec<String>)>> {
+    if let Some(m) = model {
+        if info.infer.target(m, None).is_err() {
+            return Err(tern_core::Error::invalid_arg(format!(
+                "Request for unknown model : {m}"
+            )));
+        }
+    }
+    let tracer = info.infer.tracer();
+    match update {
+        Some(u) => tracer.update(model, u),
+        None => Ok(tracer.settings(model)),
+    }
+}
+
+/// The W3C `traceparent` header of a request (HTTP headers, gRPC metadata).
+pub fn traceparent(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers.get("traceparent").and_then(|v| v.to_str().ok())
 }
 
 /// Parses a version string from a path or message: empty = policy's choice.

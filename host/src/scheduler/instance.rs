@@ -164,6 +164,17 @@ pub(super) fn execute_batch(
     };
     let input_done = timing.input_done.unwrap_or(start).clamp(start, end);
     let infer_done = timing.infer_done.unwrap_or(end).clamp(input_done, end);
+    for (request, result) in requests.iter().zip(&results) {
+        if let Some(trace) = &request.trace {
+            trace.timestamp_at("COMPUTE_START", start);
+            trace.timestamp_at("COMPUTE_INPUT_END", input_done);
+            trace.timestamp_at("COMPUTE_OUTPUT_START", infer_done);
+            trace.timestamp_at("COMPUTE_END", end);
+            if let Ok(response) = result {
+                trace.tensors("TENSOR_BACKEND_OUTPUT", &response.outputs);
+            }
+        }
+    }
     Executed {
         results,
         times: ComputeTimes {

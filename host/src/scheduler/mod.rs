@@ -262,6 +262,10 @@ impl ModelHandle {
         (batch_size, level, timeout): (usize, u64, Option<std::time::Duration>),
         arrived: Instant,
     ) -> Result<InferResponse> {
+        if let Some(trace) = &request.trace {
+            trace.timestamp("QUEUE_START");
+            trace.tensors("TENSOR_QUEUE_INPUT", &request.inputs);
+        }
         match &self.scheduler {
             Scheduler::Instances(pool) => {
                 pool.schedule(request, batch_size, level, timeout, arrived)

@@ -237,6 +237,7 @@ pub fn decode_request(req: ModelInferRequest, shm: &SharedMemory) -> Result<Infe
         parameters: parameters(req.parameters, || "request".into())?,
         callers: Vec::new(),
         responder: None,
+        trace: None,
     })
 }
 

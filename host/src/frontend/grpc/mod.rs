@@ -105,12 +105,6 @@ fn status(e: Error) -> Status {
     grpc_status(&e)
 }
 
-fn unimplemented(what: &str, issue: &str) -> Status {
-    grpc_status(&Error::unsupported(format!(
-        "{what} is not supported by this version of Tern ({issue})"
-    )))
-}
-
 fn duration(c: &CountNs) -> Option<StatisticDuration> {
     Some(StatisticDuration {
         count: c.count,
@@ -177,15 +171,29 @@ fn take_empty_final(req: &mut ModelInferRequest) -> Result<bool> {
 }
 
 impl InferenceService {
-    async fn infer(&self, req: ModelInferRequest) -> Result<ModelInferResponse> {
-        let request = codec::decode_request(req, &self.info.shm)?;
+    async fn infer(
+        &self,
+        req: ModelInferRequest,
+        traceparent: Option<&str>,
+    ) -> Result<ModelInferResponse> {
         let infer = &self.info.infer;
+        let trace = received(infer, &req.model_name, traceparent);
+        let mut request = codec::decode_request(req, &self.info.shm)?;
         let target = infer.target(&request.model_name, request.model_version)?;
         if target.model().decoupled() {
             return Err(tern_core::messages::grpc_infer_decoupled());
         }
+        request.trace = trace.clone();
         let answer = infer.infer(&target, request).await?;
-        Ok(codec::encode_response(answer.response, &answer.requested))
+        if let Some(t) = &trace {
+            t.timestamp("INFER_RESPONSE_COMPLETE");
+            t.timestamp("GRPC_SEND_START");
+        }
+        let response = codec::encode_response(answer.response, &answer.requested);
+        if let Some(t) = &trace {
+            t.timestamp("GRPC_SEND_END");
+        }
+        Ok(response)
     }
 
     /// Answers one request of a ModelStreamInfer stream: a decoupled model's
@@ -197,6 +205,7 @@ impl InferenceService {
         &self,
         mut req: ModelInferRequest,
         tx: &tokio::sync::mpsc::Sender<StreamMsg>,
+        traceparent: Option<&str>,
     ) {
         let (id, model_name, model_version) = (
             req.id.clone(),
@@ -219,9 +228,11 @@ impl InferenceService {
             }
         };
         let infer = &self.info.infer;
+        let trace = received(infer, &model_name, traceparent);
         let started = take_empty_final(&mut req).and_then(|empty_final| {
-            let request = codec::decode_request(req, &self.info.shm)?;
+            let mut request = codec::decode_request(req, &self.info.shm)?;
             let target = infer.target(&request.model_name, request.model_version)?;
+            request.trace = trace.clone();
             Ok((empty_final, request, target))
         });
         let (empty_final, request, target) = match started {
@@ -273,16 +284,56 @@ impl InferenceService {
                 }
                 None => None,
             };
+            let trace = trace.as_ref().filter(|_| last);
+            if let Some(t) = trace {
+                t.timestamp("INFER_RESPONSE_COMPLETE");
+                t.timestamp("GRPC_SEND_START");
+            }
             if let Some(msg) = msg {
                 if tx.send(Ok(msg)).await.is_err() {
                     return;
                 }
             }
             if last {
+                if let Some(t) = trace {
+                    t.timestamp("GRPC_SEND_END");
+                }
                 return;
             }
         }
     }
+}
+
+/// A trace for a request to `model` when the tracer samples it, with the
+/// time its message was read (tonic hands the handler a decoded message).
+fn received(
+    infer: &crate::infer::Infer,
+    model: &str,
+    traceparent: Option<&str>,
+) -> Option<Arc<tern_core::trace::Trace>> {
+    let trace = infer.tracer().sample(model, traceparent)?;
+    trace.timestamp("GRPC_WAITREAD_START");
+    trace.timestamp("GRPC_WAITREAD_END");
+    Some(trace)
+}
+
+/// A `TraceSetting` request's update (`None`: no settings, a read): an
+/// empty value list clears the value, more than one is refused but for
+/// `trace_level`.
+fn trace_update(
+    settings: &HashMap<String, trace_setting_request::SettingValue>,
+) -> Result<Option<crate::trace::Update>> {
+    if settings.is_empty() {
+        return Ok(None);
+    }
+    let mut entries = Vec::new();
+    for (key, v) in settings {
+        if key != "trace_level" && v.value.len() > 1 {
+            return Err(Error::invalid_arg(format!("expect only 1 value for '{key}'")));
+        }
+        entries.push((key.as_str(), (!v.value.is_empty()).then(|| v.value.clone())));
+    }
+    crate::trace::Update::parse(entries, " ").map(Some)
 }
 
 /// Repository request parameters in protocol-neutral form.
@@ -396,7 +447,8 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<ModelInferRequest>,
     ) -> std::result::Result<Response<ModelInferResponse>, Status> {
-        self.infer(req.into_inner())
+        let traceparent = super::common::traceparent(req.metadata().as_ref()).map(str::to_string);
+        self.infer(req.into_inner(), traceparent.as_deref())
             .await
             .map(Response::new)
             .map_err(status)
@@ -408,6 +460,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<Streaming<ModelInferRequest>>,
     ) -> std::result::Result<Response<Self::ModelStreamInferStream>, Status> {
+        let traceparent = super::common::traceparent(req.metadata().as_ref()).map(str::to_string);
         let mut incoming = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let service = InferenceService {
@@ -427,7 +480,10 @@ impl GrpcInferenceService for InferenceService {
                 };
                 let tx = tx.clone();
                 let service = service.clone();
-                tokio::spawn(async move { service.stream_one(req, &tx).await });
+                let traceparent = traceparent.clone();
+                tokio::spawn(async move {
+                    service.stream_one(req, &tx, traceparent.as_deref()).await
+                });
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx)) as StreamOut))
@@ -617,9 +673,21 @@ impl GrpcInferenceService for InferenceService {
 
     async fn trace_setting(
         &self,
-        _: Request<TraceSettingRequest>,
+        req: Request<TraceSettingRequest>,
     ) -> std::result::Result<Response<TraceSettingResponse>, Status> {
-        Err(unimplemented("tracing", "not implemented yet"))
+        let req = req.into_inner();
+        let model = (!req.model_name.is_empty()).then_some(req.model_name.as_str());
+        let setting = trace_update(&req.settings)
+            .and_then(|u| super::common::trace_setting(&self.info, model, u.as_ref()))
+            .map_err(status)?;
+        let mut settings = HashMap::new();
+        for (key, value) in setting {
+            // A repeated key (OpenTelemetry `resource`) keeps its values together.
+            let entry: &mut trace_setting_response::SettingValue =
+                settings.entry(key).or_default();
+            entry.value.extend(value);
+        }
+        Ok(Response::new(TraceSettingResponse { settings }))
     }
 
     async fn log_settings(

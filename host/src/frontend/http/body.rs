@@ -10,6 +10,9 @@
 //! hyper can reuse its read buffer and nothing is allocated per request in
 //! steady state), placed so that the binary tensor section starts 64-byte
 //! aligned and its tensors can go to the backend in place.
+//!
+//! A traced response's body records its trace's last timestamp when hyper
+//! has written it and let it go ([`Traced`]).
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap};
@@ -427,5 +430,50 @@ mod tests {
             let e = collect(frames, Some(5), 0).unwrap_err();
             assert!(e.message.contains("longer than its Content-Length"));
         }
+    }
+}
+
+/// A response body that records `timestamp` on its trace when dropped,
+/// which hyper does once the body is written (or the client has gone).
+pub struct Traced {
+    inner: Body,
+    trace: std::sync::Arc<tern_core::trace::Trace>,
+    timestamp: &'static str,
+}
+
+impl Traced {
+    /// `inner`, timestamped on `trace` at its end.
+    pub fn new(inner: Body, trace: std::sync::Arc<tern_core::trace::Trace>, timestamp: &'static str) -> Traced {
+        Traced {
+            inner,
+            trace,
+            timestamp,
+        }
+    }
+}
+
+impl http_body::Body for Traced {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<std::result::Result<http_body::Frame<Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        self.trace.timestamp(self.timestamp);
     }
 }

@@ -441,6 +441,7 @@ pub fn decode_request(
         parameters,
         callers: Vec::new(),
         responder: None,
+        trace: None,
     };
     Ok((request, HttpOptions { binary_default }))
 }

@@ -22,6 +22,8 @@ use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
 use tern_core::StreamItem;
 use tern_core::{DataType, InferRequest, InferResponse, Parameter, Tensor};
+use std::sync::Arc;
+use tern_core::trace::Trace;
 
 /// What generate (not streaming) says when a model does not give exactly one response.
 const NOT_ONE: &str = "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses";
@@ -224,12 +226,22 @@ async fn run(
     version: Option<i64>,
     headers: &axum::http::HeaderMap,
     body: Body,
-) -> Result<Answers> {
-    let body = body::read_body(s, headers, body).await?;
+) -> Result<(Answers, Option<Arc<Trace>>)> {
     let infer = &s.info.infer;
+    let trace = infer
+        .tracer()
+        .sample(model, crate::frontend::common::traceparent(headers));
+    if let Some(t) = &trace {
+        t.timestamp("HTTP_RECV_START");
+    }
+    let body = body::read_body(s, headers, body).await?;
+    if let Some(t) = &trace {
+        t.timestamp("HTTP_RECV_END");
+    }
     let target = infer.target(model, version)?;
-    let request = decode(model, version, &target.model().config, &body)?;
-    infer.stream(&target, request)
+    let mut request = decode(model, version, &target.model().config, &body)?;
+    request.trace = trace.clone();
+    Ok((infer.stream(&target, request)?, trace))
 }
 
 /// `POST .../generate`.
@@ -240,7 +252,7 @@ pub async fn generate(
     headers: &axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    let mut responses = run(s, model, version, headers, body).await?;
+    let (mut responses, trace) = run(s, model, version, headers, body).await?;
     let mut got = Vec::new();
     while let Some(StreamItem { response, last }) = responses.next().await {
         if let Some(r) = response {
@@ -254,7 +266,14 @@ pub async fn generate(
         return Err(Error::invalid_arg(NOT_ONE));
     }
     let response = got.pop().expect("one response");
-    Ok(super::json_response(response_json(&response)))
+    let Some(trace) = trace else {
+        return Ok(super::json_response(response_json(&response)));
+    };
+    trace.timestamp("INFER_RESPONSE_COMPLETE");
+    trace.timestamp("HTTP_SEND_START");
+    let (parts, body) = super::json_response(response_json(&response)).into_parts();
+    let body = Body::new(body::Traced::new(body, trace, "HTTP_SEND_END"));
+    Ok(Response::from_parts(parts, body))
 }
 
 fn event(v: &Value) -> bytes::Bytes {
@@ -269,7 +288,7 @@ pub async fn generate_stream(
     headers: &axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    let responses = run(s, model, version, headers, body).await?;
+    let (responses, _trace) = run(s, model, version, headers, body).await?;
     let events = futures_stream(responses);
     let mut resp = Response::new(Body::from_stream(events));
     resp.headers_mut().insert(

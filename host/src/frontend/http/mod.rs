@@ -118,6 +118,11 @@ fn router(state: Arc<HttpState>) -> Router {
             get(model_stats),
         )
         .route("/v2/logging", get(get_logging).post(set_logging))
+        .route("/v2/trace/setting", get(get_trace).post(set_trace))
+        .route(
+            "/v2/models/{model}/trace/setting",
+            get(get_model_trace).post(set_model_trace),
+        )
         .merge(shm::routes())
         .fallback(|| async { error_response(&Error::not_found("no such endpoint")) })
         .method_not_allowed_fallback(|| async {
@@ -412,6 +417,92 @@ async fn set_logging(State(s): AppState, headers: HeaderMap, body: Body) -> Resp
     )
 }
 
+async fn get_trace(State(s): AppState) -> Response {
+    respond(common::trace_setting(&s.info, None, None).map(trace_json))
+}
+
+async fn get_model_trace(State(s): AppState, Path(model): Path<String>) -> Response {
+    respond(common::trace_setting(&s.info, Some(&model), None).map(trace_json))
+}
+
+async fn set_trace(State(s): AppState, headers: HeaderMap, body: Body) -> Response {
+    respond(update_trace(&s, None, &headers, body).await)
+}
+
+async fn set_model_trace(
+    State(s): AppState,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    respond(update_trace(&s, Some(&model), &headers, body).await)
+}
+
+/// A trace setting update: a JSON object whose `trace_level` is a list of
+/// strings and whose other values are strings, `null` clearing a value
+/// (Triton's texts for the wrong types).
+async fn update_trace(
+    s: &HttpState,
+    model: Option<&str>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response> {
+    let body = read_body(s, headers, body).await?;
+    let v: Value = serde_json::from_slice(&body).map_err(|e| {
+        Error::internal(format!("failed to parse the request JSON buffer: {e}"))
+    })?;
+    let mut entries = Vec::new();
+    for (key, value) in v.as_object().into_iter().flatten() {
+        let values = match (key.as_str(), value) {
+            (_, Value::Null) => None,
+            ("trace_level", Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .map(|i| i.as_str().map(str::to_string).ok_or_else(non_string))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+            ("trace_level", _) => {
+                return Err(Error::internal("attempt to access JSON non-array as array"))
+            }
+            ("trace_file" | "trace_rate" | "trace_count" | "log_frequency", Value::String(v)) => {
+                Some(vec![v.clone()])
+            }
+            ("trace_file" | "trace_rate" | "trace_count" | "log_frequency", _) => {
+                return Err(non_string())
+            }
+            _ => continue,
+        };
+        entries.push((key.as_str(), values));
+    }
+    let update = crate::trace::Update::parse(entries, "")?;
+    common::trace_setting(&s.info, model, Some(&update)).map(trace_json)
+}
+
+fn non_string() -> Error {
+    Error::internal("attempt to access JSON non-string as string")
+}
+
+/// A trace setting as Triton's JSON: keys in order (the OpenTelemetry
+/// `resource` key may repeat), `trace_level` a list, every other value a string.
+fn trace_json(setting: Vec<(String, Vec<String>)>) -> Response {
+    let fields: Vec<String> = setting
+        .into_iter()
+        .map(|(key, values)| {
+            let value = if key == "trace_level" {
+                json!(values)
+            } else {
+                json!(values.into_iter().next().unwrap_or_default())
+            };
+            format!("{}:{value}", json!(key))
+        })
+        .collect();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{{{}}}", fields.join(",")),
+    )
+        .into_response()
+}
+
 /// Triton's JSON for one model version in `model_stats`.
 fn stats_json(s: &Snapshot, name: &str, version: i64) -> Value {
     let c = |c: &CountNs| json!({ "count": c.count, "ns": c.ns });
@@ -504,6 +595,10 @@ async fn run_infer(
     body: Body,
 ) -> Result<Response> {
     let headers = &parts.headers;
+    let trace = s.info.infer.tracer().sample(model, common::traceparent(headers));
+    if let Some(t) = &trace {
+        t.timestamp("HTTP_RECV_START");
+    }
     let header_len = match headers.get(HEADER_LEN) {
         None => None,
         Some(v) => Some(
@@ -527,6 +622,9 @@ async fn run_infer(
     // that hyper can read the body into the same buffer instead of a new one.
     drop(parts);
     let body = body::read(s, body_headers, body, header_len.unwrap_or(0)).await?;
+    if let Some(t) = &trace {
+        t.timestamp("HTTP_RECV_END");
+    }
     // The version is resolved before the body is decoded (an unknown model is
     // reported as such, and a raw body is read by its config), and the
     // request runs on that same version.
@@ -535,7 +633,7 @@ async fn run_infer(
     if target.model().decoupled() {
         return Err(tern_core::messages::http_infer_decoupled());
     }
-    let (request, opts) = codec::decode_request(
+    let (mut request, opts) = codec::decode_request(
         model,
         version,
         body,
@@ -543,7 +641,12 @@ async fn run_infer(
         &target.model().config,
         &s.info.shm,
     )?;
+    request.trace = trace.clone();
     let answer = infer.infer(&target, request).await?;
+    if let Some(t) = &trace {
+        t.timestamp("INFER_RESPONSE_COMPLETE");
+        t.timestamp("HTTP_SEND_START");
+    }
     let encoded = codec::encode_response(&answer.response, &answer.requested, &opts);
     let json_len = encoded.json_len;
     let (body, encoding) = match coding {
@@ -552,6 +655,10 @@ async fn run_infer(
             Some(c),
         ),
         None => (Body::new(encoded.into_body()), None),
+    };
+    let body = match trace {
+        Some(t) => Body::new(body::Traced::new(body, t, "HTTP_SEND_END")),
+        None => body,
     };
     let mut resp = Response::new(body);
     let h = resp.headers_mut();

@@ -82,6 +82,8 @@ struct Origin {
     /// The models above this step's call, this ensemble last (BLS and
     /// ensemble recursion checks).
     callers: Vec<String>,
+    /// The ensemble request's trace: each step's request is traced as its child.
+    trace: Option<std::sync::Arc<tern_core::trace::Trace>>,
 }
 
 /// Where a run's responses go: `Some(outputs)` for a response, `last` on
@@ -187,6 +189,7 @@ impl Ensemble {
             inputs,
             parameters,
             mut callers,
+            trace,
             ..
         } = request;
         callers.push(p.name.clone());
@@ -194,6 +197,7 @@ impl Ensemble {
             id,
             parameters,
             callers,
+            trace,
         };
         let mut tensors = Tensors::default();
         for t in inputs {
@@ -515,6 +519,7 @@ impl Ensemble {
             parameters: origin.parameters.clone(),
             callers: origin.callers.clone(),
             responder: None,
+            trace: origin.trace.as_ref().map(|t| t.child(&step.model)),
         };
         (sub, batch)
     }
