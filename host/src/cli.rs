@@ -884,7 +884,8 @@ mod tests {
         let e = Args::parse_checked(["tern", "--model-repository=/m", "--repoagent-directory=/r"])
             .unwrap_err();
         assert!(
-            e.message.contains("'--repoagent-directory' is not supported"),
+            e.message
+                .contains("'--repoagent-directory' is not supported"),
             "{e}"
         );
         let a = Args::parse_checked([

@@ -111,7 +111,11 @@ pub struct Trace {
 impl std::fmt::Debug for Trace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let r = self.lock();
-        write!(f, "Trace({} of {}, parent {})", r.id, r.model_name, r.parent_id)
+        write!(
+            f,
+            "Trace({} of {}, parent {})",
+            r.id, r.model_name, r.parent_id
+        )
     }
 }
 
@@ -229,11 +233,17 @@ impl Trace {
 
 impl Drop for Trace {
     fn drop(&mut self) {
-        let mut record =
-            std::mem::take(self.record.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let mut record = std::mem::take(
+            self.record
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         record.ended = Some(Instant::now());
-        let mut tree =
-            std::mem::take(self.children.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let mut tree = std::mem::take(
+            self.children
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         tree.push(record);
         match &self.parent {
             Some(parent) => parent
@@ -276,20 +286,38 @@ mod tests {
         let root = Trace::new(sink.clone(), level, "ens", None);
         root.resolved("ens", 1, "r1");
         root.timestamp("REQUEST_START");
-        root.tensors("TENSOR_QUEUE_INPUT", [&Tensor::new("X", crate::DataType::Int32, vec![1], vec![0; 4])]);
+        root.tensors(
+            "TENSOR_QUEUE_INPUT",
+            [&Tensor::new(
+                "X",
+                crate::DataType::Int32,
+                vec![1],
+                vec![0; 4],
+            )],
+        );
         let step = root.child("m");
         step.timestamp("QUEUE_START");
         drop(step);
-        assert!(sink.trees.lock().unwrap().is_empty(), "the root is still running");
+        assert!(
+            sink.trees.lock().unwrap().is_empty(),
+            "the root is still running"
+        );
         root.timestamp("REQUEST_END");
         drop(root);
         let trees = sink.trees.lock().unwrap();
         assert_eq!(trees.len(), 1);
         let (child, parent) = (&trees[0][0], &trees[0][1]);
         assert_eq!((child.id, child.parent_id, parent.id), (2, 1, 1));
-        assert_eq!(child.request_id, "r1", "a child carries its parent's request id");
+        assert_eq!(
+            child.request_id, "r1",
+            "a child carries its parent's request id"
+        );
         assert!(child.ended.unwrap() <= parent.ended.unwrap());
-        assert_eq!(parent.entries.len(), 2, "tensors are not recorded at TIMESTAMPS");
+        assert_eq!(
+            parent.entries.len(),
+            2,
+            "tensors are not recorded at TIMESTAMPS"
+        );
         assert!(parent.timestamp("REQUEST_END").is_some());
     }
 }

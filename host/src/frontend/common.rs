@@ -145,17 +145,22 @@ pub fn trace_setting(
     model: Option<&str>,
     update: Option<&crate::trace::Update>,
 ) -> Result<Vec<(String, Vec<String>)>> {
-    if let Some(m) = model {
-        if info.infer.target(m, None).is_err() {
-            return Err(tern_core::Error::invalid_arg(format!(
-                "Request for unknown model : {m}"
-            )));
-        }
-    }
+    trace_model_known(info, model)?;
     let tracer = info.infer.tracer();
     match update {
         Some(u) => tracer.update(model, u),
         None => Ok(tracer.settings(model)),
+    }
+}
+
+/// Triton's error for a trace setting of a model that is not loaded;
+/// checked before the update's values, as Triton checks it.
+pub fn trace_model_known(info: &ServerInfo, model: Option<&str>) -> Result<()> {
+    match model {
+        Some(m) if info.infer.target(m, None).is_err() => Err(tern_core::Error::invalid_arg(
+            format!("Request for unknown model : {m}"),
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -71,7 +71,9 @@ mod tests {
         assert_eq!(c.monotonic_ns(later) - c.monotonic_ns(c.at), 5_000_000);
         assert!(c.monotonic_ns(before) < c.monotonic_ns(c.at));
         assert_eq!(
-            c.system_time(later).duration_since(c.system_time(c.at)).unwrap(),
+            c.system_time(later)
+                .duration_since(c.system_time(c.at))
+                .unwrap(),
             Duration::from_millis(5)
         );
     }

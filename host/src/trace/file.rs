@@ -53,7 +53,11 @@ impl TraceFile {
     /// Writes `traces` (rendered, comma-separated) as one JSON array to
     /// `<file>.<index>`, the next index.
     pub fn save_numbered(&self, traces: &str) {
-        let name = format!("{}.{}", self.path, self.index.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "{}.{}",
+            self.path,
+            self.index.fetch_add(1, Ordering::Relaxed)
+        );
         if let Err(e) = std::fs::write(&name, format!("[{traces}]")) {
             tracing::warn!("cannot write trace file '{name}': {e}");
         }
@@ -122,16 +126,17 @@ pub fn render(tree: &[Record], clock: &Clock) -> String {
                     );
                 }
                 Entry::Tensor(activity, t) => {
-                    let tensor = serde_json::json!({
-                        "name": t.name,
-                        "data": tensor_data(t),
-                        "shape": t.shape.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
-                        "dtype": t.dtype.wire_name(),
-                    });
+                    // Triton's key order: name, data, shape, dtype.
+                    let s = |v: String| serde_json::Value::from(v);
+                    let shape = t.shape.iter().map(i64::to_string).collect::<Vec<_>>();
                     let _ = write!(
                         out,
-                        r#"{{"id":{},"activity":"{activity}","tensor":{tensor}}}"#,
-                        record.id
+                        r#"{{"id":{},"activity":"{activity}","tensor":{{"name":{},"data":{},"shape":{},"dtype":"{}"}}}}"#,
+                        record.id,
+                        s(t.name.clone()),
+                        s(tensor_data(t)),
+                        s(shape.join(",")),
+                        t.dtype.wire_name()
                     );
                 }
             }
@@ -171,16 +176,36 @@ fn tensor_data(t: &Tensor) -> String {
         DataType::Bool => d.iter().map(|b| u8::from(*b != 0).to_string()).collect(),
         DataType::Uint8 => d.iter().map(u8::to_string).collect(),
         DataType::Int8 => d.iter().map(|b| (*b as i8).to_string()).collect(),
-        DataType::Uint16 => fixed(2).map(|c| u16::from_le_bytes([c[0], c[1]]).to_string()).collect(),
-        DataType::Int16 => fixed(2).map(|c| i16::from_le_bytes([c[0], c[1]]).to_string()).collect(),
-        DataType::Uint32 => fixed(4).map(|c| u32::from_le_bytes(c.try_into().unwrap_or_default()).to_string()).collect(),
-        DataType::Int32 => fixed(4).map(|c| i32::from_le_bytes(c.try_into().unwrap_or_default()).to_string()).collect(),
-        DataType::Uint64 => fixed(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()).to_string()).collect(),
-        DataType::Int64 => fixed(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()).to_string()).collect(),
-        DataType::Fp16 => fixed(2).map(|c| general(half::f16::from_le_bytes([c[0], c[1]]).to_f64())).collect(),
-        DataType::Bf16 => fixed(2).map(|c| general(half::bf16::from_le_bytes([c[0], c[1]]).to_f64())).collect(),
-        DataType::Fp32 => fixed(4).map(|c| general(f32::from_le_bytes(c.try_into().unwrap_or_default()) as f64)).collect(),
-        DataType::Fp64 => fixed(8).map(|c| general(f64::from_le_bytes(c.try_into().unwrap_or_default()))).collect(),
+        DataType::Uint16 => fixed(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]).to_string())
+            .collect(),
+        DataType::Int16 => fixed(2)
+            .map(|c| i16::from_le_bytes([c[0], c[1]]).to_string())
+            .collect(),
+        DataType::Uint32 => fixed(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap_or_default()).to_string())
+            .collect(),
+        DataType::Int32 => fixed(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap_or_default()).to_string())
+            .collect(),
+        DataType::Uint64 => fixed(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()).to_string())
+            .collect(),
+        DataType::Int64 => fixed(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()).to_string())
+            .collect(),
+        DataType::Fp16 => fixed(2)
+            .map(|c| general(half::f16::from_le_bytes([c[0], c[1]]).to_f64()))
+            .collect(),
+        DataType::Bf16 => fixed(2)
+            .map(|c| general(half::bf16::from_le_bytes([c[0], c[1]]).to_f64()))
+            .collect(),
+        DataType::Fp32 => fixed(4)
+            .map(|c| general(f32::from_le_bytes(c.try_into().unwrap_or_default()) as f64))
+            .collect(),
+        DataType::Fp64 => fixed(8)
+            .map(|c| general(f64::from_le_bytes(c.try_into().unwrap_or_default())))
+            .collect(),
         DataType::Bytes => tern_core::bytes_tensor::decode(d)
             .unwrap_or_default()
             .into_iter()
@@ -203,7 +228,11 @@ fn general(v: f64) -> String {
         };
     }
     if v == 0.0 {
-        return if v.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if v.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     let sci = format!("{v:.5e}");
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
@@ -252,29 +281,54 @@ mod tests {
     fn a_tree_renders_as_tritons_records() {
         let clock = Clock::new();
         let at = Instant::now();
-        let x = Tensor::new("X", DataType::Fp32, vec![1, 2], [1.0f32, 0.5].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
-        let s = Tensor::new("S", DataType::Bytes, vec![1], tern_core::bytes_tensor::encode([b"hi"]));
+        let x = Tensor::new(
+            "X",
+            DataType::Fp32,
+            vec![1, 2],
+            [1.0f32, 0.5]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        );
+        let s = Tensor::new(
+            "S",
+            DataType::Bytes,
+            vec![1],
+            tern_core::bytes_tensor::encode([b"hi"]),
+        );
         let record = |id, parent_id, entries| Record {
             id,
             parent_id,
             model_name: "m".into(),
             model_version: 1,
-            request_id: if parent_id == 0 { "r".into() } else { String::new() },
-            level: Level { timestamps: true, tensors: true },
+            request_id: if parent_id == 0 {
+                "r".into()
+            } else {
+                String::new()
+            },
+            level: Level {
+                timestamps: true,
+                tensors: true,
+            },
             entries,
             ..Default::default()
         };
         let tree = [
             record(2, 1, vec![Entry::Timestamp("REQUEST_START", at)]),
-            record(1, 0, vec![
-                Entry::Timestamp("HTTP_RECV_START", at),
-                Entry::Timestamp("REQUEST_START", at),
-                Entry::Tensor("TENSOR_QUEUE_INPUT", x),
-                Entry::Tensor("TENSOR_BACKEND_OUTPUT", s),
-            ]),
+            record(
+                1,
+                0,
+                vec![
+                    Entry::Timestamp("HTTP_RECV_START", at),
+                    Entry::Timestamp("REQUEST_START", at),
+                    Entry::Tensor("TENSOR_QUEUE_INPUT", x),
+                    Entry::Tensor("TENSOR_BACKEND_OUTPUT", s),
+                ],
+            ),
         ];
         let ns = clock.monotonic_ns(at);
-        let json: serde_json::Value = serde_json::from_str(&format!("[{}]", render(&tree, &clock))).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&format!("[{}]", render(&tree, &clock))).unwrap();
         let expected = serde_json::json!([
             {"id": 2, "model_name": "m", "model_version": 1, "parent_id": 1},
             {"id": 2, "timestamps": [{"name": "REQUEST_START", "ns": ns}]},

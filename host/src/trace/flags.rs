@@ -29,8 +29,11 @@ fn bad(option: &str, why: impl std::fmt::Display) -> Error {
     Error::invalid_arg(format!("Bad option: \"{option}\". {why}"))
 }
 
-/// The tracing settings of a command line.
-pub fn parse(config: &[String], old: &Deprecated) -> Result<TraceConfig> {
+/// `--trace-config` pairs: the global ones, the triton mode's and the opentelemetry mode's.
+type Split = [Vec<(String, String)>; 3];
+
+/// Splits the `--trace-config` values by mode, checking their form.
+fn split(config: &[String]) -> Result<Split> {
     let mut global: Vec<(String, String)> = Vec::new();
     let mut triton: Vec<(String, String)> = Vec::new();
     let mut otel: Vec<(String, String)> = Vec::new();
@@ -63,7 +66,12 @@ pub fn parse(config: &[String], old: &Deprecated) -> Result<TraceConfig> {
             Some(Err(why)) => return Err(bad("--trace-config", why)),
         }
     }
+    Ok([global, triton, otel])
+}
 
+/// The tracing settings of a command line.
+pub fn parse(config: &[String], old: &Deprecated) -> Result<TraceConfig> {
+    let [global, triton, otel] = split(config)?;
     let mut out = TraceConfig::default();
     let v = &mut out.values;
     deprecated(old, v)?;
@@ -75,7 +83,11 @@ pub fn parse(config: &[String], old: &Deprecated) -> Result<TraceConfig> {
         if !old.level.is_empty() {
             warn_override("--trace-level", "level");
         }
-        let levels: Vec<&str> = global.iter().filter(|(k, _)| k == "level").map(|(_, v)| v.as_str()).collect();
+        let levels: Vec<&str> = global
+            .iter()
+            .filter(|(k, _)| k == "level")
+            .map(|(_, v)| v.as_str())
+            .collect();
         v.level = levels_of(&levels).map_err(|why| bad("--trace-config level", why))?;
     }
     for (key, value) in &global {
@@ -84,7 +96,8 @@ pub fn parse(config: &[String], old: &Deprecated) -> Result<TraceConfig> {
                 if old.rate.is_some() {
                     warn_override("--trace-rate", "rate");
                 }
-                v.rate = cli_int(value).map_err(|why| bad("--trace-config rate", why))? as i32 as u32;
+                v.rate =
+                    cli_int(value).map_err(|why| bad("--trace-config rate", why))? as i32 as u32;
             }
             "count" => {
                 if old.count.is_some() {
@@ -92,7 +105,9 @@ pub fn parse(config: &[String], old: &Deprecated) -> Result<TraceConfig> {
                 }
                 v.count = cli_int(value).map_err(|why| bad("--trace-config count", why))? as i32;
             }
-            "mode" => out.mode = Mode::parse(value).map_err(|why| bad("--trace-config mode", why))?,
+            "mode" => {
+                out.mode = Mode::parse(value).map_err(|why| bad("--trace-config mode", why))?
+            }
             _ => {}
         }
     }
@@ -154,7 +169,8 @@ fn deprecated(old: &Deprecated, v: &mut Values) -> Result<()> {
     }
     if let Some(f) = &old.log_frequency {
         warn("--trace-log-frequency", "triton,log-frequency=<value>");
-        v.log_frequency = cli_int(f).map_err(|why| bad("--trace-log-frequency", why))? as i32 as u32;
+        v.log_frequency =
+            cli_int(f).map_err(|why| bad("--trace-log-frequency", why))? as i32 as u32;
     }
     Ok(())
 }
@@ -201,7 +217,10 @@ mod tests {
         assert_eq!(
             c.values,
             Values {
-                level: Level { timestamps: true, tensors: true },
+                level: Level {
+                    timestamps: true,
+                    tensors: true
+                },
                 rate: 1,
                 count: 5,
                 log_frequency: 2,
@@ -216,21 +235,36 @@ mod tests {
     #[test]
     fn tritonservers_texts_for_bad_values() {
         let e = |args: &[&str]| parse_args(args).unwrap_err().message;
-        assert_eq!(e(&["level=BAD"]), "Bad option: \"--trace-config level\". invalid value for trace level option: bad");
-        assert_eq!(e(&["rate=abc"]), "Bad option: \"--trace-config rate\". Invalid option value. Got abc");
+        assert_eq!(
+            e(&["level=BAD"]),
+            "Bad option: \"--trace-config level\". invalid value for trace level option: bad"
+        );
+        assert_eq!(
+            e(&["rate=abc"]),
+            "Bad option: \"--trace-config rate\". Invalid option value. Got abc"
+        );
         assert_eq!(
             e(&["mode=bad"]),
             "Bad option: \"--trace-config mode\". invalid value for trace mode option: bad. Available options are \"triton\" and \"opentelemetry\""
         );
-        assert!(e(&["bad,file=/x"]).starts_with("Bad option: \"--trace-config\". invalid value for trace mode option: bad."));
+        assert!(e(&["bad,file=/x"]).starts_with(
+            "Bad option: \"--trace-config\". invalid value for trace mode option: bad."
+        ));
         assert!(e(&[",file=x"]).contains("No trace mode specified."));
         assert_eq!(
             e(&["level"]),
             "Bad option: \"--trace-config\". --trace-config option format is '<trace mode>,<setting>=<value>'. Got level"
         );
-        assert!(e(&["triton,log-frequency=x"]).starts_with("Bad option: \"--trace-config triton,log-frequency\"."));
-        assert!(parse_args(&["rate=0", "rate=1.5"]).is_ok(), "tritonserver accepts these");
-        assert!(parse_args(&["opentelemetry,bsp_max_queue_size=abc"]).is_ok(), "read only in opentelemetry mode");
+        assert!(e(&["triton,log-frequency=x"])
+            .starts_with("Bad option: \"--trace-config triton,log-frequency\"."));
+        assert!(
+            parse_args(&["rate=0", "rate=1.5"]).is_ok(),
+            "tritonserver accepts these"
+        );
+        assert!(
+            parse_args(&["opentelemetry,bsp_max_queue_size=abc"]).is_ok(),
+            "read only in opentelemetry mode"
+        );
     }
 
     #[test]
@@ -248,6 +282,9 @@ mod tests {
             rate: Some("abc".into()),
             ..Default::default()
         };
-        assert_eq!(parse(&[], &bad).unwrap_err().message, "Bad option: \"--trace-rate\". Invalid option value. Got abc");
+        assert_eq!(
+            parse(&[], &bad).unwrap_err().message,
+            "Bad option: \"--trace-rate\". Invalid option value. Got abc"
+        );
     }
 }

@@ -108,7 +108,11 @@ impl Tracer {
         if let Some(reason) = config.values.invalid_reason(config.mode) {
             tracing::warn!(
                 "tracing is on but nothing will be traced until the setting is fixed: {}",
-                if reason.is_empty() { "its count is 0" } else { reason.as_str() }
+                if reason.is_empty() {
+                    "its count is 0"
+                } else {
+                    reason.as_str()
+                }
             );
         }
         let global = Active::new(config.values.clone(), config.mode, &shared);
@@ -188,7 +192,11 @@ impl Tracer {
     /// the global one, which the models that do not override a value
     /// follow) and answers the setting as it is now. An update that would
     /// leave an invalid setting changes nothing.
-    pub fn update(&self, model: Option<&str>, update: &Update) -> Result<Vec<(String, Vec<String>)>> {
+    pub fn update(
+        &self,
+        model: Option<&str>,
+        update: &Update,
+    ) -> Result<Vec<(String, Vec<String>)>> {
         let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
         if *update == Update::default() {
             drop(state);
@@ -255,7 +263,13 @@ impl Tracer {
             state.global = off;
             state.models.clear();
         }
-        for f in self.shared.files.lock().unwrap_or_else(|p| p.into_inner()).values() {
+        for f in self
+            .shared
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
             f.close();
         }
         if let Some(e) = &self.shared.otel {
@@ -285,7 +299,8 @@ impl Shared {
 
 impl Active {
     fn new(values: Values, mode: Mode, shared: &Arc<Shared>) -> Arc<Active> {
-        let file = (mode == Mode::Triton && !values.file.is_empty()).then(|| shared.file(&values.file));
+        let file =
+            (mode == Mode::Triton && !values.file.is_empty()).then(|| shared.file(&values.file));
         Arc::new(Active {
             counters: Mutex::new(Counters {
                 remaining: values.count,
@@ -314,7 +329,7 @@ impl Active {
             return forced;
         }
         c.seen += 1;
-        let hit = c.seen % u64::from(self.values.rate) == 0;
+        let hit = c.seen.is_multiple_of(u64::from(self.values.rate));
         if hit && c.remaining > 0 {
             c.remaining -= 1;
         }
@@ -426,7 +441,11 @@ mod tests {
         assert!(!dir.path().join("t.json.0").exists());
         t.shutdown();
         let plain = read(dir.path().join("t.json"));
-        assert_eq!(plain.as_array().unwrap().len(), 4, "two traces of a header and a timestamp");
+        assert_eq!(
+            plain.as_array().unwrap().len(),
+            4,
+            "two traces of a header and a timestamp"
+        );
     }
 
     #[test]
@@ -444,10 +463,19 @@ mod tests {
         for _ in 0..5 {
             assert!(request(&t, "m"));
         }
-        assert_eq!(read(dir.path().join("t.json.0")).as_array().unwrap().len(), 4);
-        assert_eq!(read(dir.path().join("t.json.1")).as_array().unwrap().len(), 4);
+        assert_eq!(
+            read(dir.path().join("t.json.0")).as_array().unwrap().len(),
+            4
+        );
+        assert_eq!(
+            read(dir.path().join("t.json.1")).as_array().unwrap().len(),
+            4
+        );
         t.shutdown();
-        assert_eq!(read(dir.path().join("t.json.2")).as_array().unwrap().len(), 2);
+        assert_eq!(
+            read(dir.path().join("t.json.2")).as_array().unwrap().len(),
+            2
+        );
         assert!(!dir.path().join("t.json").exists());
 
         let dir = tempfile::tempdir().unwrap();
@@ -463,7 +491,10 @@ mod tests {
         for _ in 0..4 {
             request(&counted, "m");
         }
-        assert_eq!(read(dir.path().join("t.json.0")).as_array().unwrap().len(), 6);
+        assert_eq!(
+            read(dir.path().join("t.json.0")).as_array().unwrap().len(),
+            6
+        );
     }
 
     #[test]
@@ -480,7 +511,13 @@ mod tests {
             )
             .unwrap()
         };
-        let on = parse(&[("trace_level", Some(&["TIMESTAMPS"])), ("trace_rate", Some(&["1"]))], "");
+        let on = parse(
+            &[
+                ("trace_level", Some(&["TIMESTAMPS"])),
+                ("trace_rate", Some(&["1"])),
+            ],
+            "",
+        );
         let m = t.update(Some("m"), &on).unwrap();
         assert_eq!(m[0].1, ["TIMESTAMPS"]);
         assert!(request(&t, "m"));
@@ -488,7 +525,8 @@ mod tests {
         assert_eq!(get(&t.settings(None), "trace_level"), "OFF");
 
         // The model follows a global value it does not override.
-        t.update(None, &parse(&[("trace_count", Some(&["100"]))], "")).unwrap();
+        t.update(None, &parse(&[("trace_count", Some(&["100"]))], ""))
+            .unwrap();
         assert_eq!(get(&t.settings(Some("m")), "trace_count"), "100");
         assert_eq!(get(&t.settings(Some("m")), "trace_rate"), "1");
 
@@ -508,7 +546,10 @@ mod tests {
             ..Default::default()
         };
         let e = no_file.update(None, &on).unwrap_err();
-        assert_eq!(e.message, "Attempting to set invalid trace setting :trace file name is not given");
+        assert_eq!(
+            e.message,
+            "Attempting to set invalid trace setting :trace file name is not given"
+        );
         assert_eq!(get(&no_file.settings(None), "trace_level"), "OFF");
 
         let t = tracer(dir.path(), Values::default());
@@ -548,7 +589,10 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert!(t.sample("m", Some(parent)).is_none(), "triton mode ignores it");
+        assert!(
+            t.sample("m", Some(parent)).is_none(),
+            "triton mode ignores it"
+        );
         let otel = Tracer::new(TraceConfig {
             mode: Mode::OpenTelemetry,
             values: Values {
@@ -563,7 +607,10 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        assert!(otel.sample("m", None).is_none(), "rate 0 samples nothing by itself");
+        assert!(
+            otel.sample("m", None).is_none(),
+            "rate 0 samples nothing by itself"
+        );
         assert!(otel.sample("m", Some(parent)).is_some());
         let keys: Vec<String> = otel.settings(None).into_iter().map(|(k, _)| k).collect();
         assert!(!keys.contains(&"trace_file".to_string()));

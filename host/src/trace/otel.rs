@@ -116,7 +116,11 @@ pub fn parse_traceparent(header: &str) -> Option<RemoteParent> {
         return None;
     };
     let hex = |s: &str, n: usize| -> Option<Vec<u8>> {
-        if s.len() != 2 * n || !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if s.len() != 2 * n
+            || !s
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return None;
         }
         (0..n)
@@ -149,7 +153,10 @@ impl Exporter {
     /// Builds the exporter (nothing is sent until spans end).
     pub fn new(config: &OtelConfig) -> Result<Exporter> {
         let uri: axum::http::Uri = config.url.parse().map_err(|e| {
-            Error::invalid_arg(format!("--trace-config opentelemetry,url='{}' is not a URL: {e}", config.url))
+            Error::invalid_arg(format!(
+                "--trace-config opentelemetry,url='{}' is not a URL: {e}",
+                config.url
+            ))
         })?;
         if uri.scheme_str() != Some("http") {
             return Err(Error::unsupported(format!(
@@ -171,7 +178,9 @@ impl Exporter {
             .with_protocol(Protocol::HttpJson)
             .with_endpoint(config.url.clone())
             .build()
-            .map_err(|e| Error::internal(format!("cannot create the OpenTelemetry exporter: {e}")))?;
+            .map_err(|e| {
+                Error::internal(format!("cannot create the OpenTelemetry exporter: {e}"))
+            })?;
         let batch = BatchConfigBuilder::default()
             .with_max_queue_size(config.max_queue_size.max(1) as usize)
             .with_scheduled_delay(Duration::from_millis(config.schedule_delay_ms.into()))
@@ -182,7 +191,11 @@ impl Exporter {
             resource = resource.with_attribute(KeyValue::new(k.clone(), v.clone()));
         }
         let provider = SdkTracerProvider::builder()
-            .with_span_processor(BatchSpanProcessor::builder(exporter).with_batch_config(batch).build())
+            .with_span_processor(
+                BatchSpanProcessor::builder(exporter)
+                    .with_batch_config(batch)
+                    .build(),
+            )
             .with_sampler(Sampler::AlwaysOn)
             .with_resource(resource.build())
             .build();
@@ -201,7 +214,9 @@ impl Exporter {
             if r.entries.iter().any(|e| matches!(e, Entry::Tensor(..))) {
                 static ONCE: Once = Once::new();
                 ONCE.call_once(|| {
-                    tracing::error!("Tensor level tracing is not supported by the mode: opentelemetry");
+                    tracing::error!(
+                        "Tensor level tracing is not supported by the mode: opentelemetry"
+                    );
                 });
             }
             let stamps: Vec<(&'static str, SystemTime)> = r
@@ -242,10 +257,18 @@ impl Exporter {
             if !r.request_id.is_empty() {
                 attributes.push(KeyValue::new("triton.request_id", r.request_id.clone()));
             }
-            let model_events = stamps.iter().filter(|(n, _)| !is_frontend(n) && !n.starts_with("COMPUTE_"));
+            let model_events = stamps
+                .iter()
+                .filter(|(n, _)| !is_frontend(n) && !n.starts_with("COMPUTE_"));
             let model_start = at("REQUEST_START").unwrap_or(started);
             let model_end = at("REQUEST_END").unwrap_or(ended);
-            let model = self.span(r.model_name.clone(), model_start, &parent, model_events, attributes);
+            let model = self.span(
+                r.model_name.clone(),
+                model_start,
+                &parent,
+                model_events,
+                attributes,
+            );
             if let Some(start) = at("COMPUTE_START") {
                 let events = stamps.iter().filter(|(n, _)| n.starts_with("COMPUTE_"));
                 let compute = self.span("compute", start, &model, events, Vec::new());
@@ -300,7 +323,8 @@ mod tests {
 
     #[test]
     fn traceparent_headers() {
-        let p = parse_traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap();
+        let p =
+            parse_traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap();
         assert_eq!(p.trace_id[0], 0x0a);
         assert_eq!(p.span_id[7], 0x31);
         assert_eq!(p.flags, 1);
@@ -325,14 +349,35 @@ mod tests {
         ];
         let c = OtelConfig::from_pairs(&pairs).unwrap();
         assert_eq!(c.url, "http://c:4318/v1/traces");
-        assert_eq!(c.resource, [("service.name".to_string(), "edge".to_string())]);
+        assert_eq!(
+            c.resource,
+            [("service.name".to_string(), "edge".to_string())]
+        );
         assert_eq!(c.schedule_delay_ms, 100);
         let keys: Vec<String> = c.shown(&pairs).into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, ["url", "resource", "bsp_schedule_delay", "bsp_max_export_batch_size", "bsp_max_queue_size"]);
-        let bad = [("bsp_max_queue_size".to_string(), "abc".to_string())];
-        assert!(OtelConfig::from_pairs(&bad).unwrap_err().message.contains("Invalid option value. Got abc"));
         assert_eq!(
-            Exporter::new(&OtelConfig { url: "https://c/v1/traces".into(), ..Default::default() }).err().unwrap().code,
+            keys,
+            [
+                "url",
+                "resource",
+                "bsp_schedule_delay",
+                "bsp_max_export_batch_size",
+                "bsp_max_queue_size"
+            ]
+        );
+        let bad = [("bsp_max_queue_size".to_string(), "abc".to_string())];
+        assert!(OtelConfig::from_pairs(&bad)
+            .unwrap_err()
+            .message
+            .contains("Invalid option value. Got abc"));
+        assert_eq!(
+            Exporter::new(&OtelConfig {
+                url: "https://c/v1/traces".into(),
+                ..Default::default()
+            })
+            .err()
+            .unwrap()
+            .code,
             tern_core::Code::Unsupported
         );
     }

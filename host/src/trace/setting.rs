@@ -149,7 +149,13 @@ impl Update {
         let mut u = Update::default();
         let mut entries: Vec<(&str, Option<Vec<String>>)> = entries.into_iter().collect();
         // Triton checks the keys in this order, whatever order the client sent.
-        let order = ["trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency"];
+        let order = [
+            "trace_file",
+            "trace_level",
+            "trace_rate",
+            "trace_count",
+            "log_frequency",
+        ];
         entries.sort_by_key(|(k, _)| order.iter().position(|o| o == k).unwrap_or(order.len()));
         for (key, values) in entries {
             let one = || values.as_ref().and_then(|v| v.first()).cloned();
@@ -169,7 +175,9 @@ impl Update {
                         },
                     })
                 }
-                "trace_rate" => u.rate = Some(one().map(|v| parse_u32("trace_rate", &v)).transpose()?),
+                "trace_rate" => {
+                    u.rate = Some(one().map(|v| parse_u32("trace_rate", &v)).transpose()?)
+                }
                 "trace_count" => {
                     u.count = Some(one().map(|v| parse_count(&v, got_sep)).transpose()?)
                 }
@@ -259,7 +267,8 @@ fn stoi(s: &str) -> Option<i64> {
 }
 
 fn parse_u32(key: &str, s: &str) -> Result<u32> {
-    let v = stoi(s).ok_or_else(|| Error::invalid_arg(format!("Unable to parse '{key}', got: {s}")))?;
+    let v =
+        stoi(s).ok_or_else(|| Error::invalid_arg(format!("Unable to parse '{key}', got: {s}")))?;
     if v < i32::MIN as i64 || v > i32::MAX as i64 {
         return Err(Error::invalid_arg(format!(
             "Unable to parse '{key}', value is out of range [ 0, 4294967295 ], got: {s}"
@@ -333,7 +342,10 @@ pub fn render(values: &Values, remaining: i32, mode: Mode) -> Vec<(String, Vec<S
         ("trace_count".to_string(), vec![remaining.to_string()]),
     ];
     if mode == Mode::Triton {
-        out.push(("log_frequency".into(), vec![values.log_frequency.to_string()]));
+        out.push((
+            "log_frequency".into(),
+            vec![values.log_frequency.to_string()],
+        ));
         out.push(("trace_file".into(), vec![values.file.clone()]));
     }
     out.push(("trace_mode".into(), vec![mode.as_str().to_string()]));
@@ -355,11 +367,21 @@ mod tests {
 
     #[test]
     fn extension_values_parse_as_tritons_stoi_and_fail_with_its_texts() {
-        let u = update(&[("trace_rate", Some(&["12abc"])), ("trace_count", Some(&["7"]))]).unwrap();
+        let u = update(&[
+            ("trace_rate", Some(&["12abc"])),
+            ("trace_count", Some(&["7"])),
+        ])
+        .unwrap();
         assert_eq!((u.rate, u.count), (Some(Some(12)), Some(Some(7))));
-        assert_eq!(update(&[("trace_rate", Some(&["-1"]))]).unwrap().rate, Some(Some(u32::MAX)));
+        assert_eq!(
+            update(&[("trace_rate", Some(&["-1"]))]).unwrap().rate,
+            Some(Some(u32::MAX))
+        );
         let e = |entries: &[(&str, Option<&[&str]>)]| update(entries).unwrap_err().message;
-        assert_eq!(e(&[("trace_rate", Some(&["abc"]))]), "Unable to parse 'trace_rate', got: abc");
+        assert_eq!(
+            e(&[("trace_rate", Some(&["abc"]))]),
+            "Unable to parse 'trace_rate', got: abc"
+        );
         assert_eq!(
             e(&[("trace_rate", Some(&["3000000000"]))]),
             "Unable to parse 'trace_rate', value is out of range [ 0, 4294967295 ], got: 3000000000"
@@ -368,18 +390,28 @@ mod tests {
             e(&[("trace_count", Some(&["-2"]))]),
             "Unable to parse 'trace_count'. Expecting value >= -1, got:-2"
         );
-        assert_eq!(e(&[("log_frequency", Some(&["x"]))]), "Unable to parse 'log_frequency', got: x");
+        assert_eq!(
+            e(&[("log_frequency", Some(&["x"]))]),
+            "Unable to parse 'log_frequency', got: x"
+        );
         assert_eq!(
             e(&[("trace_level", Some(&["TIMESTAMPS", "OFF"]))]),
             "Expect only one trace level 'OFF' is specified"
         );
         let file = update(&[("trace_rate", Some(&["abc"])), ("trace_file", None)]).unwrap_err();
-        assert_eq!(file.code, tern_core::Code::Unsupported, "trace_file is checked first");
+        assert_eq!(
+            file.code,
+            tern_core::Code::Unsupported,
+            "trace_file is checked first"
+        );
     }
 
     #[test]
     fn levels_unknown_names_are_ignored_and_null_clears() {
-        assert_eq!(update(&[("trace_level", Some(&["BAD"]))]).unwrap().level, None);
+        assert_eq!(
+            update(&[("trace_level", Some(&["BAD"]))]).unwrap().level,
+            None
+        );
         assert_eq!(update(&[("trace_level", Some(&[]))]).unwrap().level, None);
         assert_eq!(update(&[("trace_level", None)]).unwrap().level, Some(None));
         let both = update(&[("trace_level", Some(&["TENSORS", "TIMESTAMPS", "X"]))]).unwrap();
@@ -390,7 +422,10 @@ mod tests {
                 tensors: true
             }))
         );
-        assert_eq!(update(&[("trace_mode", Some(&["x"]))]).unwrap(), Update::default());
+        assert_eq!(
+            update(&[("trace_mode", Some(&["x"]))]).unwrap(),
+            Update::default()
+        );
     }
 
     #[test]
@@ -399,27 +434,49 @@ mod tests {
             level: cli_level("timestamps").unwrap().unwrap(),
             ..Default::default()
         };
-        assert_eq!(on.invalid_reason(Mode::Triton).as_deref(), Some("trace file name is not given"));
+        assert_eq!(
+            on.invalid_reason(Mode::Triton).as_deref(),
+            Some("trace file name is not given")
+        );
         assert_eq!(on.invalid_reason(Mode::OpenTelemetry), None);
-        let zero = Values { rate: 0, ..on.clone() };
-        assert_eq!(zero.invalid_reason(Mode::OpenTelemetry).as_deref(), Some("sample rate must be non-zero"));
-        let counted = Values { count: 0, file: "f".into(), ..on };
+        let zero = Values {
+            rate: 0,
+            ..on.clone()
+        };
+        assert_eq!(
+            zero.invalid_reason(Mode::OpenTelemetry).as_deref(),
+            Some("sample rate must be non-zero")
+        );
+        let counted = Values {
+            count: 0,
+            file: "f".into(),
+            ..on
+        };
         assert_eq!(counted.invalid_reason(Mode::Triton).as_deref(), Some(""));
-        assert_eq!(Values::default().invalid_reason(Mode::Triton), None, "OFF is valid");
+        assert_eq!(
+            Values::default().invalid_reason(Mode::Triton),
+            None,
+            "OFF is valid"
+        );
     }
 
     #[test]
     fn the_command_line_reads_levels_and_integers_as_tritonserver() {
         assert_eq!(cli_level("OFF"), Ok(None));
         assert!(cli_level("Max").unwrap().unwrap().timestamps);
-        assert_eq!(cli_level("BAD").unwrap_err(), "invalid value for trace level option: bad");
+        assert_eq!(
+            cli_level("BAD").unwrap_err(),
+            "invalid value for trace level option: bad"
+        );
         assert_eq!(cli_int("1.5"), Ok(1));
         assert_eq!(cli_int("abc").unwrap_err(), "Invalid option value. Got abc");
         assert_eq!(
             cli_int("99999999999").unwrap_err(),
             "Provided option value is out of bound. Got 99999999999"
         );
-        assert!(Mode::parse("bad").unwrap_err().starts_with("invalid value for trace mode option: bad."));
+        assert!(Mode::parse("bad")
+            .unwrap_err()
+            .starts_with("invalid value for trace mode option: bad."));
     }
 
     #[test]
@@ -428,8 +485,21 @@ mod tests {
             file: "/t.json".into(),
             ..Default::default()
         };
-        let keys: Vec<String> = render(&v, -1, Mode::Triton).into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, ["trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode"]);
+        let keys: Vec<String> = render(&v, -1, Mode::Triton)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "trace_level",
+                "trace_rate",
+                "trace_count",
+                "log_frequency",
+                "trace_file",
+                "trace_mode"
+            ]
+        );
         let otel = render(&v, 3, Mode::OpenTelemetry);
         assert_eq!(otel.len(), 4);
         assert_eq!(otel[0].1, ["OFF"]);

@@ -329,7 +329,9 @@ fn trace_update(
     let mut entries = Vec::new();
     for (key, v) in settings {
         if key != "trace_level" && v.value.len() > 1 {
-            return Err(Error::invalid_arg(format!("expect only 1 value for '{key}'")));
+            return Err(Error::invalid_arg(format!(
+                "expect only 1 value for '{key}'"
+            )));
         }
         entries.push((key.as_str(), (!v.value.is_empty()).then(|| v.value.clone())));
     }
@@ -481,9 +483,9 @@ impl GrpcInferenceService for InferenceService {
                 let tx = tx.clone();
                 let service = service.clone();
                 let traceparent = traceparent.clone();
-                tokio::spawn(async move {
-                    service.stream_one(req, &tx, traceparent.as_deref()).await
-                });
+                tokio::spawn(
+                    async move { service.stream_one(req, &tx, traceparent.as_deref()).await },
+                );
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx)) as StreamOut))
@@ -677,14 +679,14 @@ impl GrpcInferenceService for InferenceService {
     ) -> std::result::Result<Response<TraceSettingResponse>, Status> {
         let req = req.into_inner();
         let model = (!req.model_name.is_empty()).then_some(req.model_name.as_str());
-        let setting = trace_update(&req.settings)
+        let setting = super::common::trace_model_known(&self.info, model)
+            .and_then(|()| trace_update(&req.settings))
             .and_then(|u| super::common::trace_setting(&self.info, model, u.as_ref()))
             .map_err(status)?;
         let mut settings = HashMap::new();
         for (key, value) in setting {
             // A repeated key (OpenTelemetry `resource`) keeps its values together.
-            let entry: &mut trace_setting_response::SettingValue =
-                settings.entry(key).or_default();
+            let entry: &mut trace_setting_response::SettingValue = settings.entry(key).or_default();
             entry.value.extend(value);
         }
         Ok(Response::new(TraceSettingResponse { settings }))

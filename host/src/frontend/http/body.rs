@@ -353,6 +353,55 @@ async fn drain(mut body: Body, timeout: Option<std::time::Duration>) -> usize {
     frames
 }
 
+/// A response body that records `timestamp` on its trace when dropped,
+/// which hyper does once the body is written (or the client has gone).
+pub struct Traced {
+    inner: Body,
+    trace: std::sync::Arc<tern_core::trace::Trace>,
+    timestamp: &'static str,
+}
+
+impl Traced {
+    /// `inner`, timestamped on `trace` at its end.
+    pub fn new(
+        inner: Body,
+        trace: std::sync::Arc<tern_core::trace::Trace>,
+        timestamp: &'static str,
+    ) -> Traced {
+        Traced {
+            inner,
+            trace,
+            timestamp,
+        }
+    }
+}
+
+impl http_body::Body for Traced {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<std::result::Result<http_body::Frame<Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        self.trace.timestamp(self.timestamp);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,50 +479,5 @@ mod tests {
             let e = collect(frames, Some(5), 0).unwrap_err();
             assert!(e.message.contains("longer than its Content-Length"));
         }
-    }
-}
-
-/// A response body that records `timestamp` on its trace when dropped,
-/// which hyper does once the body is written (or the client has gone).
-pub struct Traced {
-    inner: Body,
-    trace: std::sync::Arc<tern_core::trace::Trace>,
-    timestamp: &'static str,
-}
-
-impl Traced {
-    /// `inner`, timestamped on `trace` at its end.
-    pub fn new(inner: Body, trace: std::sync::Arc<tern_core::trace::Trace>, timestamp: &'static str) -> Traced {
-        Traced {
-            inner,
-            trace,
-            timestamp,
-        }
-    }
-}
-
-impl http_body::Body for Traced {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<std::result::Result<http_body::Frame<Bytes>, axum::Error>>> {
-        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for Traced {
-    fn drop(&mut self) {
-        self.trace.timestamp(self.timestamp);
     }
 }

@@ -18,12 +18,12 @@ use serde_json::{Map, Value};
 
 use super::{body, codec, HttpState};
 use crate::infer::Answers;
+use std::sync::Arc;
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
+use tern_core::trace::Trace;
 use tern_core::StreamItem;
 use tern_core::{DataType, InferRequest, InferResponse, Parameter, Tensor};
-use std::sync::Arc;
-use tern_core::trace::Trace;
 
 /// What generate (not streaming) says when a model does not give exactly one response.
 const NOT_ONE: &str = "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses";

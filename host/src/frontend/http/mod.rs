@@ -447,10 +447,10 @@ async fn update_trace(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response> {
+    common::trace_model_known(&s.info, model)?;
     let body = read_body(s, headers, body).await?;
-    let v: Value = serde_json::from_slice(&body).map_err(|e| {
-        Error::internal(format!("failed to parse the request JSON buffer: {e}"))
-    })?;
+    let v: Value = serde_json::from_slice(&body)
+        .map_err(|e| Error::internal(format!("failed to parse the request JSON buffer: {e}")))?;
     let mut entries = Vec::new();
     for (key, value) in v.as_object().into_iter().flatten() {
         let values = match (key.as_str(), value) {
@@ -595,7 +595,11 @@ async fn run_infer(
     body: Body,
 ) -> Result<Response> {
     let headers = &parts.headers;
-    let trace = s.info.infer.tracer().sample(model, common::traceparent(headers));
+    let trace = s
+        .info
+        .infer
+        .tracer()
+        .sample(model, common::traceparent(headers));
     if let Some(t) = &trace {
         t.timestamp("HTTP_RECV_START");
     }
