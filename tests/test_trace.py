@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from test_plugins import bls_inputs, cache_dir, plugin_repo  # noqa: F401 (fixtures)
 from test_response_cache import inputs, pair, repo
 
 ENSEMBLE = '''name: "ens"
@@ -335,3 +336,17 @@ def test_opentelemetry_ensemble_tree_and_an_unreachable_collector(tmp_path, star
         http_infer(t)
     assert time.perf_counter() - start < 10
     assert t.stop() == 0
+
+
+def test_a_plugins_bls_calls_are_child_traces(plugin_repo, cache_dir, start_tern, tmp_path):
+    path = tmp_path / "t.json"
+    t = start_tern([f"--model-repository={plugin_repo}", f"--wasm-cache-dir={cache_dir}", f"--trace-config=triton,file={path}",
+                    "--trace-config=level=TIMESTAMPS", "--trace-config=rate=1"])
+    inputs, a, b = bls_inputs("bls_caller2,simple")
+    np.testing.assert_array_equal(httpclient.InferenceServerClient(t.url).infer("bls_caller", inputs).as_numpy("OUTPUT0"), a + b)
+    got = traces(stop_and_read(t, path))
+    by_model = {v["header"]["model_name"]: v["header"] for v in got.values()}
+    assert set(by_model) == {"bls_caller", "bls_caller2", "simple"}
+    assert "parent_id" not in by_model["bls_caller"]
+    assert by_model["bls_caller2"]["parent_id"] == by_model["bls_caller"]["id"]
+    assert by_model["simple"]["parent_id"] == by_model["bls_caller2"]["id"]

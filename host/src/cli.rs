@@ -442,23 +442,23 @@ pub struct Args {
     pub trace_config: Vec<String>,
 
     /// Deprecated: `--trace-config triton,file=<path>`.
-    #[arg(help_heading = "Tracing", long)]
+    #[arg(help_heading = "Tracing", long, env = "TERN_TRACE_FILE")]
     pub trace_file: Option<String>,
 
     /// Deprecated: `--trace-config level=<OFF|TIMESTAMPS|TENSORS>` (repeatable).
-    #[arg(help_heading = "Tracing", long)]
+    #[arg(help_heading = "Tracing", long, env = "TERN_TRACE_LEVEL")]
     pub trace_level: Vec<String>,
 
     /// Deprecated: `--trace-config rate=<rate>`.
-    #[arg(help_heading = "Tracing", long)]
+    #[arg(help_heading = "Tracing", long, env = "TERN_TRACE_RATE")]
     pub trace_rate: Option<String>,
 
     /// Deprecated: `--trace-config count=<count>`.
-    #[arg(help_heading = "Tracing", long)]
+    #[arg(help_heading = "Tracing", long, env = "TERN_TRACE_COUNT")]
     pub trace_count: Option<String>,
 
     /// Deprecated: `--trace-config triton,log-frequency=<value>`.
-    #[arg(help_heading = "Tracing", long)]
+    #[arg(help_heading = "Tracing", long, env = "TERN_TRACE_LOG_FREQUENCY")]
     pub trace_log_frequency: Option<String>,
 
     /// Metrics settings `<setting>=<value>` (repeatable): counter_latencies,
