@@ -122,6 +122,34 @@ def test_many_concurrent_sequences_each_keep_their_own_state(seq_server, model):
     assert int(stats["execution_count"]) <= int(stats["inference_count"])
 
 
+@pytest.mark.parametrize("model", ["seq_direct", "seq_oldest"])
+def test_a_streams_requests_reach_the_batcher_in_the_order_sent(seq_server, model):
+    """Each sequence's START, middle and END sent back to back on one gRPC
+    stream, without waiting for answers, 30 sequences one after another: the
+    requests behind a START are queued behind it (as Triton queues them), never
+    refused for a missing START, and every sequence sums its own values."""
+    import queue
+
+    results = queue.Queue()
+    c = grpcclient.InferenceServerClient(seq_server.grpc_url)
+    c.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        n = 30
+        for s in range(n):
+            for k in range(3):
+                c.async_stream_infer(model, [int_input(grpcclient, "INPUT", s + k * 1000)], request_id=f"{s}-{k}",
+                                     sequence_id=7000 + s, sequence_start=k == 0, sequence_end=k == 2)
+        got = {}
+        for _ in range(3 * n):
+            result, error = results.get(timeout=60)
+            assert error is None, str(error)
+            got[result.get_response().id] = out(result, "OUTPUT")
+    finally:
+        c.stop_stream()
+    for s in range(n):
+        assert [got[f"{s}-{k}"] for k in range(3)] == [s, 2 * s + 1000, 3 * s + 3000], s
+
+
 def test_requests_outside_a_live_sequence_get_tritons_errors(seq_server):
     for proto, mod, c in clients(seq_server):
         with pytest.raises(InferenceServerException) as e:

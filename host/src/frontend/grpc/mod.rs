@@ -483,9 +483,21 @@ impl GrpcInferenceService for InferenceService {
                 let tx = tx.clone();
                 let service = service.clone();
                 let traceparent = traceparent.clone();
-                tokio::spawn(
-                    async move { service.stream_one(req, &tx, traceparent.as_deref()).await },
-                );
+                let mut one =
+                    Box::pin(
+                        async move { service.stream_one(req, &tx, traceparent.as_deref()).await },
+                    );
+                // Its first poll decodes the request and hands it to its model's scheduler:
+                // done here, so the requests of one stream reach their models in the order
+                // they were sent (a sequence's next request right behind its START, as
+                // Triton queues them); the wait for the responses runs on its own task.
+                let pending = std::future::poll_fn(|cx| {
+                    std::task::Poll::Ready(std::future::Future::poll(one.as_mut(), cx).is_pending())
+                })
+                .await;
+                if pending {
+                    tokio::spawn(one);
+                }
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx)) as StreamOut))
