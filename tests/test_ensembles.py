@@ -140,3 +140,49 @@ def test_statistics_and_batching_of_step_requests(esrv):
     assert s1[0] - s0[0] == 2 * n  # two add_sub steps per request
     # The step requests of concurrent ensemble requests were batched together.
     assert s1[1] - s0[1] < 2 * n, (s0, s1)
+
+
+PRUNE_STEP = '''name: "{name}"
+backend: "identity"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] }} ]
+'''
+
+PRUNE_ENSEMBLE = '''name: "pruned"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "A" data_type: TYPE_INT32 dims: [ 4 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 4 ] } ]
+ensemble_scheduling { step [
+  { model_name: "first" model_version: -1 input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "T" } },
+  { model_name: "for_a" model_version: -1 input_map { key: "INPUT0" value: "T" } output_map { key: "OUTPUT0" value: "A" } },
+  { model_name: "for_b" model_version: -1 input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "B" } },
+  { model_name: "dangling" model_version: -1 input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "UNUSED" } }
+] }
+'''
+
+
+def test_steps_whose_outputs_are_not_needed_do_not_run(tmp_path, start_tern):
+    """As Triton prunes an ensemble request: only the steps a requested output
+    depends on run; a step whose output nothing reads never runs."""
+    root = tmp_path / "models"
+    for name, cfg in [*((n, PRUNE_STEP.format(name=n)) for n in ("first", "for_a", "for_b", "dangling")),
+                      ("pruned", PRUNE_ENSEMBLE)]:
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(cfg)
+    t = start_tern([f"--model-repository={root}"])
+    for proto, client, url in (("http", httpclient, t.url), ("grpc", grpcclient, t.grpc_url)):
+        c = client.InferenceServerClient(url)
+        x = np.arange(4, dtype=np.int32)
+        i = client.InferInput("X", [4], "INT32")
+        i.set_data_from_numpy(x)
+        r = c.infer("pruned", [i], outputs=[client.InferRequestedOutput("A")])
+        np.testing.assert_array_equal(r.as_numpy("A"), x)
+        assert r.as_numpy("B") is None
+        r = c.infer("pruned", [i])
+        np.testing.assert_array_equal(r.as_numpy("B"), x)
+    c = httpclient.InferenceServerClient(t.url)
+    runs = {m: int(c.get_inference_statistics(m)["model_stats"][0]["execution_count"])
+            for m in ("first", "for_a", "for_b", "dangling")}
+    assert runs == {"first": 4, "for_a": 4, "for_b": 2, "dangling": 0}, runs

@@ -51,6 +51,54 @@ pub(super) struct Plan {
     pub(super) streams_from: Option<usize>,
 }
 
+impl Plan {
+    /// Which steps a request asking for `requested` outputs (empty: all of
+    /// them) runs, and which of the ensemble's outputs it answers with: as
+    /// Triton prunes an ensemble request, a step runs only when a requested
+    /// output depends on what it produces. The decoupled step the responses
+    /// follow always runs (it paces them).
+    pub(super) fn needed(
+        &self,
+        requested: &[tern_core::RequestedOutput],
+    ) -> (Vec<bool>, Vec<bool>) {
+        let outputs: Vec<bool> = self
+            .outputs
+            .iter()
+            .map(|o| requested.is_empty() || requested.iter().any(|r| &r.name == o))
+            .collect();
+        let mut tensors: HashSet<&str> = self
+            .outputs
+            .iter()
+            .zip(&outputs)
+            .filter(|(_, n)| **n)
+            .map(|(o, _)| o.as_str())
+            .collect();
+        let mut steps = vec![false; self.steps.len()];
+        if let Some(d) = self.streams_from {
+            steps[d] = true;
+            tensors.extend(self.steps[d].inputs.iter().map(|(_, t)| t.as_str()));
+        }
+        // A fixed point over the DAG: a step producing a needed tensor needs its inputs.
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for (i, step) in self.steps.iter().enumerate() {
+                if !steps[i]
+                    && step
+                        .outputs
+                        .iter()
+                        .any(|(_, t)| tensors.contains(t.as_str()))
+                {
+                    steps[i] = true;
+                    tensors.extend(step.inputs.iter().map(|(_, t)| t.as_str()));
+                    changed = true;
+                }
+            }
+        }
+        (steps, outputs)
+    }
+}
+
 /// Where an ensemble tensor comes from.
 #[derive(Clone)]
 struct Source {

@@ -99,6 +99,10 @@ struct Progress {
     started: HashSet<(usize, usize)>,
     /// Ensemble responses sent (streaming ensembles).
     sent: usize,
+    /// The steps this request runs (the others produce nothing it asked for).
+    needed: Vec<bool>,
+    /// The ensemble outputs it answers with.
+    outputs: Vec<bool>,
 }
 
 impl Ensemble {
@@ -184,6 +188,7 @@ impl Ensemble {
     ) -> Result<ComputeTimes> {
         let p = &self.plan;
         let (router, input_batch) = self.start(&request)?;
+        let (needed, outputs) = p.needed(&request.outputs);
         let InferRequest {
             id,
             inputs,
@@ -208,6 +213,8 @@ impl Ensemble {
             started_once: vec![false; p.steps.len()],
             started: HashSet::new(),
             sent: 0,
+            needed,
+            outputs,
         };
         let mut running: Vec<Running> = Vec::new();
         let mut compute = ComputeTimes::default();
@@ -226,7 +233,9 @@ impl Ensemble {
             // (tokens stay in order even when later iterations finish first).
             if let Some(d) = p.streams_from {
                 while progress.sent < progress.iterations[d] {
-                    let Some(outputs) = self.outputs_at(&tensors, Some(progress.sent)) else {
+                    let Some(outputs) =
+                        self.outputs_at(&tensors, Some(progress.sent), &progress.outputs)
+                    else {
                         break;
                     };
                     emit(Some(outputs), false)?;
@@ -251,19 +260,23 @@ impl Ensemble {
         self.check_all_ran(&tensors, &progress)?;
         match p.streams_from {
             None => {
-                let outputs = self.outputs_at(&tensors, None).ok_or_else(|| {
-                    let missing: Vec<&str> = p
-                        .outputs
-                        .iter()
-                        .filter(|o| tensors.get(o, None).is_none())
-                        .map(String::as_str)
-                        .collect();
-                    Error::internal(format!(
-                        "ensemble '{}': output(s) {} were not produced",
-                        p.name,
-                        missing.join(", ")
-                    ))
-                })?;
+                let outputs = self
+                    .outputs_at(&tensors, None, &progress.outputs)
+                    .ok_or_else(|| {
+                        let missing: Vec<&str> = p
+                            .outputs
+                            .iter()
+                            .zip(&progress.outputs)
+                            .filter(|(o, wanted)| **wanted && tensors.get(o, None).is_none())
+                            .map(|(o, _)| o)
+                            .map(String::as_str)
+                            .collect();
+                        Error::internal(format!(
+                            "ensemble '{}': output(s) {} were not produced",
+                            p.name,
+                            missing.join(", ")
+                        ))
+                    })?;
                 emit(Some(outputs), true)?;
             }
             Some(_) => emit(None, true)?,
@@ -328,6 +341,9 @@ impl Ensemble {
         running: &mut Vec<Running>,
     ) -> Result<()> {
         for (i, step) in self.plan.steps.iter().enumerate() {
+            if !progress.needed[i] {
+                continue;
+            }
             let runs: Vec<Option<usize>> = match step.follows {
                 None if progress.started_once[i] => vec![],
                 None => vec![None],
@@ -378,9 +394,9 @@ impl Ensemble {
     /// optional ensemble input it reads was not sent.
     fn check_all_ran(&self, tensors: &Tensors, progress: &Progress) -> Result<()> {
         let steps = &self.plan.steps;
-        let Some(i) =
-            (0..steps.len()).find(|&i| steps[i].follows.is_none() && !progress.started_once[i])
-        else {
+        let Some(i) = (0..steps.len()).find(|&i| {
+            progress.needed[i] && steps[i].follows.is_none() && !progress.started_once[i]
+        }) else {
             return Ok(());
         };
         let missing: Vec<&str> = steps[i]
@@ -452,13 +468,20 @@ impl Ensemble {
         Ok(())
     }
 
-    /// The ensemble's outputs for an iteration, once they all exist.
-    fn outputs_at(&self, tensors: &Tensors, iteration: Option<usize>) -> Option<Vec<Tensor>> {
+    /// The ensemble's `wanted` outputs for an iteration, once they all exist.
+    fn outputs_at(
+        &self,
+        tensors: &Tensors,
+        iteration: Option<usize>,
+        wanted: &[bool],
+    ) -> Option<Vec<Tensor>> {
         let p = &self.plan;
         p.outputs
             .iter()
             .zip(p.output_dims.iter().zip(&p.output_unreshape))
-            .map(|(name, (dims, unreshape))| {
+            .zip(wanted)
+            .filter(|(_, wanted)| **wanted)
+            .map(|((name, (dims, unreshape)), _)| {
                 let (tensor, batch) = tensors.get(name, iteration)?;
                 let mut tensor = tensor.clone();
                 tensor.shape = convert_for(dims, p.batching, *batch, &tensor.shape);
