@@ -412,3 +412,24 @@ def test_silero_vad_streams_match_silero_vads_own_iterator(seq_server):
     for events, peak in results:
         assert peak > 0.5, "the synthetic speech is detected as speech"
         assert events and "start" in events[0] and any("end" in e for e in events), events
+
+
+def test_warmup_samples_with_the_sequence_controls_run(tmp_path, start_tern):
+    """A model_warmup sample that gives the control and state inputs
+    (START, END, READY, CORRID, the ACC state) runs on every instance, as
+    Triton hands samples to the backend, and the model then serves."""
+    from onnx import TensorProto
+
+    root = tmp_path / "models"
+    gen_models.sequence_onnx(f"{root}/seq_warm/1/model.onnx", TensorProto.UINT64)
+    one = lambda name, dtype: f'inputs {{ key: "{name}" value: {{ data_type: {dtype} dims: [ 1 ] zero_data: true }} }}'
+    warmup = "model_warmup [ { name: \"controls\" batch_size: 1 count: 2 " + " ".join(
+        one(n, d) for n, d in (("INPUT", "TYPE_INT32"), ("START", "TYPE_INT32"), ("END", "TYPE_FP32"), ("READY", "TYPE_BOOL"),
+                               ("CORRID", "TYPE_UINT64"), ("ACC", "TYPE_INT32"))) + " } ]\n"
+    (root / "seq_warm" / "config.pbtxt").write_text(gen_models.SEQUENCE_CONFIG.format(
+        name="seq_warm", corrid="TYPE_UINT64", idle=1000000, strategy="direct { }", initial="zero_data: true") + warmup)
+    t = start_tern([f"--model-repository={root}"])
+    assert t.wait_log("warmup sample 'controls' ran 2 time(s)")
+    c = grpcclient.InferenceServerClient(t.grpc_url)
+    assert out(step(c, grpcclient, "seq_warm", 9, 4, start=True), "OUTPUT") == 4
+    assert out(step(c, grpcclient, "seq_warm", 9, 5, end=True), "OUTPUT") == 9

@@ -99,6 +99,21 @@ fn sample(cfg: &ModelConfig, w: &ModelWarmup, model_dir: &Path, rng: &mut Rng) -
             sample_input(&at, &w.inputs[name], rng)
         })
         .collect::<Result<Vec<_>>>()?;
+    // A sequence model's sample may give the control and state inputs the batcher
+    // would add (START, READY, ...): the instance gets them as they are, as Triton
+    // hands warmup samples to the backend; the model's own inputs are checked.
+    let sequence: std::collections::HashSet<&str> = tern_core::sequence::batching(cfg)
+        .into_iter()
+        .flat_map(|sb| {
+            sb.control_input
+                .iter()
+                .map(|c| c.name.as_str())
+                .chain(sb.state.iter().map(|s| s.input_name.as_str()))
+        })
+        .collect();
+    let (controls, inputs): (Vec<Tensor>, Vec<Tensor>) = inputs.into_iter().partition(|t| {
+        sequence.contains(t.name.as_str()) && !cfg.input.iter().any(|i| i.name == t.name)
+    });
     let mut request = InferRequest {
         model_name: cfg.name.clone(),
         id: format!("warmup:{}", w.name),
@@ -107,6 +122,7 @@ fn sample(cfg: &ModelConfig, w: &ModelWarmup, model_dir: &Path, rng: &mut Rng) -
     };
     validate_request(cfg, &request).map_err(|e| e.context(&what))?;
     tern_core::validate::apply_reshape(cfg, &mut request);
+    request.inputs.extend(controls);
     Ok(Sample {
         name: w.name.clone(),
         request,
@@ -238,6 +254,39 @@ mod tests {
         assert_eq!(s[0].request.inputs[0].data.len(), 24);
         assert_eq!(s[1].count, 3);
         assert_eq!(&s[1].request.inputs[0].data[4..8], &2f32.to_le_bytes());
+    }
+
+    #[test]
+    fn a_sequence_samples_control_inputs_go_to_the_instance_as_given() {
+        let cfg = parse_pbtxt(
+            r#"name: "s" max_batch_size: 1
+               input [{name: "IN" data_type: TYPE_INT32 dims: [1]}]
+               sequence_batching { control_input [
+                 { name: "START" control [{ kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] }] },
+                 { name: "READY" control [{ kind: CONTROL_SEQUENCE_READY int32_false_true: [0, 1] }] } ] }
+               model_warmup [{ name: "w" batch_size: 1
+                 inputs { key: "IN" value: { data_type: TYPE_INT32 dims: [1] zero_data: true } }
+                 inputs { key: "START" value: { data_type: TYPE_INT32 dims: [1] zero_data: true } }
+                 inputs { key: "READY" value: { data_type: TYPE_INT32 dims: [1] zero_data: true } } }]"#,
+        )
+        .unwrap();
+        let s = samples(&cfg, Path::new("/nonexistent")).unwrap();
+        let names: Vec<&str> = s[0]
+            .request
+            .inputs
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
+        assert_eq!(names, ["IN", "READY", "START"]);
+        let stray = cfg.model_warmup[0].clone();
+        let mut bad = cfg.clone();
+        bad.model_warmup[0]
+            .inputs
+            .insert("NOPE".into(), stray.inputs["IN"].clone());
+        assert!(samples(&bad, Path::new("/nonexistent"))
+            .unwrap_err()
+            .message
+            .contains("'NOPE'"));
     }
 
     #[test]
