@@ -10,6 +10,7 @@ use crate::config::pb::{ModelInput, ModelOutput};
 use crate::config::ModelConfig;
 use crate::dtype::config_name;
 use crate::error::{Error, Result};
+use crate::messages;
 
 /// Whether `name` appears among `before` (a scan, not a set: tensor lists are
 /// short, and this runs on every request without allocating).
@@ -22,31 +23,33 @@ pub fn validate_request(cfg: &ModelConfig, req: &InferRequest) -> Result<usize> 
     let m = &cfg.name;
     let mut batch_size: Option<i64> = None;
     for (i, t) in req.inputs.iter().enumerate() {
-        let spec = input_spec(cfg, &req.inputs[..i], t)?;
+        let spec = input_spec(cfg, &req.id, &req.inputs[..i], t)?;
         check_input_datatype(m, spec, t)?;
         check_input_shape(cfg, spec, t)?;
         if cfg.max_batch_size > 0 {
             batch_size = Some(check_batch_size(cfg, t, batch_size)?);
         }
-        t.check_data_size()
-            .map_err(|e| e.context(format!("model '{m}'")))?;
+        check_input_data(m, &req.id, t)?;
     }
     check_required_inputs(cfg, req)?;
     for (i, o) in req.outputs.iter().enumerate() {
-        check_requested_output(cfg, &req.outputs[..i], o)?;
+        check_requested_output(cfg, &req.id, &req.outputs[..i], o)?;
     }
     Ok(batch_size.unwrap_or(1) as usize)
 }
 
 /// The configured input a request input `t` feeds: `t` must not repeat a
-/// name among the inputs `before` it, and must be one of the model's inputs.
-fn input_spec<'c>(cfg: &'c ModelConfig, before: &[Tensor], t: &Tensor) -> Result<&'c ModelInput> {
+/// name among the inputs `before` it (Triton's text, with the request `id`),
+/// and must be one of the model's inputs.
+fn input_spec<'c>(
+    cfg: &'c ModelConfig,
+    id: &str,
+    before: &[Tensor],
+    t: &Tensor,
+) -> Result<&'c ModelInput> {
     let m = &cfg.name;
     if repeated(before, &t.name, |p| &p.name) {
-        return Err(Error::invalid_arg(format!(
-            "input '{}' is specified more than once in the request for model '{m}'",
-            t.name
-        )));
+        return Err(messages::duplicate_input(id, &t.name));
     }
     cfg.input.iter().find(|i| i.name == t.name).ok_or_else(|| {
         Error::invalid_arg(format!(
@@ -124,6 +127,32 @@ fn check_batch_size(cfg: &ModelConfig, t: &Tensor, earlier: Option<i64>) -> Resu
     }
 }
 
+/// An input's data is the size its shape needs: for a fixed-size type,
+/// Triton's byte size mismatch (with the request `id`); BYTES elements are
+/// counted by [`Tensor::check_data_size`].
+fn check_input_data(m: &str, id: &str, t: &Tensor) -> Result<()> {
+    let Some(size) = t.dtype.size() else {
+        return t
+            .check_data_size()
+            .map_err(|e| e.context(format!("model '{m}'")));
+    };
+    let expected = match count_elements(&t.shape, false) {
+        Count::Elements(n) if n <= i64::MAX / size as i64 => n as usize * size,
+        Count::Invalid => return Err(messages::invalid_dimension(&t.name, &t.shape)),
+        _ => return Err(messages::byte_size_too_large(&t.name)),
+    };
+    if t.data.len() != expected {
+        return Err(messages::input_byte_size_mismatch(
+            id,
+            &t.name,
+            m,
+            expected,
+            t.data.len(),
+        ));
+    }
+    Ok(())
+}
+
 /// Every input the config does not mark `optional` is in the request.
 fn check_required_inputs(cfg: &ModelConfig, req: &InferRequest) -> Result<()> {
     let m = &cfg.name;
@@ -146,19 +175,18 @@ fn check_required_inputs(cfg: &ModelConfig, req: &InferRequest) -> Result<()> {
     Ok(())
 }
 
-/// A requested output: not requested among the outputs `before` it, one of
-/// the model's outputs, and classifiable when it asks for classification.
+/// A requested output: not requested among the outputs `before` it (current
+/// Triton's text, with the request `id`), one of the model's outputs, and
+/// classifiable when it asks for classification.
 fn check_requested_output(
     cfg: &ModelConfig,
+    id: &str,
     before: &[RequestedOutput],
     o: &RequestedOutput,
 ) -> Result<()> {
     let m = &cfg.name;
     if repeated(before, &o.name, |p| &p.name) {
-        return Err(Error::invalid_arg(format!(
-            "output '{}' is requested more than once for model '{m}'",
-            o.name
-        )));
+        return Err(messages::duplicate_output(id, &o.name));
     }
     let Some(spec) = cfg.output.iter().find(|s| s.name == o.name) else {
         return Err(Error::invalid_arg(format!(
@@ -303,31 +331,90 @@ pub fn validate_outputs(
     Ok(())
 }
 
-/// Checks an input's wire description (datatype name, non-negative dims), with the same
-/// messages for every frontend; returns the data type.
+/// Checks an input's wire description (datatype name, non-negative dims, a
+/// byte size that fits `i64`), with current Triton core's texts (what gRPC
+/// and HTTP binary or shared-memory inputs get); returns the data type.
 pub fn input_header(name: &str, datatype: &str, shape: &[i64]) -> Result<DataType> {
-    let dt = DataType::from_wire(datatype).ok_or_else(|| {
-        Error::invalid_arg(format!("input '{name}': unknown datatype '{datatype}'"))
-    })?;
-    if let Some(d) = shape.iter().find(|&&d| d < 0) {
-        return Err(Error::invalid_arg(format!(
-            "input '{name}': shape {} contains negative dim {d}",
-            shape_str(shape)
-        )));
-    }
-    // Every element of a BYTES tensor takes at least its 4-byte length prefix.
-    let per_element = dt.size().unwrap_or(4) as u64;
-    let bytes = shape
-        .iter()
-        .try_fold(per_element, |n, &d| n.checked_mul(d as u64))
-        .filter(|&b| b <= i64::MAX as u64);
-    if bytes.is_none() {
-        return Err(Error::invalid_arg(format!(
-            "input '{name}': shape {} is too large: its data would exceed 2^63 bytes",
-            shape_str(shape)
-        )));
-    }
+    let dt = wire_datatype(name, datatype)?;
+    tensor_shape(name, dt, shape)?;
     Ok(dt)
+}
+
+/// The data type an input's wire `datatype` names.
+pub fn wire_datatype(name: &str, datatype: &str) -> Result<DataType> {
+    DataType::from_wire(datatype)
+        .ok_or_else(|| Error::invalid_arg(format!("input '{name}': unknown datatype '{datatype}'")))
+}
+
+/// An element count as Triton's `GetElementCount` finds it, reading the
+/// dims left to right.
+#[derive(Debug, PartialEq)]
+enum Count {
+    /// The count (1 for a scalar shape `[]`).
+    Elements(i64),
+    /// A negative dim came first. (Triton's core calls `-1` a wildcard and
+    /// refuses it earlier, with `All input dimensions should be specified`;
+    /// Tern refuses it here as any other negative dim.)
+    Invalid,
+    /// The count passed `i64::MAX` first.
+    Overflow,
+}
+
+/// Counts `shape`'s elements; `zero_stops`: the HTTP frontend's variant,
+/// which answers 0 at the first 0 dim without reading on.
+fn count_elements(shape: &[i64], zero_stops: bool) -> Count {
+    let mut count: Option<i64> = None;
+    for &d in shape {
+        if d < 0 {
+            return Count::Invalid;
+        }
+        if d == 0 && zero_stops {
+            return Count::Elements(0);
+        }
+        count = Some(match count {
+            None => d,
+            Some(c) if d != 0 && c > i64::MAX / d => return Count::Overflow,
+            Some(c) => c * d,
+        });
+    }
+    Count::Elements(count.unwrap_or(1))
+}
+
+/// A tensor's shape has no negative dim and a byte size that fits `i64`
+/// (every BYTES element takes at least its 4-byte length prefix), with the
+/// texts of current Triton core's `GetByteSize`.
+pub fn tensor_shape(name: &str, dt: DataType, shape: &[i64]) -> Result<()> {
+    let count = count_elements(shape, false);
+    let Some(size) = dt.size() else {
+        return match count {
+            Count::Invalid => Err(messages::invalid_dimension_in_shape(name, shape)),
+            Count::Overflow => Err(messages::element_count_too_large(name)),
+            Count::Elements(n) if n > i64::MAX / 4 => Err(messages::byte_size_too_large(name)),
+            Count::Elements(_) => Ok(()),
+        };
+    };
+    match count {
+        Count::Invalid => Err(messages::invalid_dimension(name, shape)),
+        Count::Elements(n) if n <= i64::MAX / size as i64 => Ok(()),
+        _ => Err(messages::byte_size_too_large(name)),
+    }
+}
+
+/// The shape of an HTTP input whose data is JSON `data`: current Triton's
+/// HTTP frontend checks it first, with texts of its own; then
+/// [`tensor_shape`] as for any input.
+pub fn json_input_shape(name: &str, dt: DataType, shape: &[i64]) -> Result<()> {
+    match count_elements(shape, true) {
+        Count::Invalid => return Err(messages::json_shape_invalid_dims(name, shape)),
+        Count::Overflow => return Err(messages::json_shape_count_overflow(name, shape)),
+        Count::Elements(n) => match dt.size() {
+            Some(size) if size > 1 && n > i64::MAX / size as i64 => {
+                return Err(messages::json_byte_size_overflow(name, n, size))
+            }
+            _ => {}
+        },
+    }
+    tensor_shape(name, dt, shape)
 }
 
 /// Checks that typed data (`field`: `'data'`, `'contents'`) holds as many elements as the shape.
@@ -385,16 +472,73 @@ mod tests {
 
     #[test]
     fn wire_shapes_whose_size_overflows_are_refused() {
-        let e = input_header("x", "FP32", &[8, 1 << 61]).unwrap_err();
-        assert!(
-            e.message
-                .contains("input 'x': shape [8,2305843009213693952] is too large"),
-            "{e}"
+        let msg = |r: Result<DataType>| r.unwrap_err().message;
+        let too_big = "byte size for tensor 'x' exceeds maximum size of 9223372036854775807";
+        assert_eq!(msg(input_header("x", "FP32", &[8, 1 << 61])), too_big);
+        assert_eq!(msg(input_header("x", "FP32", &[1, 1 << 62])), too_big);
+        assert_eq!(msg(input_header("x", "BYTES", &[1 << 62])), too_big);
+        assert_eq!(
+            msg(input_header("x", "BYTES", &[1 << 62, 4])),
+            "element count for tensor 'x' exceeds maximum size of 9223372036854775807"
         );
-        assert!(input_header("x", "FP32", &[1, 1 << 62]).is_err());
-        assert!(input_header("x", "BYTES", &[1 << 62]).is_err());
         assert!(input_header("x", "INT8", &[1 << 31, 1 << 31]).is_ok());
         assert!(input_header("x", "FP32", &[0, 16]).is_ok());
+        // Triton's core counts left to right: a 0 after an overflow is too late.
+        assert!(input_header("x", "FP32", &[0, 1 << 62, 1 << 62]).is_ok());
+        assert_eq!(
+            msg(input_header("x", "FP32", &[1 << 62, 1 << 62, 0])),
+            too_big
+        );
+    }
+
+    #[test]
+    fn negative_dims_get_current_tritons_core_texts() {
+        let msg = |r: Result<DataType>| r.unwrap_err().message;
+        assert_eq!(
+            msg(input_header("IN", "FP32", &[-2, -2])),
+            "tensor 'IN' contains an invalid dimension [-2,-2]"
+        );
+        assert_eq!(
+            msg(input_header("IN", "BYTES", &[1, -1])),
+            "tensor 'IN' contains an invalid dimension in shape [1,-1]"
+        );
+        assert_eq!(
+            msg(input_header("IN", "FLOAT", &[1])),
+            "input 'IN': unknown datatype 'FLOAT'"
+        );
+    }
+
+    #[test]
+    fn json_data_shapes_get_the_http_frontends_texts() {
+        let msg = |shape: &[i64], dt| json_input_shape("IN", dt, shape).unwrap_err().message;
+        assert_eq!(
+            msg(&[i64::MIN, 1], DataType::Fp32),
+            "invalid shape for input 'IN': shape [-9223372036854775808,1] contains one or more invalid dimensions"
+        );
+        assert_eq!(
+            msg(&[i64::MAX, i64::MAX], DataType::Fp32),
+            "invalid shape for input 'IN': shape [9223372036854775807,9223372036854775807] causes total element count to exceed maximum size of 9223372036854775807"
+        );
+        assert_eq!(
+            msg(&[8, 1 << 61], DataType::Int8),
+            "invalid shape for input 'IN': shape [8,2305843009213693952] causes total element count to exceed maximum size of 9223372036854775807"
+        );
+        assert_eq!(
+            msg(&[1, 1 << 62], DataType::Fp32),
+            "byte size overflow for input 'IN': element count (4611686018427387904) * data type size (4) exceeds maximum allowed size (9223372036854775807)"
+        );
+        // BYTES sizes come from the data: only the core check applies.
+        assert_eq!(
+            msg(&[1 << 62], DataType::Bytes),
+            "byte size for tensor 'IN' exceeds maximum size of 9223372036854775807"
+        );
+        // The frontend stops at a 0 dim; the core check still sees the negative one.
+        assert_eq!(
+            msg(&[0, -5], DataType::Fp32),
+            "tensor 'IN' contains an invalid dimension [0,-5]"
+        );
+        assert!(json_input_shape("IN", DataType::Int8, &[1 << 31, 1 << 31]).is_ok());
+        assert!(json_input_shape("IN", DataType::Fp32, &[]).is_ok());
     }
 
     fn simple() -> ModelConfig {
@@ -461,13 +605,30 @@ mod tests {
             int_input("X", vec![1])
         ]))
         .contains("unexpected inference input 'X'"));
-        assert!(err(req(vec![ok1(), ok1()])).contains("more than once"));
+        assert_eq!(
+            err(req(vec![ok1(), ok1()])),
+            "[request id: <id_unknown>] input 'INPUT1' already exists in request"
+        );
         let wrong_type = Tensor::new("INPUT0", DataType::Fp32, vec![1, 16], vec![0u8; 64]);
         assert!(err(req(vec![wrong_type, ok1()])).contains(
             "unexpected datatype TYPE_FP32 for inference input 'INPUT0', expecting TYPE_INT32"
         ));
         let short = Tensor::new("INPUT0", DataType::Int32, vec![1, 16], vec![0u8; 60]);
-        assert!(err(req(vec![short, ok1()])).contains("unexpected total byte size 60"));
+        let mut r = req(vec![short, ok1()]);
+        assert_eq!(
+            err(r.clone()),
+            "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60"
+        );
+        r.id = "r1".into();
+        assert!(err(r).starts_with("[request id: r1] input byte size mismatch"));
+        let strings = Tensor::new(
+            "OPT",
+            DataType::Bytes,
+            vec![1, 2],
+            bytes_tensor::encode(["a"]),
+        );
+        let r = req(vec![int_input("INPUT0", vec![1, 16]), ok1(), strings]);
+        assert!(err(r).contains("expected 2 string elements for input 'OPT'"));
         let mut r = req(vec![int_input("INPUT0", vec![1, 16]), ok1()]);
         r.outputs.push(RequestedOutput {
             name: "NOPE".into(),
@@ -501,7 +662,13 @@ mod tests {
         assert_eq!(validate_request(&simple(), &r).unwrap(), 2);
         assert_eq!(
             err(with_outputs(vec![out("S", None), out("S", None)])),
-            "output 'S' is requested more than once for model 'simple'"
+            "[request id: <id_unknown>] output 'S' already exists in request"
+        );
+        let mut r = with_outputs(vec![out("S", None), out("OUTPUT0", None), out("S", None)]);
+        r.id = "7".into();
+        assert_eq!(
+            err(r),
+            "[request id: 7] output 'S' already exists in request"
         );
         assert_eq!(
             err(with_outputs(vec![out("OUTPUT0", Some(0))])),
