@@ -15,6 +15,7 @@ use bytes::Bytes;
 
 use crate::cuda::IpcMemory;
 use tern_core::error::{Error, Result};
+use tern_core::messages;
 use tern_core::request::{OutputRegion, OutputTarget};
 use tern_core::{InferResponse, Parameter, Parameters, RequestedOutput};
 
@@ -47,30 +48,25 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    /// Bounds check of a tensor in the region, with the errors of Triton's
-    /// `SharedMemoryManager::GetMemoryInfo` (its words first, the numbers after).
-    fn check(&self, offset: usize, len: usize, what: &str) -> Result<()> {
-        let size = self.byte_size;
-        if offset >= size {
-            return Err(Error::invalid_arg(format!(
-                "Invalid offset for shared memory region: '{}' ({what}: offset {offset}, region of {size} bytes)",
-                self.name
-            )));
+    /// Bounds check of a tensor in the region, with the errors of current
+    /// Triton's `SharedMemoryManager::GetMemoryInfo`, word for word.
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        if offset >= self.byte_size {
+            return Err(messages::shm_invalid_offset(&self.name));
         }
-        if offset.checked_add(len).is_none_or(|end| end > size) {
-            return Err(Error::invalid_arg(format!(
-                "Invalid offset + byte size for shared memory region: '{}' ({what}: offset {offset} + byte size \
-                 {len} is past the end of the region's {size} bytes)",
-                self.name
-            )));
+        let Some(end) = offset.checked_add(len) else {
+            return Err(messages::shm_offset_overflow(&self.name, len, offset));
+        };
+        if end > self.byte_size {
+            return Err(messages::shm_invalid_offset_size(&self.name));
         }
         Ok(())
     }
 
     /// The bytes `[offset, offset+len)`. System regions are not copied: the
     /// returned buffer keeps the mapping alive.
-    fn read(self: &Arc<Self>, offset: usize, len: usize, what: &str) -> Result<Bytes> {
-        self.check(offset, len, what)?;
+    fn read(self: &Arc<Self>, offset: usize, len: usize) -> Result<Bytes> {
+        self.check(offset, len)?;
         match &self.memory {
             Memory::System(_) => Ok(Bytes::from_owner(Slice {
                 region: self.clone(),
@@ -82,8 +78,8 @@ impl Region {
     }
 
     /// Copies `data` to `offset`.
-    fn copy_in(&self, offset: usize, data: &[u8], what: &str) -> Result<()> {
-        self.check(offset, data.len(), what)?;
+    fn copy_in(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
         match &self.memory {
             Memory::System(map) => {
                 // SAFETY: bounds checked above; the mapping is writable and lives as long as `self`.
@@ -106,8 +102,8 @@ impl OutputRegion for Region {
         &self.name
     }
 
-    fn write(&self, offset: usize, data: &[u8], what: &str) -> Result<()> {
-        self.copy_in(offset, data, what)
+    fn write(&self, offset: usize, data: &[u8], _what: &str) -> Result<()> {
+        self.copy_in(offset, data)
     }
 }
 
@@ -221,7 +217,6 @@ impl SharedMemory {
     /// Refuses a name already registered, of either kind, as Triton's single
     /// registry does (checked before the costly open, and again on insert).
     fn check_free(&self, name: &str) -> Result<()> {
-        self.check_allowed()?;
         let taken = |kind| self.map(kind).read().expect("poisoned").contains_key(name);
         if taken(Kind::System) || taken(Kind::Cuda) {
             return Err(already_in_manager(name));
@@ -250,7 +245,9 @@ impl SharedMemory {
         Ok(())
     }
 
-    /// Registers `[offset, offset+byte_size)` of the POSIX shm object `key`.
+    /// Registers `[offset, offset+byte_size)` of the POSIX shm object `key`,
+    /// checking as current Triton does: the key (before the name), the name,
+    /// then the object.
     pub fn register_system(
         &self,
         name: &str,
@@ -258,36 +255,14 @@ impl SharedMemory {
         offset: u64,
         byte_size: u64,
     ) -> Result<()> {
+        self.check_allowed()?;
+        let file_name = check_key(name, key)?;
         self.check_free(name)?;
-        let file_name = key.strip_prefix('/').unwrap_or(key);
-        if file_name.is_empty() || file_name.contains('/') || file_name == ".." {
-            return Err(Error::invalid_arg(format!(
-                "shared memory region '{name}': invalid key '{key}' (expected '/name')"
-            )));
-        }
-        let path = std::path::Path::new("/dev/shm").join(file_name);
-        // As glibc's shm_open: a symlink planted in /dev/shm is not followed.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| {
-                Error::invalid_arg(format!(
-                    "Unable to open shared memory region: '{key}' (region '{name}'): {e}"
-                ))
-            })?;
-        let meta = file.metadata().map_err(|e| {
-            Error::invalid_arg(format!(
-                "Unable to open shared memory region: '{key}' (region '{name}'): {e}"
-            ))
-        })?;
-        if !meta.is_file() {
-            return Err(Error::invalid_arg(format!(
-                "shared memory region '{name}': '{key}' is not a shared memory object"
-            )));
-        }
-        let file_len = meta.len();
+        let file = open_object(key, file_name)?;
+        let file_len = file
+            .metadata()
+            .map_err(|_| messages::shm_invalid_region(key))?
+            .len();
         if byte_size == 0
             || offset
                 .checked_add(byte_size)
@@ -328,6 +303,7 @@ impl SharedMemory {
         device_id: i64,
         byte_size: u64,
     ) -> Result<()> {
+        self.check_allowed()?;
         self.check_free(name)?;
         let memory = IpcMemory::open(raw_handle, device_id, byte_size as usize)
             .map_err(|e| e.context(format!("CUDA shared memory region '{name}'")))?;
@@ -405,21 +381,19 @@ impl SharedMemory {
             .get(name)
             .cloned()
             .or_else(|| self.cuda.read().expect("poisoned").get(name).cloned());
-        found.ok_or_else(|| {
-            Error::invalid_arg(format!("Unable to find shared memory region: '{name}'"))
-        })
+        found.ok_or_else(|| messages::shm_unknown_region(name))
     }
 
-    /// The data of input `input` from `region` (`shared_memory_offset`/`byte_size` parameters).
+    /// The data of an input from `region` (`shared_memory_offset`/`byte_size`
+    /// parameters); Triton's errors do not name the input.
     pub fn input(
         &self,
-        input: &str,
+        _input: &str,
         region: &str,
         offset: usize,
         byte_size: usize,
     ) -> Result<Bytes> {
-        let r = self.find(region)?;
-        r.read(offset, byte_size, &format!("input '{input}'"))
+        self.find(region)?.read(offset, byte_size)
     }
 
     /// The shared-memory target an output's parameters ask for, if any
@@ -445,16 +419,17 @@ impl SharedMemory {
         self.output(output, &region, offset, size).map(Some)
     }
 
-    /// Resolves the target of an output written to shared memory.
+    /// Resolves the target of an output written to shared memory; Triton's
+    /// errors do not name the output.
     pub fn output(
         &self,
-        output: &str,
+        _output: &str,
         region: &str,
         offset: usize,
         byte_size: usize,
     ) -> Result<OutputTarget> {
         let r = self.find(region)?;
-        r.check(offset, byte_size, &format!("output '{output}'"))?;
+        r.check(offset, byte_size)?;
         Ok(OutputTarget {
             region: r,
             offset,
@@ -467,6 +442,44 @@ fn already_in_manager(name: &str) -> Error {
     Error::already_exists(format!("shared memory region '{name}' already in manager"))
 }
 
+/// Current Triton's `ValidateSharedMemoryKey`: a key that is empty or only
+/// slashes, or names the Python backend's reserved objects, is refused
+/// (`INVALID_ARG`). Returns the object's name in `/dev/shm` (the key without
+/// its leading slashes, as glibc's `shm_open` reads it).
+fn check_key<'k>(name: &str, key: &'k str) -> Result<&'k str> {
+    let file_name = key.trim_start_matches('/');
+    if file_name.is_empty() {
+        return Err(messages::shm_invalid_key(name, key));
+    }
+    if file_name.starts_with(messages::RESERVED_SHM_PREFIX) {
+        return Err(messages::shm_reserved_key(name, key));
+    }
+    Ok(file_name)
+}
+
+/// Opens the shm object `/dev/shm/<file_name>` for reading and writing, as
+/// glibc's `shm_open` does: a name with an inner `/`, `.` or `..`, a symlink
+/// planted in /dev/shm and anything but a file fail, all with Triton's
+/// `INTERNAL` "Unable to open shared memory region".
+fn open_object(key: &str, file_name: &str) -> Result<std::fs::File> {
+    if file_name.contains('/') || file_name == "." || file_name == ".." {
+        return Err(messages::shm_open_failed(key));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(std::path::Path::new("/dev/shm").join(file_name))
+        .map_err(|e| {
+            tracing::debug!(key, error = %e, "shm_open failed");
+            messages::shm_open_failed(key)
+        })?;
+    match file.metadata() {
+        Ok(meta) if !meta.is_file() => Err(messages::shm_open_failed(key)),
+        _ => Ok(file),
+    }
+}
+
 /// Writes the outputs the client asked to receive in shared memory. An
 /// output larger than its target fails the request (nothing partial is written).
 pub fn write_outputs(resp: &InferResponse, requested: &[RequestedOutput]) -> Result<()> {
@@ -476,21 +489,17 @@ pub fn write_outputs(resp: &InferResponse, requested: &[RequestedOutput]) -> Res
             continue;
         };
         if t.data.len() > target.byte_size {
-            return Err(Error::invalid_arg(format!(
-                "shared memory size specified with the request for output '{}' ({} bytes) should be at \
-                 least {} bytes to hold the results",
-                r.name,
+            return Err(messages::shm_output_too_small(
+                &r.name,
                 target.byte_size,
-                t.data.len()
-            )));
+                t.data.len(),
+            ));
         }
     }
     for r in requested {
         let Some(target) = &r.shm else { continue };
         if let Some(t) = resp.outputs.iter().find(|t| t.name == r.name) {
-            target
-                .region
-                .write(target.offset, &t.data, &format!("output '{}'", r.name))?;
+            target.region.write(target.offset, &t.data, &r.name)?;
         }
     }
     Ok(())
@@ -539,6 +548,7 @@ pub fn parameters(params: &Parameters, what: &str) -> Result<Option<(String, usi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tern_core::error::Code;
     use tern_core::{DataType, Tensor};
 
     fn object(len: usize) -> (String, std::path::PathBuf) {
@@ -562,14 +572,21 @@ mod tests {
         let link_path = std::path::Path::new("/dev/shm").join(&link[1..]);
         std::os::unix::fs::symlink(&target, &link_path).unwrap();
         let e = shm.register_system("l", &link, 0, 8).unwrap_err();
-        assert!(
-            e.message.contains("Unable to open shared memory region"),
-            "{e}"
+        assert_eq!(
+            (e.code, e.message),
+            (
+                Code::Internal,
+                format!("Unable to open shared memory region: '{link}'")
+            )
         );
         let dir = format!("/tern_test_{}_{}", std::process::id(), rand_suffix());
         let dir_path = std::path::Path::new("/dev/shm").join(&dir[1..]);
         std::fs::create_dir(&dir_path).unwrap();
-        assert!(shm.register_system("d", &dir, 0, 8).is_err());
+        let e = shm.register_system("d", &dir, 0, 8).unwrap_err();
+        assert_eq!(
+            e.message,
+            format!("Unable to open shared memory region: '{dir}'")
+        );
         for p in [&link_path, &target] {
             std::fs::remove_file(p).unwrap();
         }
@@ -583,36 +600,45 @@ mod tests {
         shm.register_system("r", &key, 8, 32).unwrap();
         assert_eq!(
             shm.register_system("r", &key, 0, 8).unwrap_err().code,
-            tern_core::error::Code::AlreadyExists
+            Code::AlreadyExists
         );
         let b = shm.input("x", "r", 4, 4).unwrap();
         assert_eq!(&b[..], &[12, 13, 14, 15]);
-        assert!(shm
-            .input("x", "r", 30, 4)
-            .unwrap_err()
-            .message
-            .starts_with("Invalid offset + byte size for shared memory region: 'r'"));
-        for offset in [32, usize::MAX] {
-            assert!(shm
-                .input("x", "r", offset, 4)
-                .unwrap_err()
-                .message
-                .starts_with("Invalid offset for shared memory region: 'r'"));
-        }
-        assert!(shm
-            .input("x", "r", 4, usize::MAX)
-            .unwrap_err()
-            .message
-            .starts_with("Invalid offset + byte size for shared memory region: 'r'"));
-        assert_eq!(
-            shm.input("x", "nope", 0, 4).unwrap_err().message,
-            "Unable to find shared memory region: 'nope'"
+        let err = |r: Result<Bytes>| {
+            let e = r.unwrap_err();
+            (e.code, e.message)
+        };
+        let past_end = (
+            Code::InvalidArg,
+            "Invalid offset + byte size for shared memory region: 'r'".to_string(),
         );
-        assert!(shm
-            .output("y", "r", 28, 8)
-            .unwrap_err()
-            .message
-            .starts_with("Invalid offset + byte size for shared memory region: 'r'"));
+        assert_eq!(err(shm.input("x", "r", 30, 4)), past_end);
+        for offset in [32, usize::MAX] {
+            assert_eq!(
+                err(shm.input("x", "r", offset, 4)),
+                (
+                    Code::InvalidArg,
+                    "Invalid offset for shared memory region: 'r'".to_string()
+                )
+            );
+        }
+        assert_eq!(err(shm.input("x", "r", 31, 2)), past_end);
+        assert_eq!(
+            err(shm.input("x", "r", 4, usize::MAX)).1,
+            "Integer overflow detected: byte_size (18446744073709551615) + offset (4) exceeds \
+             maximum value (18446744073709551615) for region 'r'"
+        );
+        assert_eq!(
+            err(shm.input("x", "nope", 0, 4)),
+            (
+                Code::NotFound,
+                "Unable to find shared memory region: 'nope'".to_string()
+            )
+        );
+        let e = shm.output("y", "nope", 0, 8).err().unwrap();
+        assert_eq!(e.code, Code::NotFound);
+        let e = shm.output("y", "r", 28, 8).err().unwrap();
+        assert_eq!((e.code, e.message), past_end);
         let target = shm.output("y", "r", 0, 8).unwrap();
         let resp = InferResponse {
             outputs: vec![Tensor::new("y", DataType::Uint8, vec![4], vec![9u8; 4])],
@@ -631,8 +657,10 @@ mod tests {
             shm: Some(small),
             ..Default::default()
         }];
+        let e = write_outputs(&resp, &req).unwrap_err();
+        assert_eq!(e.code, Code::Internal);
         assert_eq!(
-            write_outputs(&resp, &req).unwrap_err().message,
+            e.message,
             "shared memory size specified with the request for output 'y' (2 bytes) should be at \
              least 4 bytes to hold the results"
         );
@@ -653,12 +681,71 @@ mod tests {
             .unwrap_err()
             .message
             .starts_with("failed to register shared memory region 'big': invalid args"));
-        assert!(shm
+        let e = shm
             .register_system("missing", "/tern_no_such_object_here", 0, 1)
-            .unwrap_err()
-            .message
-            .starts_with("Unable to open shared memory region: '/tern_no_such_object_here'"));
-        assert!(shm.register_system("bad", "/../etc", 0, 1).is_err());
+            .unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                Code::Internal,
+                "Unable to open shared memory region: '/tern_no_such_object_here'"
+            )
+        );
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn keys_are_checked_as_current_triton_does() {
+        let shm = SharedMemory::new(true);
+        let (key, path) = object(16);
+        let err = |name: &str, key: &str| {
+            let e = shm.register_system(name, key, 0, 8).unwrap_err();
+            (e.code, e.message)
+        };
+        for bad in ["", "/", "///"] {
+            assert_eq!(
+                err("r", bad),
+                (
+                    Code::InvalidArg,
+                    format!("cannot register shared memory region 'r' - invalid shm key '{bad}'")
+                )
+            );
+        }
+        for reserved in [
+            "/triton_python_backend_shm_region_7",
+            "//triton_python_backend_shm_region_x",
+        ] {
+            assert_eq!(
+                err("r", reserved),
+                (
+                    Code::InvalidArg,
+                    format!(
+                        "cannot register shared memory region 'r' with key '{reserved}' as the key \
+                         contains the reserved prefix 'triton_python_backend_shm_region_'"
+                    )
+                )
+            );
+        }
+        // What shm_open refuses: Triton's INTERNAL "Unable to open".
+        for refused in ["/../etc", "/a/b", "/..", "."] {
+            assert_eq!(
+                err("r", refused),
+                (
+                    Code::Internal,
+                    format!("Unable to open shared memory region: '{refused}'")
+                )
+            );
+        }
+        // Leading slashes are skipped, as glibc does; no slash at all works too.
+        shm.register_system("r", &format!("//{}", &key[1..]), 0, 8)
+            .unwrap();
+        shm.register_system("r2", &key[1..], 8, 8).unwrap();
+        // The key is checked before the name: a taken name with a bad key
+        // gets the key's error; with a good key, the name's.
+        assert_eq!(err("r", "").0, Code::InvalidArg);
+        assert_eq!(err("r", "/nope_not_there").0, Code::AlreadyExists);
+        assert_eq!(err("r", &key).0, Code::AlreadyExists);
+        shm.unregister(Kind::System, None).unwrap();
         std::fs::remove_file(path).unwrap();
     }
 

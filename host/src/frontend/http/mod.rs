@@ -44,14 +44,14 @@ pub struct HttpState {
 
 type AppState = State<Arc<HttpState>>;
 
-/// The HTTP status for an error: Triton's mapping, in this one place.
+/// The HTTP status for an error: Triton's mapping (`HttpCodeFromError`), in
+/// this one place. ALREADY_EXISTS has no HTTP counterpart there: 400.
 pub fn status_code(e: &Error) -> StatusCode {
     match e.code {
-        Code::InvalidArg => StatusCode::BAD_REQUEST,
+        Code::InvalidArg | Code::AlreadyExists => StatusCode::BAD_REQUEST,
         Code::NotFound => StatusCode::NOT_FOUND,
         Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         Code::Unsupported => StatusCode::NOT_IMPLEMENTED,
-        Code::AlreadyExists => StatusCode::CONFLICT,
         Code::Cancelled => StatusCode::from_u16(499).expect("499 is a valid status"),
         Code::Internal | Code::Unknown => StatusCode::INTERNAL_SERVER_ERROR,
     }
@@ -720,7 +720,7 @@ mod tests {
         assert_eq!(s(Error::not_found("x")), 404);
         assert_eq!(s(Error::unavailable("x")), 503);
         assert_eq!(s(Error::unsupported("x")), 501);
-        assert_eq!(s(Error::already_exists("x")), 409);
+        assert_eq!(s(Error::already_exists("x")), 400);
         assert_eq!(s(Error::internal("x")), 500);
     }
 }
