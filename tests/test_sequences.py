@@ -433,3 +433,23 @@ def test_warmup_samples_with_the_sequence_controls_run(tmp_path, start_tern):
     c = grpcclient.InferenceServerClient(t.grpc_url)
     assert out(step(c, grpcclient, "seq_warm", 9, 4, start=True), "OUTPUT") == 4
     assert out(step(c, grpcclient, "seq_warm", 9, 5, end=True), "OUTPUT") == 9
+
+
+def test_a_state_output_that_is_also_a_model_output_reaches_the_client(tmp_path, start_tern):
+    """Triton allows a state's output_name to be a declared output as well:
+    the batcher keeps it for the next request and the client gets it."""
+    from onnx import TensorProto
+
+    root = tmp_path / "models"
+    gen_models.sequence_onnx(f"{root}/seq_acc/1/model.onnx", TensorProto.UINT64)
+    cfg = gen_models.SEQUENCE_CONFIG.format(name="seq_acc", corrid="TYPE_UINT64", idle=1000000, strategy="direct { }",
+                                            initial="zero_data: true")
+    cfg = cfg.replace('output [\n', 'output [\n  { name: "ACC_OUT" data_type: TYPE_INT32 dims: [ 1 ] },\n', 1)
+    (root / "seq_acc" / "config.pbtxt").write_text(cfg)
+    t = start_tern([f"--model-repository={root}"])
+    for proto, mod, c in clients(t):
+        seq = 11 if proto == "http" else 12
+        r = step(c, mod, "seq_acc", seq, 4, start=True)
+        assert (out(r, "OUTPUT"), out(r, "ACC_OUT")) == (4, 4)
+        r = step(c, mod, "seq_acc", seq, 5, end=True)
+        assert (out(r, "OUTPUT"), out(r, "ACC_OUT")) == (9, 9)

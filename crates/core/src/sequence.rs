@@ -124,12 +124,15 @@ pub fn extra_inputs(cfg: &ModelConfig) -> Vec<ExtraTensor> {
     controls.chain(states).collect()
 }
 
-/// Outputs the sequence batcher takes from the model: every state's `output_name`.
+/// Outputs the sequence batcher takes from the model beyond its declared
+/// ones: every state's `output_name` that is not also a model `output` (one
+/// that is, as Triton allows, is produced once and kept for both).
 pub fn extra_outputs(cfg: &ModelConfig) -> Vec<ExtraTensor> {
     batching(cfg)
         .map(|sb| {
             sb.state
                 .iter()
+                .filter(|s| !cfg.output.iter().any(|o| o.name == s.output_name))
                 .map(|s| ExtraTensor {
                     name: s.output_name.clone(),
                     data_type: s.data_type,
@@ -432,23 +435,15 @@ fn validate_initial_state_data(init: &InitialState, input: &str, m: &str) -> Res
     }
 }
 
-/// The tensors the batcher feeds (control and state inputs) and takes (state
-/// outputs) itself must not also be the model's declared inputs or outputs:
-/// a client must not be asked for them.
+/// The tensors the batcher feeds (control and state inputs) must not also be
+/// the model's declared inputs: a client must not be asked for them. (A state
+/// output may be a declared output too: the client then gets it as well.)
 fn validate_batcher_tensors_not_declared(cfg: &ModelConfig) -> Result<()> {
     let m = &cfg.name;
     for extra in extra_inputs(cfg) {
         if cfg.input.iter().any(|i| i.name == extra.name) {
             return invalid(format!(
                 "model '{m}': '{}' is both a model input and a sequence batching control or state input; remove it from 'input'",
-                extra.name
-            ));
-        }
-    }
-    for extra in extra_outputs(cfg) {
-        if cfg.output.iter().any(|o| o.name == extra.name) {
-            return invalid(format!(
-                "model '{m}': '{}' is both a model output and a sequence batching state output; remove it from 'output'",
                 extra.name
             ));
         }

@@ -32,6 +32,9 @@ struct Corrid {
 struct State {
     input: String,
     output: String,
+    /// The state output is also one of the model's declared outputs: the
+    /// client gets it too (Triton allows the two to share a name).
+    client_output: bool,
     dtype: DataType,
     /// The state input of a sequence's first request (per request, batch dim included).
     initial: Tensor,
@@ -134,6 +137,7 @@ impl Controls {
             controls.states.push(State {
                 input: s.input_name.clone(),
                 output: s.output_name.clone(),
+                client_output: cfg.output.iter().any(|o| o.name == s.output_name),
                 dtype,
                 initial: Tensor::new(s.input_name.clone(), dtype, shape, data),
             });
@@ -210,14 +214,19 @@ impl Controls {
         }
     }
 
-    /// Removes the state outputs from a response (they are not the client's):
-    /// `Some` for each state the model produced.
+    /// Takes the state outputs from a response (they are not the client's,
+    /// unless the config also declares them as outputs: then the client gets
+    /// them too): `Some` for each state the model produced.
     pub fn take_states(&self, response: &mut InferResponse) -> Vec<Option<Tensor>> {
         self.states
             .iter()
             .map(|s| {
                 let pos = response.outputs.iter().position(|t| t.name == s.output)?;
-                Some(response.outputs.swap_remove(pos))
+                Some(if s.client_output {
+                    response.outputs[pos].clone()
+                } else {
+                    response.outputs.swap_remove(pos)
+                })
             })
             .collect()
     }
