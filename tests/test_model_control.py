@@ -84,6 +84,27 @@ def poll_repo(root):
         os.makedirs(f"{root}/{name}/1")
 
 
+def test_poll_mode_with_poll_secs_0_reads_the_repository_once(tmp_path):
+    """As tritonserver: --repository-poll-secs=0 in poll mode is accepted; the
+    models found at startup load, the API stays refused, and a folder added
+    later is not loaded."""
+    root = str(tmp_path / "models")
+    poll_repo(root)
+    t = Tern([f"--model-repository={root}", "--model-control-mode=poll", "--repository-poll-secs=0"])
+    try:
+        c = httpclient.InferenceServerClient(t.url)
+        assert c.is_model_ready("m")
+        with pytest.raises(InferenceServerException, match="explicit model load / unload is not allowed"):
+            c.load_model("m")
+        gen_models.write(f"{root}/late/config.pbtxt", gen_models.io_config("late", "TYPE_FP32", [-1], 8, "identity"))
+        os.makedirs(f"{root}/late/1")
+        time.sleep(2)
+        assert not c.is_model_ready("late")
+        assert t.wait_log("not polled after startup")
+    finally:
+        t.stop()
+
+
 def test_poll_mode_follows_the_repository_under_traffic(tmp_path):
     root = str(tmp_path / "models")
     poll_repo(root)

@@ -331,14 +331,16 @@ pub struct Args {
     )]
     pub load_model: Vec<String>,
 
-    /// Seconds between repository polls in poll mode.
+    /// Seconds between repository polls in poll mode (0 or less: the
+    /// repository is read at startup and not polled again, as tritonserver).
     #[arg(
         help_heading = "Model repository",
         long,
         env = "TERN_REPOSITORY_POLL_SECS",
-        default_value_t = 15
+        default_value_t = 15,
+        allow_negative_numbers = true
     )]
-    pub repository_poll_secs: u64,
+    pub repository_poll_secs: i32,
 
     /// Use `<model>/configs/<name>.pbtxt` instead of `config.pbtxt` where it exists.
     #[arg(
@@ -665,11 +667,6 @@ impl Args {
         if !self.load_model.is_empty() && mode != ControlMode::Explicit {
             return Err(Error::invalid_arg(
                 "--load-model needs --model-control-mode=explicit",
-            ));
-        }
-        if mode == ControlMode::Poll && self.repository_poll_secs == 0 {
-            return Err(Error::invalid_arg(
-                "--repository-poll-secs must be > 0 in poll mode",
             ));
         }
         Ok((mode, self.load_model.clone()))

@@ -93,9 +93,16 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
     let stop_polling = Arc::new(AtomicBool::new(false));
     let mut poller = None;
     if mode == ControlMode::Poll && initialized {
-        let interval = Duration::from_secs(args.repository_poll_secs);
-        poller = Some(repository.spawn_poller(interval, stop_polling.clone())?);
-        tracing::info!("polling the model repository every {interval:?}");
+        if args.repository_poll_secs > 0 {
+            let interval = Duration::from_secs(args.repository_poll_secs as u64);
+            poller = Some(repository.spawn_poller(interval, stop_polling.clone())?);
+            tracing::info!("polling the model repository every {interval:?}");
+        } else {
+            tracing::info!(
+                "--repository-poll-secs={}: the model repository is not polled after startup",
+                args.repository_poll_secs
+            );
+        }
     }
     Ok(RunningServer {
         http_addr: served.http_addr,
