@@ -312,6 +312,32 @@ def test_grpc_client_deadline_is_deadline_exceeded(dropin):
     assert "Deadline Exceeded" in str(e.value)
 
 
+def test_grpc_client_deadline_on_a_repository_call(tmp_path, start_tern):
+    """Not only inference: a load that outlasts the client's deadline answers
+    DEADLINE_EXCEEDED 'Deadline Exceeded' at the deadline, as tritonserver's
+    gRPC runtime does, and the load itself goes on to READY."""
+    root = tmp_path / "models"
+    (root / "slowload" / "1").mkdir(parents=True)
+    (root / "slowload" / "config.pbtxt").write_text(
+        'name: "slowload"\nbackend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'parameters { key: "execute_delay_ms" value: { string_value: "2000" } }\n'
+        'model_warmup [ { name: "w" batch_size: 1 inputs { key: "INPUT0" value: '
+        '{ data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]\n')
+    t = start_tern([f"--model-repository={root}", "--model-control-mode=explicit"])
+    g = grpcclient.InferenceServerClient(t.grpc_url)
+    start = time.monotonic()
+    with pytest.raises(InferenceServerException) as e:
+        g.load_model("slowload", client_timeout=0.5)
+    assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED" and "Deadline Exceeded" in str(e.value)
+    assert time.monotonic() - start < 1.5
+    deadline = time.monotonic() + 10
+    while not g.is_model_ready("slowload") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert g.is_model_ready("slowload"), "the load went on after the client's deadline"
+
+
 # --- protocol details ------------------------------------------------------------
 
 
