@@ -338,6 +338,25 @@ def test_grpc_client_deadline_on_a_repository_call(tmp_path, start_tern):
     assert g.is_model_ready("slowload"), "the load went on after the client's deadline"
 
 
+def test_model_load_retry_count_tries_a_failing_version_again(tmp_path, start_tern):
+    """--model-load-retry-count=2: a version that fails is created three times
+    in all, then fails with its last error, as tritonserver retries it."""
+    root = tmp_path / "models"
+    (root / "flaky" / "1").mkdir(parents=True)
+    (root / "flaky" / "config.pbtxt").write_text(
+        'name: "flaky"\nbackend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'parameters { key: "execute_delay_ms" value: { string_value: "soon" } }\n')
+    t = start_tern([f"--model-repository={root}", "--model-control-mode=explicit", "--model-load-retry-count=2"])
+    c = httpclient.InferenceServerClient(t.url)
+    with pytest.raises(InferenceServerException) as e:
+        c.load_model("flaky")
+    assert "execute_delay_ms" in str(e.value)
+    assert t.wait_log("(attempt 2 of 3)")
+    assert "(attempt 3 of 3)" not in t.log(), "the last failure is the load's, not a retry"
+
+
 # --- protocol details ------------------------------------------------------------
 
 

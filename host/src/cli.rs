@@ -331,6 +331,16 @@ pub struct Args {
     )]
     pub load_model: Vec<String>,
 
+    /// Further attempts at a model version that fails to load (tritonserver's
+    /// retry count: each attempt creates the version and its instances anew).
+    #[arg(
+        help_heading = "Model repository",
+        long,
+        env = "TERN_MODEL_LOAD_RETRY_COUNT",
+        default_value_t = 0
+    )]
+    pub model_load_retry_count: u32,
+
     /// Seconds between repository polls in poll mode (0 or less: the
     /// repository is read at startup and not polled again, as tritonserver).
     #[arg(
@@ -562,7 +572,6 @@ const NOT_YET: &[&str] = &[
     "--host-policy",
     "--http-thread-count",
     "--http-header-forward-pattern",
-    "--model-load-retry-count",
     "--enable-peer-access",
     "--disable-auto-complete-config-for",
 ];

@@ -163,6 +163,7 @@ fn repository_options(args: &Args, summary_latencies: bool) -> Result<Repository
             .then(|| Duration::from_secs(args.model_load_timeout_secs)),
         config_name: args.model_config_name.clone(),
         summary_latencies: args.allow_metrics && summary_latencies,
+        load_retries: args.model_load_retry_count,
     })
 }
 

@@ -320,7 +320,7 @@ impl Repository {
         let mut errors = Vec::new();
         for version in prepared.versions.clone() {
             let started = Instant::now();
-            match self.load_version(name, dir, &prepared, version, &progress) {
+            match self.load_version_with_retries(name, dir, &prepared, version, &progress) {
                 Ok(handle) => {
                     tracing::info!(
                         model = name,
@@ -460,6 +460,34 @@ impl Repository {
     }
 
     /// Builds one version of a prepared model.
+    /// [`Self::load_version`], tried again up to `--model-load-retry-count`
+    /// more times while it fails (as Triton retries a version's whole
+    /// creation, back to back); the last failure is the load's.
+    fn load_version_with_retries(
+        &self,
+        name: &str,
+        dir: &Path,
+        prepared: &Prepared,
+        version: i64,
+        progress: &Progress,
+    ) -> Result<ModelHandle> {
+        let mut attempt = 0;
+        loop {
+            match self.load_version(name, dir, prepared, version, progress) {
+                Err(e) if attempt < self.options.load_retries => {
+                    attempt += 1;
+                    tracing::error!(
+                        model = name,
+                        version,
+                        "failed to load version (attempt {attempt} of {}): {e}",
+                        self.options.load_retries + 1
+                    );
+                }
+                result => return result,
+            }
+        }
+    }
+
     fn load_version(
         &self,
         name: &str,

@@ -59,6 +59,8 @@ pub struct RepositoryOptions {
     pub config_name: Option<String>,
     /// Keep recent latencies of every model for the Prometheus summaries.
     pub summary_latencies: bool,
+    /// `--model-load-retry-count`: further attempts at a version that fails to load.
+    pub load_retries: u32,
 }
 
 /// Lifecycle state of a model version, as the repository index reports it.
