@@ -118,8 +118,16 @@ pub fn settings() -> Settings {
 }
 
 /// Applies changes to the run-time settings (the logging extension); unknown
-/// names, wrong types and a changed `log_file` are errors and change nothing.
+/// names and wrong types are errors and change nothing. A `log_file` entry,
+/// whatever its value (even the current one), is refused first, as Triton
+/// does: UNSUPPORTED `log file location can not be updated through network
+/// protocol` (over gRPC, the key's presence is what Triton refuses; over
+/// HTTP, any value but JSON `null`, which Triton skips for every setting: a
+/// frontend that can tell a `null` leaves it out of `changes`).
 pub fn update(changes: &[(String, ControlValue)]) -> Result<Settings> {
+    if changes.iter().any(|(key, _)| key == "log_file") {
+        return Err(tern_core::messages::log_file_unsupported());
+    }
     let mut st = state()
         .lock()
         .expect("logging lock poisoned: nothing panics while holding it");
@@ -154,13 +162,6 @@ pub fn update(changes: &[(String, ControlValue)]) -> Result<Settings> {
                 };
                 check_format(f)?;
                 new.log_format = f.clone();
-            }
-            "log_file" => {
-                if *value != ControlValue::String(new.log_file.clone()) {
-                    return Err(Error::unsupported(
-                        "log_file cannot be changed at run time; restart with --log-file",
-                    ));
-                }
             }
             other => {
                 return Err(Error::invalid_arg(format!(
@@ -335,7 +336,20 @@ mod tests {
         let set = |k: &str, v: ControlValue| vec![(k.to_string(), v)];
         let text = |v: &str| ControlValue::String(v.into());
         assert!(update(&set("log_format", text("XML"))).is_err());
-        assert!(update(&set("log_file", text("/x"))).is_err());
+        // Any log_file is refused, the current value ("") too, and before
+        // the other settings (which stay as they were).
+        for value in [text("/x"), text(""), ControlValue::Uint(1)] {
+            let mut changes = set("log_error", ControlValue::Uint(5));
+            changes.extend(set("log_file", value));
+            let e = update(&changes).unwrap_err();
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                (
+                    tern_core::error::Code::Unsupported,
+                    "log file location can not be updated through network protocol"
+                )
+            );
+        }
         assert!(update(&set("bogus", ControlValue::Uint(1))).is_err());
         assert!(update(&set("log_info", ControlValue::Uint(1))).is_err());
         assert!(update(&set("log_verbose_level", ControlValue::Other)).is_err());
