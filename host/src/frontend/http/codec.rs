@@ -10,8 +10,11 @@ use serde_json::{Map, Value};
 use super::nonfinite;
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
+use tern_core::messages;
 use tern_core::tensor::shape_str;
-use tern_core::validate::{classification_param, element_count_matches, input_header};
+use tern_core::validate::{
+    classification_param, element_count_matches, json_input_shape, tensor_shape, wire_datatype,
+};
 use tern_core::{
     bytes_tensor, DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput,
     Tensor,
@@ -41,7 +44,8 @@ struct JsonRequest<'a> {
 #[derive(Deserialize)]
 struct JsonInput<'a> {
     name: String,
-    shape: Vec<i64>,
+    /// Read by [`wire_shape`], with Triton's errors.
+    shape: Value,
     #[serde(borrow)]
     datatype: std::borrow::Cow<'a, str>,
     #[serde(default)]
@@ -396,10 +400,10 @@ pub fn decode_request(
     }
     let split = header_len.unwrap_or(body.len());
     if split > body.len() {
-        return Err(Error::invalid_arg(format!(
-            "Inference-Header-Content-Length {split} is larger than the request body ({} bytes)",
-            body.len()
-        )));
+        return Err(messages::header_length_out_of_range(
+            body.len(),
+            &split.to_string(),
+        ));
     }
     let mut rewritten = None;
     let (json, special) = parse_json(&body[..split], &mut rewritten)?;
@@ -459,6 +463,23 @@ fn request_id(id: Option<Value>, special: bool) -> Result<String> {
     }
 }
 
+/// An input's JSON `shape`, read as Triton's HTTP frontend reads it: a list
+/// of unsigned integers (anything else is its JSON reader's INTERNAL error),
+/// each cast to `i64`, so that a dim of 2^63 or more turns negative and is
+/// refused by the shape checks.
+fn wire_shape(shape: &Value) -> Result<Vec<i64>> {
+    let Value::Array(dims) = shape else {
+        return Err(messages::json_shape_not_array());
+    };
+    dims.iter()
+        .map(|d| {
+            d.as_u64()
+                .map(|d| d as i64)
+                .ok_or_else(messages::json_shape_not_unsigned)
+        })
+        .collect()
+}
+
 /// One input: its data from shared memory, from the next `binary_data_size`
 /// bytes of `binary` (the body after the JSON), or from its JSON `data`.
 fn decode_input(
@@ -469,7 +490,8 @@ fn decode_input(
     special: bool,
 ) -> Result<Tensor> {
     let name = input.name;
-    let dtype = input_header(&name, &input.datatype, &input.shape)?;
+    let shape = wire_shape(&input.shape)?;
+    let dtype = wire_datatype(&name, &input.datatype)?;
     let params = parse_parameters(input.parameters, || format!("input '{name}'"), special)?;
     let binary_size = match params.get("binary_data_size") {
         None => None,
@@ -484,6 +506,13 @@ fn decode_input(
         true => shm::parameters(&params, &format!("input '{name}'"))?,
         false => None,
     };
+    // As current Triton: the HTTP frontend checks the shape of JSON data
+    // itself, in its words; other inputs' shapes get the core's check.
+    if in_shm.is_none() && binary_size.is_none() && input.data.is_some() {
+        json_input_shape(&name, dtype, &shape)?;
+    } else {
+        tensor_shape(&name, dtype, &shape)?;
+    }
     if let Some((region, offset, size)) = in_shm {
         if binary_size.is_some() || input.data.is_some() {
             return Err(Error::invalid_arg(format!(
@@ -491,7 +520,7 @@ fn decode_input(
             )));
         }
         let data = shm.input(&name, &region, offset, size)?;
-        return Ok(Tensor::new(name, dtype, input.shape, data));
+        return Ok(Tensor::new(name, dtype, shape, data));
     }
     let data: Bytes = match (binary_size, input.data) {
         (Some(_), Some(_)) => {
@@ -509,9 +538,9 @@ fn decode_input(
             binary.split_to(n)
         }
         (None, Some(data)) => {
-            let expected = tern_core::tensor::element_count(&input.shape);
+            let expected = tern_core::tensor::element_count(&shape);
             let (buf, count) = data_to_bytes(&name, dtype, data, expected, special)?;
-            element_count_matches(&name, &input.shape, count, "'data'").map_err(|e| {
+            element_count_matches(&name, &shape, count, "'data'").map_err(|e| {
                 Error::invalid_arg(format!(
                     "Unable to parse 'data': Shape does not match true shape of 'data' field ({})",
                     e.message
@@ -525,7 +554,7 @@ fn decode_input(
             )))
         }
     };
-    Ok(Tensor::new(name, dtype, input.shape, data))
+    Ok(Tensor::new(name, dtype, shape, data))
 }
 
 /// One requested output: binary or JSON, classification, shared memory.
@@ -898,7 +927,14 @@ mod tests {
         );
         assert!(e.message.contains("only 7 byte(s)"), "{e}");
         let e = decode(Bytes::from(body.clone()), Some(body.len() + 1)).unwrap_err();
-        assert!(e.message.contains("larger than the request body"), "{e}");
+        assert_eq!(
+            e.message,
+            format!(
+                "inference header size should be in range (0, {}), got: {}",
+                body.len(),
+                body.len() + 1
+            )
+        );
         let e = decode(Bytes::from(body.clone()), Some(header.len() - 3)).unwrap_err();
         assert!(
             e.message.contains("failed to parse the request JSON"),
@@ -918,6 +954,64 @@ mod tests {
         assert!(
             e.message.starts_with("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn shapes_get_tritons_http_texts() {
+        let err = |body: String, header_len: Option<usize>| {
+            let e = decode(Bytes::from(body), header_len).unwrap_err();
+            (e.code, e.message)
+        };
+        let input = |shape: &str, rest: &str| {
+            format!(r#"{{"inputs":[{{"name":"X","shape":{shape},"datatype":"FP32",{rest}}}]}}"#)
+        };
+        let not_unsigned = (
+            tern_core::Code::Internal,
+            "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
+                .to_string(),
+        );
+        for shape in ["[1,-2]", "[1.5]", r#"["2"]"#] {
+            assert_eq!(err(input(shape, r#""data":[1]"#), None), not_unsigned);
+        }
+        assert_eq!(
+            err(input("7", r#""data":[1]"#), None).1,
+            "Unable to parse 'shape': attempt to access JSON non-array as array"
+        );
+        // JSON data: the HTTP frontend's texts.
+        assert_eq!(
+            err(input("[9223372036854775808,1]", r#""data":[1]"#), None),
+            (
+                tern_core::Code::InvalidArg,
+                "invalid shape for input 'X': shape [-9223372036854775808,1] contains one or more invalid dimensions".to_string()
+            )
+        );
+        assert_eq!(
+            err(input("[8,2305843009213693952]", r#""data":[1]"#), None).1,
+            "invalid shape for input 'X': shape [8,2305843009213693952] causes total element count to exceed maximum size of 9223372036854775807"
+        );
+        assert_eq!(
+            err(input("[1,4611686018427387904]", r#""data":[1]"#), None).1,
+            "byte size overflow for input 'X': element count (4611686018427387904) * data type size (4) exceeds maximum allowed size (9223372036854775807)"
+        );
+        // Binary data: the core's.
+        let header = input(
+            "[18446744073709551614,1]",
+            r#""parameters":{"binary_data_size":0}"#,
+        );
+        let len = header.len();
+        assert_eq!(
+            err(header, Some(len)).1,
+            "tensor 'X' contains an invalid dimension [-2,1]"
+        );
+        let header = input(
+            "[1,4611686018427387904]",
+            r#""parameters":{"binary_data_size":0}"#,
+        );
+        let len = header.len();
+        assert_eq!(
+            err(header, Some(len)).1,
+            "byte size for tensor 'X' exceeds maximum size of 9223372036854775807"
         );
     }
 
