@@ -1,9 +1,16 @@
-//! Request bodies: size limit, decompression, and collecting hyper's frames
+//! Request bodies: size limits, decompression, and collecting hyper's frames
 //! into one buffer with as few copies and allocations as possible.
 //!
-//! A body declared larger than the limit is refused at once; the whole body
-//! must arrive within the read timeout plus one second per KiB (a minimum
-//! average rate), so a trickling client cannot hold its connection.
+//! The limits are current Triton's: `--http-max-input-size` bounds a JSON
+//! body (every endpoint), the JSON header of an inference request
+//! (`Inference-Header-Content-Length`), a raw binary request (that header
+//! `0`) and what a compressed body inflates to, each with Triton's text.
+//! Binary tensor data after a JSON header is not bounded by it, as in
+//! Triton; [`MAX_BODY`] (2 GiB - 1, Triton's largest `Content-Length` and
+//! gRPC's message limit) bounds every body. A body declared too large is
+//! refused at once; the whole body must arrive within the read timeout plus
+//! one second per KiB (a minimum average rate), so a trickling client cannot
+//! hold its connection.
 //!
 //! A body that arrives in one frame is used as it is. A longer one is copied
 //! frame by frame, as the frames arrive, into a recycled host-pool block (so
@@ -21,6 +28,7 @@ use http_body_util::BodyExt;
 
 use super::{compression, HttpState};
 use tern_core::error::{Error, Result};
+use tern_core::messages;
 use tern_memory::pool::{pools, Block};
 
 /// Alignment of the binary section in a joined body.
@@ -30,36 +38,122 @@ const ALIGN: usize = 64;
 /// `Content-Length` (chunked) may arrive in.
 const MAX_CHUNKS: usize = 1 << 16;
 
+/// The most bytes any HTTP request body may have, whatever
+/// `--http-max-input-size` says: `i32::MAX`, the largest `Content-Length`
+/// Triton takes and Tern's (and Triton's) gRPC message limit. Binary tensor
+/// data after a JSON header is bounded by this alone.
+pub const MAX_BODY: usize = i32::MAX as usize;
+
+/// What an inference body holds, by its `Inference-Header-Content-Length`,
+/// and so which of Triton's limits applies to it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Form {
+    /// All JSON (no such header, and every endpoint but inference).
+    Json,
+    /// The raw binary form (header `0`): the data of the model's one input.
+    Raw,
+    /// A JSON header of this many bytes, then binary tensor data.
+    Header(usize),
+}
+
 /// What reading a body needs from the request headers, so the handler can
 /// drop the headers first (they pin hyper's read buffer, which could then not
 /// be reused for the body).
 pub struct BodyHeaders {
     declared: Option<usize>,
     coding: Result<Option<compression::Coding>>,
+    form: Form,
 }
 
 impl BodyHeaders {
-    /// `Content-Length` and `Content-Encoding` (an unsupported coding is
-    /// reported once the body has been read).
+    /// `Content-Length`, `Content-Encoding` (an unsupported coding is
+    /// reported once the body has been read) and
+    /// `Inference-Header-Content-Length` (its errors are the caller's).
     pub fn of(headers: &HeaderMap) -> BodyHeaders {
-        let declared = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
+        let number = |name| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        };
         let encoding = headers
             .get(header::CONTENT_ENCODING)
             .map(|v| v.to_str().unwrap_or("<invalid>"));
         BodyHeaders {
-            declared,
+            declared: number(header::CONTENT_LENGTH.as_str()),
             coding: compression::content_coding(encoding),
+            form: match number("inference-header-content-length") {
+                None => Form::Json,
+                Some(0) => Form::Raw,
+                Some(n) => Form::Header(n),
+            },
         }
     }
 }
 
-/// Reads a request body up to `--http-max-input-size`, decompressing it when
-/// `Content-Encoding` says so (the limit applies after decompression too).
+/// The limits on one body.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    form: Form,
+    /// `--http-max-input-size`.
+    limit: usize,
+    /// `Content-Encoding` gzip or deflate.
+    compressed: bool,
+    /// An inference request (Triton checks its `Content-Length` as an `i32`).
+    infer: bool,
+}
+
+impl Limits {
+    /// The most bytes the body may have as sent. A compressed body gets what
+    /// incompressible data can grow by (deflate's stored blocks, the gzip
+    /// header): larger, it cannot inflate within the limit.
+    fn cap(&self) -> usize {
+        let cap = match self.form {
+            _ if self.compressed => self.limit.saturating_add(self.limit / 1024 + (64 << 10)),
+            Form::Header(_) => MAX_BODY,
+            Form::Json | Form::Raw => self.limit,
+        };
+        cap.min(MAX_BODY)
+    }
+
+    /// The error for a body of `len` bytes (`declared` by `Content-Length`,
+    /// or at least that many read) over [`Limits::cap`], in Triton's words.
+    fn too_big(&self, len: usize, declared: bool) -> Error {
+        match self.form {
+            _ if self.compressed => messages::decompressed_too_large(self.limit),
+            _ if self.infer && declared && len > MAX_BODY => {
+                messages::content_length_out_of_range(&len.to_string())
+            }
+            Form::Json if len > self.limit => messages::json_too_large(len, self.limit),
+            Form::Raw if len > self.limit => messages::raw_input_too_large(len, self.limit),
+            _ => Error::invalid_arg(format!(
+                "request body of {len} bytes exceeds {MAX_BODY} bytes, the most an HTTP request may carry"
+            )),
+        }
+    }
+
+    /// The error for a JSON header longer than the limit, for a body of
+    /// `len` bytes; none when the header is longer than the body (the
+    /// decoder reports that, as Triton does first).
+    fn header_too_big(&self, len: usize) -> Option<Error> {
+        match self.form {
+            Form::Header(n) if !self.compressed && n > self.limit && n <= len => {
+                Some(messages::json_too_large(n, self.limit))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Reads a request body that is all JSON, up to `--http-max-input-size`,
+/// decompressing it when `Content-Encoding` says so (the limit applies after
+/// decompression too).
 pub async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Bytes> {
-    read_kind(s, BodyHeaders::of(headers), body, 0, "HTTP").await
+    let headers = BodyHeaders {
+        form: Form::Json,
+        ..BodyHeaders::of(headers)
+    };
+    read_kind(s, headers, body, 0, false).await
 }
 
 /// [`read_body`] for an inference request, with the headers already taken
@@ -70,22 +164,29 @@ pub async fn read(
     body: Body,
     binary_at: usize,
 ) -> Result<Bytes> {
-    read_kind(s, headers, body, binary_at, "infer").await
+    read_kind(s, headers, body, binary_at, true).await
 }
 
-/// Reads a body; `kind` names the request in Triton's chunk-limit error.
+/// Reads a body; `infer`: an inference request (which Triton's chunk-limit
+/// error names, and whose `Inference-Header-Content-Length` counts).
 async fn read_kind(
     s: &HttpState,
     headers: BodyHeaders,
     body: Body,
     binary_at: usize,
-    kind: &str,
+    infer: bool,
 ) -> Result<Bytes> {
-    let limit = s.max_input_size;
+    let limits = Limits {
+        form: headers.form,
+        limit: s.max_input_size,
+        compressed: matches!(headers.coding, Ok(Some(_))),
+        infer,
+    };
+    let kind = if infer { "infer" } else { "HTTP" };
     let raw = gather(
         body,
         headers.declared,
-        limit,
+        limits,
         s.read_timeout,
         binary_at,
         kind,
@@ -93,33 +194,36 @@ async fn read_kind(
     .await?;
     match headers.coding? {
         None => Ok(raw),
-        Some(c) => compression::decompress(c, &raw, limit).map(Bytes::from),
+        Some(c) => compression::decompress(c, &raw, limits.limit).map(Bytes::from),
     }
 }
 
-/// Collects the (still encoded) body of `declared` length, if known, up to
-/// `limit` bytes and, without a length, [`MAX_CHUNKS`] non-empty chunks; an
+/// Collects the (still encoded) body of `declared` length, if known, within
+/// `limits` and, without a length, [`MAX_CHUNKS`] non-empty chunks; an
 /// oversized body is drained so the client reads the error.
 async fn gather(
     mut body: Body,
     declared: Option<usize>,
-    limit: usize,
+    limits: Limits,
     timeout: Option<std::time::Duration>,
     binary_at: usize,
     kind: &str,
 ) -> Result<Bytes> {
-    let too_big = || {
-        Error::invalid_arg(format!(
-            "request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"
-        ))
-    };
+    let cap = limits.cap();
     // Answered at once, without waiting for a body that may never come. The
     // body is still read and dropped in the background, within bounds, so a
     // client that writes it all before reading (most do) gets the answer
     // rather than a broken pipe; past the bounds the connection closes.
-    if let Some(len) = declared.filter(|&len| len > limit) {
-        tokio::spawn(discard(body, len.min(limit.max(DISCARD_MAX)), timeout));
-        return Err(too_big());
+    if let Some(len) = declared {
+        let refused = match len > cap {
+            true => Some(limits.too_big(len, true)),
+            false => limits.header_too_big(len),
+        };
+        if let Some(e) = refused {
+            let max = len.min(limits.limit.max(DISCARD_MAX));
+            tokio::spawn(discard(body, max, timeout));
+            return Err(e);
+        }
     }
     let mut frames = Frames::Empty;
     let mut total = 0;
@@ -147,17 +251,20 @@ async fn gather(
             continue;
         }
         total += data.len();
-        if total > limit {
-            drain(body, timeout).await;
-            return Err(too_big());
+        if total > cap {
+            let (_, rest) = drain(body, timeout).await;
+            return Err(limits.too_big(total + rest, false));
         }
         frames.push(data, declared, binary_at)?;
         if frames.kept() > MAX_CHUNKS {
-            let chunks = frames.kept() + drain(body, timeout).await;
+            let chunks = frames.kept() + drain(body, timeout).await.0;
             return Err(Error::invalid_arg(format!(
                 "Chunks in the {kind} request buffer exceed the limit {MAX_CHUNKS}, got {chunks} chunks"
             )));
         }
+    }
+    if let Some(e) = limits.header_too_big(total) {
+        return Err(e);
     }
     frames.finish(total, binary_at)
 }
@@ -337,8 +444,9 @@ fn too_slow(
 /// Reads and discards what is left of an oversized body (up to a cap) so the
 /// client can read the error response instead of seeing a reset connection;
 /// stops early when the body stalls for `timeout`. Returns how many
-/// non-empty frames it read.
-async fn drain(mut body: Body, timeout: Option<std::time::Duration>) -> usize {
+/// non-empty frames and how many bytes it read (for a body past the cap,
+/// a lower bound).
+async fn drain(mut body: Body, timeout: Option<std::time::Duration>) -> (usize, usize) {
     const CAP: usize = 1 << 30;
     let mut seen = 0usize;
     let mut frames = 0;
@@ -350,7 +458,7 @@ async fn drain(mut body: Body, timeout: Option<std::time::Duration>) -> usize {
             break;
         }
     }
-    frames
+    (frames, seen)
 }
 
 /// A response body that records `timestamp` on its trace when dropped,
@@ -442,9 +550,108 @@ mod tests {
         }
     }
 
+    fn limits(form: Form, limit: usize) -> Limits {
+        Limits {
+            form,
+            limit,
+            compressed: false,
+            infer: true,
+        }
+    }
+
     async fn collect_chunks(n: usize, size: usize, declared: Option<usize>) -> Result<Bytes> {
         let body = Body::new(Chunks { n, size, sent: 0 });
-        gather(body, declared, 1 << 30, None, 0, "infer").await
+        gather(
+            body,
+            declared,
+            limits(Form::Json, 1 << 30),
+            None,
+            0,
+            "infer",
+        )
+        .await
+    }
+
+    /// `n` frames of `size` bytes, `declared` or not, read under `l`.
+    async fn gather_under(l: Limits, n: usize, size: usize, declared: bool) -> Result<Bytes> {
+        let body = Body::new(Chunks { n, size, sent: 0 });
+        gather(body, declared.then_some(n * size), l, None, 0, "infer").await
+    }
+
+    #[tokio::test]
+    async fn limits_follow_the_body_form_in_tritons_words() {
+        let tail = "Use --http-max-input-size to increase the limit.";
+        for declared in [true, false] {
+            // All JSON: the whole body counts.
+            let e = gather_under(limits(Form::Json, 100), 3, 40, declared)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                e.message,
+                format!("request JSON size of 120 bytes exceeds the maximum allowed input size of 100 bytes. {tail}")
+            );
+            // Raw binary: the same bound, its own text.
+            let e = gather_under(limits(Form::Raw, 100), 3, 40, declared)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                e.message,
+                format!("Raw input has a byte_size (120 bytes) that exceeds the maximum allowed value of 100 bytes. {tail}")
+            );
+            // A JSON header within the limit: binary data after it is not bounded by it.
+            let ok = gather_under(limits(Form::Header(50), 100), 10, 40, declared)
+                .await
+                .unwrap();
+            assert_eq!(ok.len(), 400);
+            // A header over the limit is refused by its own length.
+            let e = gather_under(limits(Form::Header(101), 100), 10, 40, declared)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                e.message,
+                format!("request JSON size of 101 bytes exceeds the maximum allowed input size of 100 bytes. {tail}")
+            );
+            // ... unless it is longer than the body: the decoder says so.
+            assert!(
+                gather_under(limits(Form::Header(500), 100), 10, 40, declared)
+                    .await
+                    .is_ok()
+            );
+            // Compressed: what it inflates to counts; far larger cannot fit.
+            let mut zipped = limits(Form::Json, 100);
+            zipped.compressed = true;
+            assert_eq!(zipped.cap(), 100 + (64 << 10));
+            assert!(gather_under(zipped, 3, 40, declared).await.is_ok());
+            let e = gather_under(zipped, 100, 1000, declared).await.unwrap_err();
+            assert_eq!(
+                e.message,
+                format!(
+                    "Decompressed data size exceeds the maximum allowed value of 100 bytes. {tail}"
+                )
+            );
+        }
+        // Past i32::MAX: Triton cannot parse an inference Content-Length;
+        // other endpoints' JSON is over the limit.
+        let l = limits(Form::Header(10), 100);
+        assert_eq!(l.cap(), MAX_BODY);
+        assert_eq!(
+            l.too_big(MAX_BODY + 1, true).message,
+            "Unable to parse Content-Length, value is out of range [ -2147483648, 2147483647 ], got: 2147483648"
+        );
+        assert_eq!(
+            l.too_big(MAX_BODY + 1, false).message,
+            "request body of 2147483648 bytes exceeds 2147483647 bytes, the most an HTTP request may carry"
+        );
+        let json = Limits {
+            infer: false,
+            ..limits(Form::Json, 100)
+        };
+        assert!(json
+            .too_big(MAX_BODY + 1, true)
+            .message
+            .starts_with("request JSON size of 2147483648 bytes"));
+        // A limit set above the cap: the cap still holds.
+        assert_eq!(limits(Form::Json, usize::MAX).cap(), MAX_BODY);
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! HTTP body compression: `Content-Encoding: gzip|deflate` on requests and
 //! `Accept-Encoding` on responses (deflate is the zlib format, as
-//! `tritonclient` sends it). Decompression is bounded by the input size limit.
+//! `tritonclient` sends it). Decompression is bounded by the input size limit
+//! (`--http-max-input-size`), with current Triton's error.
 
 use std::io::{Read, Write};
 
@@ -64,9 +65,7 @@ pub fn decompress(coding: Coding, data: &[u8], limit: usize) -> Result<Vec<u8>> 
             )
         })?;
     if out.len() > limit {
-        return Err(Error::invalid_arg(format!(
-            "decompressed request body exceeds the maximum input size of {limit} bytes (--http-max-input-size)"
-        )));
+        return Err(tern_core::messages::decompressed_too_large(limit));
     }
     Ok(out)
 }
@@ -111,10 +110,11 @@ mod tests {
         for c in [Coding::Gzip, Coding::Deflate] {
             let z = compress(c, &[&b"hello hello"[..], b" hello"]);
             assert_eq!(decompress(c, &z, 100).unwrap(), b"hello hello hello");
-            assert!(decompress(c, &z, 5)
-                .unwrap_err()
-                .message
-                .contains("exceeds"));
+            assert_eq!(
+                decompress(c, &z, 5).unwrap_err().message,
+                "Decompressed data size exceeds the maximum allowed value of 5 bytes. \
+                 Use --http-max-input-size to increase the limit."
+            );
             assert!(decompress(c, b"garbage", 100).is_err());
         }
         assert_eq!(
