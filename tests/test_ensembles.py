@@ -1,6 +1,6 @@
 """Ensembles end to end through tritonclient (HTTP and gRPC): a DAG over a
 WASM plugin and the identity backend with a parallel branch, an ensemble of
-an ensemble, step errors naming the step, broken DAGs reported at load while
+an ensemble, step errors prefixed as Triton's (`in ensemble 'E', ...`), broken DAGs reported at load while
 everything else serves, statistics, and dynamic batching of step requests."""
 
 import numpy as np
@@ -75,15 +75,15 @@ def test_metadata_and_config(esrv):
 
 
 @pytest.mark.parametrize("proto", ["http", "grpc"])
-def test_step_failure_names_the_step_and_server_keeps_serving(esrv, proto):
+def test_step_failure_names_the_ensemble_and_server_keeps_serving(esrv, proto):
     client = httpclient if proto == "http" else grpcclient
     c = client.InferenceServerClient(esrv.url if proto == "http" else esrv.grpc_url)
-    for mode, text in (("error", "step 0 (model 'misbehave')"), ("panic", "trapped")):
+    for mode, text in (("error", "misbehave: asked for an error"), ("panic", "trapped")):
         m = client.InferInput("MODE", [1], "BYTES")
         m.set_data_from_numpy(np.array([mode.encode()], dtype=np.object_))
         with pytest.raises(InferenceServerException) as e:
             c.infer("ens_fail", [m])
-        assert "ensemble 'ens_fail' step 0 (model 'misbehave')" in str(e.value)
+        assert "in ensemble 'ens_fail', " in str(e.value)
         assert text in str(e.value)
     m = client.InferInput("MODE", [1], "BYTES")
     m.set_data_from_numpy(np.array([b"ok"], dtype=np.object_))
@@ -157,21 +157,27 @@ output [ { name: "A" data_type: TYPE_INT32 dims: [ 4 ] }, { name: "B" data_type:
 ensemble_scheduling { step [
   { model_name: "first" model_version: -1 input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "T" } },
   { model_name: "for_a" model_version: -1 input_map { key: "INPUT0" value: "T" } output_map { key: "OUTPUT0" value: "A" } },
-  { model_name: "for_b" model_version: -1 input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "B" } },
-  { model_name: "dangling" model_version: -1 input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "UNUSED" } }
+  { model_name: "for_b" model_version: -1 input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "B" } }
 ] }
 '''
+
+DANGLING_ENSEMBLE = PRUNE_ENSEMBLE.replace('name: "pruned"', 'name: "dangling_ens"').replace(
+    'value: "B" } }\n', 'value: "B" } },\n  { model_name: "dangling" model_version: -1 input_map { key: "INPUT0" value: "X" } '
+    'output_map { key: "OUTPUT0" value: "UNUSED" } }\n')
 
 
 def test_steps_whose_outputs_are_not_needed_do_not_run(tmp_path, start_tern):
     """As Triton prunes an ensemble request: only the steps a requested output
-    depends on run; a step whose output nothing reads never runs."""
+    depends on run. A step whose output nothing reads fails the ensemble's
+    load with Triton's text."""
     root = tmp_path / "models"
     for name, cfg in [*((n, PRUNE_STEP.format(name=n)) for n in ("first", "for_a", "for_b", "dangling")),
-                      ("pruned", PRUNE_ENSEMBLE)]:
+                      ("pruned", PRUNE_ENSEMBLE), ("dangling_ens", DANGLING_ENSEMBLE)]:
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(cfg)
-    t = start_tern([f"--model-repository={root}"])
+    t = start_tern([f"--model-repository={root}", "--exit-on-error=false"])
+    index = {m["name"]: m for m in httpclient.InferenceServerClient(t.url).get_model_repository_index()}
+    assert "ensemble tensor 'UNUSED' is unused in ensemble 'dangling_ens'" in index["dangling_ens"]["reason"]
     for proto, client, url in (("http", httpclient, t.url), ("grpc", grpcclient, t.grpc_url)):
         c = client.InferenceServerClient(url)
         x = np.arange(4, dtype=np.int32)
@@ -182,6 +188,12 @@ def test_steps_whose_outputs_are_not_needed_do_not_run(tmp_path, start_tern):
         assert r.as_numpy("B") is None
         r = c.infer("pruned", [i])
         np.testing.assert_array_equal(r.as_numpy("B"), x)
+        # Every ensemble response carries the sequence parameters, as Triton's.
+        if proto == "http":
+            assert r.get_response()["parameters"] == {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
+        else:
+            p = r.get_response().parameters
+            assert (p["sequence_id"].int64_param, p["sequence_start"].bool_param, p["sequence_end"].bool_param) == (0, False, False)
     c = httpclient.InferenceServerClient(t.url)
     runs = {m: int(c.get_inference_statistics(m)["model_stats"][0]["execution_count"])
             for m in ("first", "for_a", "for_b", "dangling")}

@@ -84,8 +84,16 @@ def test_sequences_accumulate_with_every_control_input(seq_server, model):
 def test_an_ensemble_step_carries_the_sequence(seq_server):
     for proto, mod, c in clients(seq_server):
         seq = 3100 + (proto == "grpc")
-        assert out(step(c, mod, "seq_ensemble", seq, 4, start=True), "SUM") == 4
-        assert out(step(c, mod, "seq_ensemble", seq, 6, end=True), "SUM") == 10
+        r = step(c, mod, "seq_ensemble", seq, 4, start=True)
+        assert out(r, "SUM") == 4
+        r = step(c, mod, "seq_ensemble", seq, 6, end=True)
+        assert out(r, "SUM") == 10
+        # The ensemble's response carries the request's sequence, as Triton's do.
+        if proto == "http":
+            assert r.get_response()["parameters"] == {"sequence_id": seq, "sequence_start": False, "sequence_end": True}
+        else:
+            p = r.get_response().parameters
+            assert (p["sequence_id"].int64_param, p["sequence_start"].bool_param, p["sequence_end"].bool_param) == (seq, False, True)
 
 
 def test_string_ids_and_initial_state_from_a_file(seq_server):

@@ -105,12 +105,21 @@ impl Error {
         self.context(format_args!("model '{model}'"))
     }
 
-    /// Names the ensemble step a failure happened in:
-    /// `ensemble '<ensemble>' step <step> (model '<model>'): <message>`.
+    /// Names the ensemble a step failure happened in, as Triton does
+    /// (`in ensemble '<ensemble>', <message>`, the step's code kept); which
+    /// step and model failed goes to the log.
     pub fn in_step(self, ensemble: &str, step: usize, model: &str) -> Self {
-        self.context(format_args!(
-            "ensemble '{ensemble}' step {step} (model '{model}')"
-        ))
+        tracing::debug!(
+            ensemble,
+            step,
+            model,
+            "ensemble step failed: {}",
+            self.message
+        );
+        Error::new(
+            self.code,
+            format!("in ensemble '{ensemble}', {}", self.message),
+        )
     }
 }
 
@@ -144,7 +153,7 @@ mod tests {
             (Code::Unavailable, "model 'm': gone")
         );
         let e = Error::internal("boom").in_step("ens", 2, "net");
-        assert_eq!(e.message, "ensemble 'ens' step 2 (model 'net'): boom");
+        assert_eq!(e.message, "in ensemble 'ens', boom");
         let r: Result<()> = Err(Error::invalid_arg("bad"));
         assert_eq!(r.for_model("x").unwrap_err().message, "model 'x': bad");
     }

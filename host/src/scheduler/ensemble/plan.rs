@@ -183,6 +183,7 @@ pub(super) fn plan(
     check_acyclic(cfg, &steps)?;
     let streams_from = follow(e, cfg, &mut steps)?;
     warn_unused_inputs(cfg, &steps);
+    check_unused_tensors(cfg, &steps)?;
     Ok(Plan {
         name: e.clone(),
         batching: cfg.max_batch_size > 0,
@@ -472,6 +473,23 @@ fn follow(e: &str, cfg: &ModelConfig, steps: &mut [Step]) -> Result<Option<usize
 }
 
 /// Warns about ensemble inputs no step reads.
+/// A step output that no step reads and that is not an ensemble output
+/// fails the load, as Triton's `ensemble tensor 'T' is unused in ensemble 'E'`.
+fn check_unused_tensors(cfg: &ModelConfig, steps: &[Step]) -> Result<()> {
+    for step in steps {
+        for (_, t) in &step.outputs {
+            let read = steps.iter().any(|s| s.inputs.iter().any(|(_, i)| i == t));
+            if !read && !cfg.output.iter().any(|o| &o.name == t) {
+                return Err(Error::invalid_arg(format!(
+                    "ensemble tensor '{t}' is unused in ensemble '{}'",
+                    cfg.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn warn_unused_inputs(cfg: &ModelConfig, steps: &[Step]) {
     for input in &cfg.input {
         if !steps

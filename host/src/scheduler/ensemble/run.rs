@@ -86,6 +86,24 @@ struct Origin {
     trace: Option<std::sync::Arc<tern_core::trace::Trace>>,
 }
 
+/// The parameters every ensemble response carries, as Triton's do: the
+/// request's `sequence_id` (an integer or a string; 0 without one),
+/// `sequence_start` and `sequence_end` (false without them).
+fn sequence_parameters(request: &Parameters) -> Parameters {
+    use tern_core::Parameter;
+    let id = match request.get("sequence_id") {
+        Some(p @ (Parameter::Int(_) | Parameter::String(_))) => p.clone(),
+        _ => Parameter::Int(0),
+    };
+    let flag =
+        |name: &str| Parameter::Bool(matches!(request.get(name), Some(Parameter::Bool(true))));
+    Parameters::from([
+        ("sequence_id".to_string(), id),
+        ("sequence_start".to_string(), flag("sequence_start")),
+        ("sequence_end".to_string(), flag("sequence_end")),
+    ])
+}
+
 /// Where a run's responses go: `Some(outputs)` for a response, `last` on
 /// the final one (a bare final flag has no outputs).
 type Emit<'a> = dyn FnMut(Option<Vec<Tensor>>, bool) -> Result<()> + Send + 'a;
@@ -117,6 +135,7 @@ impl Ensemble {
             )));
         }
         let id = request.id.clone();
+        let parameters = sequence_parameters(&request.parameters);
         let mut answer = None;
         let mut emit = |outputs: Option<Vec<Tensor>>, _last: bool| {
             if let Some(outputs) = outputs {
@@ -141,7 +160,7 @@ impl Ensemble {
             model_version: 0,
             id,
             outputs,
-            parameters: Default::default(),
+            parameters,
             compute,
         })
     }
@@ -158,6 +177,7 @@ impl Ensemble {
         batch_size: usize,
     ) -> Result<ComputeTimes> {
         let id = request.id.clone();
+        let parameters = sequence_parameters(&request.parameters);
         let mut emit = |outputs: Option<Vec<Tensor>>, last: bool| match outputs {
             Some(outputs) => {
                 tern_core::validate::validate_outputs(config, batch_size, &outputs)?;
@@ -166,6 +186,7 @@ impl Ensemble {
                     model_version: version,
                     id: id.clone(),
                     outputs,
+                    parameters: parameters.clone(),
                     ..Default::default()
                 };
                 sink.0.send(Some(Ok(response)), last)
