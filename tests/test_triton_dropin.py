@@ -357,6 +357,29 @@ def test_model_load_retry_count_tries_a_failing_version_again(tmp_path, start_te
     assert "(attempt 3 of 3)" not in t.log(), "the last failure is the load's, not a retry"
 
 
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_classification_of_more_than_a_million_elements_is_refused(tmp_path, start_tern, proto):
+    """As current Triton: INVALID_ARG 'classification output tensor too large'."""
+    root = tmp_path / "models"
+    (root / "wide" / "1").mkdir(parents=True)
+    (root / "wide" / "config.pbtxt").write_text(
+        'name: "wide"\nbackend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n')
+    t = start_tern([f"--model-repository={root}"])
+    mod = httpclient if proto == "http" else grpcclient
+    c = mod.InferenceServerClient(t.url if proto == "http" else t.grpc_url)
+    for n, ok in ((1_000_000, True), (1_000_001, False)):
+        i = mod.InferInput("INPUT0", [n], "UINT8")
+        i.set_data_from_numpy(np.zeros(n, dtype=np.uint8))
+        out = [mod.InferRequestedOutput("OUTPUT0", class_count=1)]
+        if ok:
+            assert c.infer("wide", [i], outputs=out).as_numpy("OUTPUT0").shape == (1,)
+        else:
+            with pytest.raises(InferenceServerException, match="classification output tensor too large"):
+                c.infer("wide", [i], outputs=out)
+
+
 # --- protocol details ------------------------------------------------------------
 
 

@@ -43,6 +43,10 @@ fn is_float(dt: DataType) -> bool {
     )
 }
 
+/// The most elements per batch item current Triton classifies (it refuses
+/// larger outputs with `classification output tensor too large`).
+pub const MAX_CLASSIFIED_ELEMENTS: usize = 1_000_000;
+
 /// Replaces `t` by its top-`k` classification strings. `batched` says whether
 /// the first dimension is the batch dimension.
 pub fn classify(t: &Tensor, k: usize, labels: Option<&[String]>, batched: bool) -> Result<Tensor> {
@@ -59,6 +63,9 @@ pub fn classify(t: &Tensor, k: usize, labels: Option<&[String]>, batched: bool) 
         1
     };
     let per_item = total.checked_div(batch).unwrap_or(0);
+    if per_item > MAX_CLASSIFIED_ELEMENTS {
+        return Err(Error::invalid_arg("classification output tensor too large"));
+    }
     let k = k.min(per_item);
     let mut out = Vec::new();
     for b in 0..batch {
@@ -121,6 +128,27 @@ mod tests {
                 "0.900000:0:cat",
                 "0.500000:2:fox"
             ]
+        );
+    }
+
+    #[test]
+    fn outputs_past_a_million_elements_per_item_are_refused_as_tritons() {
+        let at = |n: usize, batched| {
+            let t = Tensor::new("big", DataType::Uint8, vec![2, n as i64], vec![0u8; 2 * n]);
+            classify(&t, 1, None, batched)
+        };
+        assert!(at(MAX_CLASSIFIED_ELEMENTS, true).is_ok());
+        let e = at(MAX_CLASSIFIED_ELEMENTS + 1, true).unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                crate::Code::InvalidArg,
+                "classification output tensor too large"
+            )
+        );
+        assert!(
+            at(MAX_CLASSIFIED_ELEMENTS / 2 + 1, false).is_err(),
+            "unbatched: the whole tensor is one item"
         );
     }
 
