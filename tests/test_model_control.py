@@ -423,3 +423,42 @@ def test_poll_mode_ignores_plugin_sources(tmp_path):
         assert t.wait_log("model folder changed: loading"), t.log()
     finally:
         t.stop()
+
+
+def test_named_repository_routes_answer_as_tritonserver(tmp_path):
+    """Triton's named-repository forms: the HTTP index ignores the name; a load
+    or unload naming a repository (HTTP route, gRPC repository_name) is
+    refused with 501 / UNIMPLEMENTED "'repository_name' specification is not supported"."""
+    import urllib.error
+    import urllib.request
+
+    root = str(tmp_path / "models")
+    poll_repo(root)
+    t = Tern([f"--model-repository={root}", "--model-control-mode=explicit", "--load-model=m"])
+    try:
+        def post(path):
+            req = urllib.request.Request(f"http://{t.url}{path}", data=b"{}", method="POST")
+            try:
+                with urllib.request.urlopen(req) as r:
+                    return r.status, json.loads(r.read() or b"null")
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        status, rows = post("/v2/repository/anything/index")
+        assert status == 200 and {r["name"] for r in rows} == {"m", "doomed"}
+        text = "'repository_name' specification is not supported"
+        assert post("/v2/repository/anything/models/m/unload") == (501, {"error": text})
+        assert post("/v2/repository/anything/models/m/load") == (501, {"error": text})
+        from tritonclient.grpc import service_pb2
+        g = grpcclient.InferenceServerClient(t.grpc_url)
+        for call, request in (
+            (g._client_stub.RepositoryIndex, service_pb2.RepositoryIndexRequest(repository_name="r")),
+            (g._client_stub.RepositoryModelLoad, service_pb2.RepositoryModelLoadRequest(repository_name="r", model_name="m")),
+            (g._client_stub.RepositoryModelUnload, service_pb2.RepositoryModelUnloadRequest(repository_name="r", model_name="m")),
+        ):
+            with pytest.raises(Exception) as e:
+                call(request)
+            assert e.value.code().name == "UNIMPLEMENTED" and e.value.details() == text
+        assert httpclient.InferenceServerClient(t.url).is_model_ready("m"), "nothing was unloaded"
+    finally:
+        t.stop()

@@ -164,6 +164,12 @@ pub fn trace_model_known(info: &ServerInfo, model: Option<&str>) -> Result<()> {
     }
 }
 
+/// Triton's answer to a repository call that names a repository (HTTP
+/// `/v2/repository/<name>/models/...`, gRPC `repository_name`).
+pub fn repository_name_unsupported() -> tern_core::Error {
+    tern_core::Error::unsupported("'repository_name' specification is not supported")
+}
+
 /// The W3C `traceparent` header of a request (HTTP headers, gRPC metadata).
 pub fn traceparent(headers: &axum::http::HeaderMap) -> Option<&str> {
     headers.get("traceparent").and_then(|v| v.to_str().ok())

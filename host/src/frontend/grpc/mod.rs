@@ -542,7 +542,11 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<RepositoryIndexRequest>,
     ) -> std::result::Result<Response<RepositoryIndexResponse>, Status> {
-        let ready_only = req.into_inner().ready;
+        let req = req.into_inner();
+        if !req.repository_name.is_empty() {
+            return Err(status(super::common::repository_name_unsupported()));
+        }
+        let ready_only = req.ready;
         let models = self
             .info
             .repository
@@ -564,6 +568,9 @@ impl GrpcInferenceService for InferenceService {
         req: Request<RepositoryModelLoadRequest>,
     ) -> std::result::Result<Response<RepositoryModelLoadResponse>, Status> {
         let r = req.into_inner();
+        if !r.repository_name.is_empty() {
+            return Err(status(super::common::repository_name_unsupported()));
+        }
         let overrides =
             crate::repository::control::LoadOverride::from_parameters(control_values(r.parameters))
                 .map_err(status)?;
@@ -578,6 +585,9 @@ impl GrpcInferenceService for InferenceService {
         req: Request<RepositoryModelUnloadRequest>,
     ) -> std::result::Result<Response<RepositoryModelUnloadResponse>, Status> {
         let r = req.into_inner();
+        if !r.repository_name.is_empty() {
+            return Err(status(super::common::repository_name_unsupported()));
+        }
         let dependents =
             crate::repository::control::unload_dependents(control_values(r.parameters))
                 .map_err(status)?;

@@ -111,6 +111,17 @@ fn router(state: Arc<HttpState>) -> Router {
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(load_model))
         .route("/v2/repository/models/{model}/unload", post(unload_model))
+        // Triton's named-repository routes: the index ignores the name; a load
+        // or unload that names a repository is refused, as tritonserver does.
+        .route("/v2/repository/{repository}/index", post(repository_index))
+        .route(
+            "/v2/repository/{repository}/models/{model}/load",
+            post(named_repository),
+        )
+        .route(
+            "/v2/repository/{repository}/models/{model}/unload",
+            post(named_repository),
+        )
         .route("/v2/models/stats", get(all_stats))
         .route("/v2/models/{model}/stats", get(model_stats))
         .route(
@@ -337,6 +348,10 @@ async fn repository_parameters(
             (k.clone(), value)
         })
         .collect())
+}
+
+async fn named_repository() -> Response {
+    error_response(&common::repository_name_unsupported())
 }
 
 async fn load_model(
