@@ -8,6 +8,7 @@ iterator."""
 import concurrent.futures
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -461,3 +462,76 @@ def test_a_state_output_that_is_also_a_model_output_reaches_the_client(tmp_path,
         assert (out(r, "OUTPUT"), out(r, "ACC_OUT")) == (4, 4)
         r = step(c, mod, "seq_acc", seq, 5, end=True)
         assert (out(r, "OUTPUT"), out(r, "ACC_OUT")) == (9, 9)
+
+
+SLOW_SEQ = '''name: "slow_seq"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+parameters { key: "execute_delay_ms" value: { string_value: "1500" } }
+sequence_batching { max_sequence_idle_microseconds: 60000000 direct { } }
+'''
+
+
+@pytest.fixture
+def slow_seq(tmp_path, start_tern):
+    """One instance with one slot, each execution 1.5 s: a second sequence waits in the backlog."""
+    (tmp_path / "models" / "slow_seq" / "1").mkdir(parents=True)
+    (tmp_path / "models" / "slow_seq" / "config.pbtxt").write_text(SLOW_SEQ)
+    return start_tern([f"--model-repository={tmp_path / 'models'}"])
+
+
+def slow_step(c, seq, value, start=False, end=False, **kw):
+    return c.async_infer("slow_seq", [int_input(grpcclient, "INPUT0", value, shape=(1,))], lambda result, error: kw["done"].put((value, result, error)),
+                         sequence_id=seq, sequence_start=start, sequence_end=end, **{k: v for k, v in kw.items() if k != "done"})
+
+
+def test_a_backlog_sequence_past_its_timeout_fails_whole(slow_seq):
+    """As Triton: a request timeout counts while its sequence waits in the
+    backlog; at the earliest one, every request of that sequence fails with
+    UNAVAILABLE 'timeout of the corresponding sequence has been expired'."""
+    import queue
+
+    done = queue.Queue()
+    c = grpcclient.InferenceServerClient(slow_seq.grpc_url)
+    slow_step(c, 1, 10, start=True, end=True, done=done)  # holds the only slot for 1.5 s
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    slow_step(c, 2, 20, start=True, timeout=500_000, done=done)
+    slow_step(c, 2, 21, done=done)
+    got = {v: (r, e) for v, r, e in (done.get(timeout=10) for _ in range(3))}
+    assert got[10][1] is None
+    for v in (20, 21):
+        e = got[v][1]
+        assert e is not None and e.status() == "StatusCode.UNAVAILABLE", e
+        assert "timeout of the corresponding sequence has been expired" in e.message()
+    with pytest.raises(InferenceServerException, match="must specify the START flag"):
+        c.infer("slow_seq", [int_input(grpcclient, "INPUT0", 1, shape=(1,))], sequence_id=2)
+    assert time.monotonic() - t0 < 5
+
+
+def test_cancelling_one_queued_request_of_a_sequence_cancels_the_others(slow_seq):
+    """As Triton: a cancelled request at the front of its sequence's queue
+    ends the sequence: it and the requests behind it are answered CANCELLED;
+    the request already running finishes."""
+    import queue
+
+    done = queue.Queue()
+    c = grpcclient.InferenceServerClient(slow_seq.grpc_url)
+    slow_step(c, 5, 1, start=True, done=done)  # runs for 1.5 s
+    time.sleep(0.2)
+    cancelled = slow_step(c, 5, 2, done=done)
+    slow_step(c, 5, 3, done=done)
+    time.sleep(0.2)
+    cancelled.cancel()
+    got = {}
+    for _ in range(3):
+        v, r, e = done.get(timeout=10)
+        got[v] = (r, e)
+    assert got[1][1] is None, "the running request finishes"
+    assert got[2][1].status() == "StatusCode.CANCELLED"
+    assert got[3][1] is not None and got[3][1].status() == "StatusCode.CANCELLED", got[3][1]
+    with pytest.raises(InferenceServerException, match="must specify the START flag"):
+        c.infer("slow_seq", [int_input(grpcclient, "INPUT0", 1, shape=(1,))], sequence_id=5)

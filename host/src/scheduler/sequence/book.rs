@@ -28,6 +28,24 @@ pub trait Queued {
     fn enqueued(&self) -> Instant;
     /// Whether it can share a batch with `other` (same input shapes).
     fn batches_with(&self, other: &Self) -> bool;
+    /// Whether its client has gone away.
+    fn cancelled(&self) -> bool {
+        false
+    }
+    /// When its `timeout` ends, if it has one (honoured in the backlog only).
+    fn expires(&self) -> Option<Instant> {
+        None
+    }
+}
+
+/// Requests [`Book::sweep`] took out of the book, to be answered.
+pub struct Swept<T> {
+    /// Sequences cancelled by a client: every request of theirs.
+    pub cancelled: Vec<T>,
+    /// Backlog sequences whose timeout passed: every request of theirs.
+    pub expired: Vec<T>,
+    /// Instances a backlog sequence moved to (a cancelled sequence freed its slot).
+    pub moved: Vec<usize>,
 }
 
 /// How an instance's next batch is chosen.
@@ -292,6 +310,93 @@ impl<T: Queued> Book<T> {
             .min()
     }
 
+    /// Takes out, as Triton's sequence batcher does, the sequences that can
+    /// no longer run: one of instance `i`'s whose next request was cancelled
+    /// (that request and every later one of the sequence; its slot frees and
+    /// its correlation id is forgotten), a backlog sequence with any request
+    /// cancelled, and a backlog sequence whose earliest request timeout has
+    /// passed (a sequence with a slot ignores timeouts).
+    pub fn sweep(&mut self, i: usize, now: Instant) -> Swept<T> {
+        let mut out = self.sweep_backlog(now);
+        let in_slots: Vec<SeqKey> = self.slots[i]
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|k| {
+                self.seqs
+                    .get(k)
+                    .and_then(|s| s.queue.front())
+                    .is_some_and(Queued::cancelled)
+            })
+            .collect();
+        for key in in_slots {
+            out.cancelled.extend(self.take_queue(key));
+            if let Some(moved) = self.release(key) {
+                out.moved.push(moved);
+            }
+        }
+        out
+    }
+
+    /// The backlog part of [`Book::sweep`]: backlog sequences with a request
+    /// cancelled or past its timeout (no thread of an instance needed).
+    pub fn sweep_backlog(&mut self, now: Instant) -> Swept<T> {
+        let mut out = Swept {
+            cancelled: Vec::new(),
+            expired: Vec::new(),
+            moved: Vec::new(),
+        };
+        let backlog: Vec<SeqKey> = self.backlog.iter().copied().collect();
+        for key in backlog {
+            let Some(seq) = self.seqs.get(&key) else {
+                continue;
+            };
+            let cancelled = seq.queue.iter().any(Queued::cancelled);
+            let expired = seq
+                .queue
+                .iter()
+                .filter_map(Queued::expires)
+                .min()
+                .is_some_and(|t| t <= now);
+            if !(cancelled || expired) {
+                continue;
+            }
+            let queue = self.take_queue(key);
+            self.backlog.retain(|k| *k != key);
+            if let Some(seq) = self.seqs.remove(&key) {
+                if self.live.get(&seq.id) == Some(&key) {
+                    self.live.remove(&seq.id);
+                }
+            }
+            if cancelled {
+                out.cancelled.extend(queue);
+            } else {
+                out.expired.extend(queue);
+            }
+        }
+        out
+    }
+
+    /// Empties a sequence's queue.
+    fn take_queue(&mut self, key: SeqKey) -> Vec<T> {
+        let queue: Vec<T> = self
+            .seqs
+            .get_mut(&key)
+            .map(|s| s.queue.drain(..).collect())
+            .unwrap_or_default();
+        self.queued -= queue.len();
+        queue
+    }
+
+    /// When the earliest backlog timeout ends.
+    fn next_expiry(&self) -> Option<Instant> {
+        self.backlog
+            .iter()
+            .filter_map(|k| self.seqs.get(k))
+            .flat_map(|s| s.queue.iter().filter_map(Queued::expires))
+            .min()
+    }
+
     /// Requests queued (in slots and in the backlog).
     pub fn queued(&self) -> usize {
         self.queued
@@ -345,7 +450,10 @@ impl<T: Queued> Book<T> {
             .filter_map(|(j, k)| k.map(|k| (j, k)))
             .filter(|(_, k)| self.seqs.get(k).is_some_and(|s| !s.queue.is_empty()))
             .collect();
-        let idle = self.next_idle(i);
+        let idle = match (self.next_idle(i), self.next_expiry()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if ready.is_empty() {
             return Next::Wait(idle);
         }

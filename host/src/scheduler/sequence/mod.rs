@@ -39,6 +39,8 @@ struct Item {
     enqueued: Instant,
     /// Arrival number, for `oldest { preserve_ordering }`.
     seq: u64,
+    /// When its `timeout` parameter ends (honoured while its sequence is in the backlog).
+    expires: Option<Instant>,
     reply: Reply,
 }
 
@@ -53,6 +55,12 @@ impl Queued for Item {
                 b.input(&ta.name)
                     .is_some_and(|tb| ta.shape == tb.shape && ta.dtype == tb.dtype)
             })
+    }
+    fn cancelled(&self) -> bool {
+        self.reply.is_closed()
+    }
+    fn expires(&self) -> Option<Instant> {
+        self.expires
     }
 }
 
@@ -225,12 +233,19 @@ impl Pool {
                     .record_failure(arrived.elapsed(), FailReason::Rejected);
                 return Err(gone_error(m, s.version));
             }
+            let expires = match request.parameters.get("timeout") {
+                Some(tern_core::Parameter::Int(t)) if *t > 0 => {
+                    Some(arrived + Duration::from_micros(*t as u64))
+                }
+                _ => None,
+            };
             let item = Item {
                 request,
                 start: flags.start,
                 end: flags.end,
                 enqueued: arrived,
                 seq: st.next_seq,
+                expires,
                 reply,
             };
             match st.book.enqueue(&id, flags.start, flags.end, item, arrived) {
@@ -241,8 +256,21 @@ impl Pool {
                             "sequence {id} for model '{m}' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early."
                         );
                     }
-                    if let Some(i) = placed.instance {
-                        s.wake[i].notify_one();
+                    match placed.instance {
+                        Some(i) => s.wake[i].notify_one(),
+                        // Any instance's thread sweeps the backlog: one must
+                        // wake in time for this request's timeout.
+                        // The deadline watcher answers it on time, even while
+                        // every instance is busy.
+                        None => {
+                            if let Some(at) = expires {
+                                super::deadlines::watch(
+                                    at,
+                                    Arc::downgrade(s)
+                                        as std::sync::Weak<dyn super::deadlines::Expire>,
+                                );
+                            }
+                        }
                     }
                 }
                 Err(_) => {
@@ -357,6 +385,16 @@ fn next_batch(s: &Shared, i: usize) -> Option<(Vec<Option<Row>>, Vec<InferReques
         for id in st.book.reap(i, now) {
             tracing::info!(model = %m, "sequence {id} released after {} µs idle", idle_us(s));
         }
+        let swept = st.book.sweep(i, now);
+        if !swept.cancelled.is_empty() || !swept.expired.is_empty() {
+            drop(st);
+            answer_swept(s, Some(i), swept);
+            st = s
+                .state
+                .lock()
+                .expect("sequence lock poisoned: nothing panics while holding it");
+            continue;
+        }
         if st.closed && st.book.drained(i) {
             return None;
         }
@@ -420,6 +458,48 @@ fn next_batch(s: &Shared, i: usize) -> Option<(Vec<Option<Row>>, Vec<InferReques
         }
     }
     Some((rows, requests))
+}
+
+/// Answers what [`Book::sweep`] took out: every request of a cancelled
+/// sequence CANCELLED, every request of a backlog sequence whose timeout
+/// passed with Triton's UNAVAILABLE text; wakes the instances that got a
+/// backlog sequence.
+fn answer_swept(s: &Shared, i: Option<usize>, swept: book::Swept<Item>) {
+    let m = &s.config.name;
+    for item in swept.cancelled {
+        s.stats
+            .record_failure(item.enqueued.elapsed(), FailReason::Canceled);
+        let e = Error::new(
+            tern_core::Code::Cancelled,
+            format!(
+                "request to model '{m}' was cancelled: a request of its sequence was cancelled"
+            ),
+        );
+        deliver(s, item.seq, item.reply, Err(e));
+    }
+    for item in swept.expired {
+        s.stats
+            .record_failure(item.enqueued.elapsed(), FailReason::Rejected);
+        let e = Error::unavailable("timeout of the corresponding sequence has been expired");
+        deliver(s, item.seq, item.reply, Err(e));
+    }
+    for other in swept.moved {
+        if Some(other) != i {
+            s.wake[other].notify_one();
+        }
+    }
+}
+
+impl super::deadlines::Expire for Shared {
+    fn expire_now(self: Arc<Self>) {
+        let swept = self
+            .state
+            .lock()
+            .expect("sequence lock poisoned: nothing panics while holding it")
+            .book
+            .sweep_backlog(Instant::now());
+        answer_swept(&self, None, swept);
+    }
 }
 
 fn idle_us(s: &Shared) -> u64 {

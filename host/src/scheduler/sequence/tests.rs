@@ -244,3 +244,139 @@ fn an_idle_sequence_frees_its_slot_for_the_backlog() {
         );
     });
 }
+
+/// Four sequences hold the four slots of the one instance (idle release far away).
+async fn fill_slots(pool: &Pool) {
+    for s in 1..=4 {
+        pool.schedule(
+            request(Parameter::Int(s), true, false, 1),
+            1,
+            Instant::now(),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+#[test]
+fn a_backlog_sequence_past_its_timeout_fails_whole_with_tritons_text() {
+    let (pool, _) = pool("direct {}", 1, 60_000_000);
+    let pool2 = pool.clone();
+    runtime().block_on(async move {
+        fill_slots(&pool).await;
+        let mut start = request(Parameter::Int(9), true, false, 1);
+        start
+            .parameters
+            .insert("timeout".into(), Parameter::Int(200_000));
+        let t0 = Instant::now();
+        let first = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.schedule(start, 1, Instant::now()).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // A later request of the sequence, without a timeout, fails with it.
+        let second = pool2
+            .schedule(
+                request(Parameter::Int(9), false, false, 2),
+                1,
+                Instant::now(),
+            )
+            .await
+            .unwrap_err();
+        let first = first.await.unwrap().unwrap_err();
+        for e in [&first, &second] {
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                (
+                    tern_core::Code::Unavailable,
+                    "timeout of the corresponding sequence has been expired"
+                )
+            );
+        }
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(190) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        let e = pool
+            .schedule(
+                request(Parameter::Int(9), false, false, 3),
+                1,
+                Instant::now(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            e.message.contains("must specify the START flag"),
+            "the sequence is forgotten"
+        );
+        // A request with a slot ignores its timeout.
+        let mut slotted = request(Parameter::Int(1), false, false, 1);
+        slotted
+            .parameters
+            .insert("timeout".into(), Parameter::Int(1));
+        assert!(pool.schedule(slotted, 1, Instant::now()).await.is_ok());
+    });
+}
+
+#[test]
+fn cancelling_a_request_of_a_backlog_sequence_cancels_the_whole_sequence() {
+    let (pool, _) = pool("direct {}", 1, 60_000_000);
+    runtime().block_on(async move {
+        fill_slots(&pool).await;
+        let start = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.schedule(
+                    request(Parameter::Int(7), true, false, 1),
+                    1,
+                    Instant::now(),
+                )
+                .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.schedule(
+                    request(Parameter::Int(7), false, false, 2),
+                    1,
+                    Instant::now(),
+                )
+                .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        second.abort(); // the client of the second request goes away
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // A slot frees: the backlog sequence with a cancelled request is cancelled whole.
+        pool.schedule(
+            request(Parameter::Int(1), false, true, 1),
+            1,
+            Instant::now(),
+        )
+        .await
+        .unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(5), start)
+            .await
+            .expect("the START is answered")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.code, tern_core::Code::Cancelled);
+        let e = pool
+            .schedule(
+                request(Parameter::Int(7), false, false, 3),
+                1,
+                Instant::now(),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("must specify the START flag"));
+        assert_eq!(
+            pool.sequences(),
+            3,
+            "the other three sequences keep their slots"
+        );
+    });
+}
