@@ -234,3 +234,46 @@ def test_a_missing_runner_fails_python_models_only(tmp_path):
         assert state == "UNAVAILABLE" and "--python-runner" in why and "does not exist" in why, why
     finally:
         assert t.stop() == 0, t.log()
+
+
+def test_forwarded_headers_reach_the_model_as_parameters(tmp_path, start_tern):
+    """--http-header-forward-pattern / --grpc-header-forward-pattern: the
+    headers (metadata) whose names match, case-insensitively and anywhere in
+    the name, become string request parameters; a parameter the request sets
+    keeps its value; others stay out."""
+    root = str(tmp_path / "models")
+    add_model(root, "params", """
+        name: "params"
+        backend: "python"
+        max_batch_size: 0
+        input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "P" data_type: TYPE_STRING dims: [ 1 ] } ]
+    """, """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                return [pb_utils.InferenceResponse(output_tensors=[
+                    pb_utils.Tensor("P", np.array([r.parameters().encode()], dtype=np.object_))]) for r in requests]
+    """)
+    t = start_tern([f"--model-repository={root}", f"--python-runner={runner()}",
+                    "--http-header-forward-pattern=^x-fwd", "--grpc-header-forward-pattern=trace-tag"])
+    x = lambda mod: [mod.InferInput("X", [1], "INT32")]
+    ins = x(httpclient)
+    ins[0].set_data_from_numpy(np.array([1], dtype=np.int32))
+    r = httpclient.InferenceServerClient(t.url).infer(
+        "params", ins, headers={"X-Fwd-One": "a", "X-Other": "b", "x-fwd-two": "c"}, parameters={"x-fwd-two": "body"})
+    got = json.loads(r.as_numpy("P")[0])
+    assert got == {"x-fwd-one": "a", "x-fwd-two": "body"}, got
+    ins = x(grpcclient)
+    ins[0].set_data_from_numpy(np.array([1], dtype=np.int32))
+    g = grpcclient.InferenceServerClient(t.grpc_url)
+    r = g.infer("params", ins, headers={"my-trace-tag": "t1", "x-fwd-one": "no"})
+    assert json.loads(r.as_numpy("P")[0]) == {"my-trace-tag": "t1"}
+
+
+def test_a_bad_header_forward_pattern_stops_the_server(tmp_path, start_tern):
+    t = start_tern([f"--model-repository={tmp_path}", "--http-header-forward-pattern=(unclosed"], wait_ready=False)
+    assert t.wait(60) != 0
+    assert "--http-header-forward-pattern '(unclosed' is not a valid regular expression" in t.log()

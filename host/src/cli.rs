@@ -473,6 +473,16 @@ pub struct Args {
     #[arg(help_heading = "Tracing", long, env = "TERN_TRACE_LOG_FREQUENCY")]
     pub trace_log_frequency: Option<String>,
 
+    /// Request headers whose names match this regular expression (anywhere,
+    /// case-insensitively) become string request parameters.
+    #[arg(help_heading = "HTTP", long, env = "TERN_HTTP_HEADER_FORWARD_PATTERN")]
+    pub http_header_forward_pattern: Option<String>,
+
+    /// gRPC metadata whose keys match this regular expression (anywhere,
+    /// case-insensitively) become string request parameters.
+    #[arg(help_heading = "GRPC", long, env = "TERN_GRPC_HEADER_FORWARD_PATTERN")]
+    pub grpc_header_forward_pattern: Option<String>,
+
     /// Metrics settings `<setting>=<value>` (repeatable): counter_latencies,
     /// summary_latencies, summary_quantiles.
     #[arg(help_heading = "Metrics", long, env = "TERN_METRICS_CONFIG")]
@@ -560,7 +570,6 @@ fn parse_cuda_pool(s: &str) -> std::result::Result<(usize, usize), String> {
 
 /// tritonserver flags (or flag prefixes) that Tern does not implement yet.
 const NOT_YET: &[&str] = &[
-    "--grpc-header-forward-pattern",
     "--cuda-virtual-address-size",
     "--repoagent-directory",
     "--allow-sagemaker",
@@ -571,7 +580,6 @@ const NOT_YET: &[&str] = &[
     "--model-namespacing",
     "--host-policy",
     "--http-thread-count",
-    "--http-header-forward-pattern",
     "--enable-peer-access",
     "--disable-auto-complete-config-for",
 ];
@@ -658,6 +666,16 @@ impl Args {
                 .then(|| std::time::Duration::from_millis(self.grpc_max_connection_age)),
             max_connection_age_grace: (self.grpc_max_connection_age_grace > 0)
                 .then(|| std::time::Duration::from_millis(self.grpc_max_connection_age_grace)),
+            header_forward: self
+                .grpc_header_forward_pattern
+                .as_deref()
+                .map(|p| {
+                    crate::frontend::common::HeaderForward::parse(
+                        "--grpc-header-forward-pattern",
+                        p,
+                    )
+                })
+                .transpose()?,
             pings: crate::frontend::grpc::pings::PingPolicy {
                 permit_without_calls: self.grpc_keepalive_permit_without_calls,
                 max_pings_without_data: self.grpc_http2_max_pings_without_data,

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::cache::ResponseCache;
 use crate::cli::Args;
-use crate::frontend::common::ServerInfo;
+use crate::frontend::common::{HeaderForward, ServerInfo};
 use crate::frontend::grpc;
 use crate::frontend::http::{HttpService, HttpState};
 use crate::frontend::restrict::Restrictions;
@@ -284,6 +284,11 @@ async fn bind_frontends(
                 max_input_size: args.http_max_input_size,
                 read_timeout: http_read_timeout(args),
                 restrictions,
+                header_forward: args
+                    .http_header_forward_pattern
+                    .as_deref()
+                    .map(|p| HeaderForward::parse("--http-header-forward-pattern", p))
+                    .transpose()?,
             });
             Some((
                 state,

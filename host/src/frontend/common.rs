@@ -164,6 +164,46 @@ pub fn trace_model_known(info: &ServerInfo, model: Option<&str>) -> Result<()> {
     }
 }
 
+/// `--http-header-forward-pattern` / `--grpc-header-forward-pattern`: the
+/// request headers (gRPC metadata) whose names match become string request
+/// parameters of the same name, as tritonserver forwards them (the pattern
+/// matches anywhere in the name, case-insensitively).
+#[derive(Debug, Clone)]
+pub struct HeaderForward(regex::Regex);
+
+impl HeaderForward {
+    /// The pattern of `flag`, or why it is not a regular expression.
+    pub fn parse(flag: &str, pattern: &str) -> Result<HeaderForward> {
+        regex::Regex::new(&format!("(?i){pattern}"))
+            .map(HeaderForward)
+            .map_err(|e| {
+                tern_core::Error::invalid_arg(format!(
+                    "{flag} '{pattern}' is not a valid regular expression: {e}"
+                ))
+            })
+    }
+
+    /// The matching headers, as (name, value); values that are not text are skipped.
+    pub fn matching(&self, headers: &axum::http::HeaderMap) -> Vec<(String, String)> {
+        headers
+            .iter()
+            .filter(|(name, _)| self.0.is_match(name.as_str()))
+            .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_string())))
+            .collect()
+    }
+}
+
+/// Adds forwarded headers to a request's parameters; a parameter the
+/// request itself sets keeps its value.
+pub fn forward_headers(request: &mut tern_core::InferRequest, headers: Vec<(String, String)>) {
+    for (name, value) in headers {
+        request
+            .parameters
+            .entry(name)
+            .or_insert(tern_core::Parameter::String(value));
+    }
+}
+
 /// Triton's answer to a repository call that names a repository (HTTP
 /// `/v2/repository/<name>/models/...`, gRPC `repository_name`).
 pub fn repository_name_unsupported() -> tern_core::Error {

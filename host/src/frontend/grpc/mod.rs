@@ -72,6 +72,8 @@ pub struct GrpcSettings {
     pub max_connection_age_grace: Option<Duration>,
     /// The HTTP/2 PING rules (`--grpc-keepalive-permit-without-calls`, `--grpc-http2-*`).
     pub pings: pings::PingPolicy,
+    /// `--grpc-header-forward-pattern`.
+    pub header_forward: Option<super::common::HeaderForward>,
 }
 
 /// A gRPC server ready to serve: services, TLS acceptor and PING rules.
@@ -84,6 +86,8 @@ pub struct GrpcServer {
 /// The inference service.
 pub struct InferenceService {
     info: Arc<ServerInfo>,
+    /// `--grpc-header-forward-pattern`.
+    header_forward: Option<super::common::HeaderForward>,
 }
 
 /// The gRPC status for an error: Triton's mapping, in this one place.
@@ -171,14 +175,24 @@ fn take_empty_final(req: &mut ModelInferRequest) -> Result<bool> {
 }
 
 impl InferenceService {
+    /// The metadata `--grpc-header-forward-pattern` forwards as request parameters.
+    fn forwarded(&self, metadata: &tonic::metadata::MetadataMap) -> Option<Vec<(String, String)>> {
+        let f = self.header_forward.as_ref()?;
+        Some(f.matching(metadata.as_ref()))
+    }
+
     async fn infer(
         &self,
         req: ModelInferRequest,
         traceparent: Option<&str>,
+        forwarded: Option<Vec<(String, String)>>,
     ) -> Result<ModelInferResponse> {
         let infer = &self.info.infer;
         let trace = received(infer, &req.model_name, traceparent);
         let mut request = codec::decode_request(req, &self.info.shm)?;
+        if let Some(headers) = forwarded {
+            super::common::forward_headers(&mut request, headers);
+        }
         let target = infer.target(&request.model_name, request.model_version)?;
         if target.model().decoupled() {
             return Err(tern_core::messages::grpc_infer_decoupled());
@@ -206,6 +220,7 @@ impl InferenceService {
         mut req: ModelInferRequest,
         tx: &tokio::sync::mpsc::Sender<StreamMsg>,
         traceparent: Option<&str>,
+        forwarded: Option<Vec<(String, String)>>,
     ) {
         let (id, model_name, model_version) = (
             req.id.clone(),
@@ -231,6 +246,9 @@ impl InferenceService {
         let trace = received(infer, &model_name, traceparent);
         let started = take_empty_final(&mut req).and_then(|empty_final| {
             let mut request = codec::decode_request(req, &self.info.shm)?;
+            if let Some(headers) = forwarded {
+                super::common::forward_headers(&mut request, headers);
+            }
             let target = infer.target(&request.model_name, request.model_version)?;
             request.trace = trace.clone();
             Ok((empty_final, request, target))
@@ -450,7 +468,8 @@ impl GrpcInferenceService for InferenceService {
         req: Request<ModelInferRequest>,
     ) -> std::result::Result<Response<ModelInferResponse>, Status> {
         let traceparent = super::common::traceparent(req.metadata().as_ref()).map(str::to_string);
-        self.infer(req.into_inner(), traceparent.as_deref())
+        let forwarded = self.forwarded(req.metadata());
+        self.infer(req.into_inner(), traceparent.as_deref(), forwarded)
             .await
             .map(Response::new)
             .map_err(status)
@@ -463,10 +482,12 @@ impl GrpcInferenceService for InferenceService {
         req: Request<Streaming<ModelInferRequest>>,
     ) -> std::result::Result<Response<Self::ModelStreamInferStream>, Status> {
         let traceparent = super::common::traceparent(req.metadata().as_ref()).map(str::to_string);
+        let forwarded = self.forwarded(req.metadata());
         let mut incoming = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let service = InferenceService {
             info: self.info.clone(),
+            header_forward: None,
         };
         let service = Arc::new(service);
         tokio::spawn(async move {
@@ -483,10 +504,12 @@ impl GrpcInferenceService for InferenceService {
                 let tx = tx.clone();
                 let service = service.clone();
                 let traceparent = traceparent.clone();
-                let mut one =
-                    Box::pin(
-                        async move { service.stream_one(req, &tx, traceparent.as_deref()).await },
-                    );
+                let forwarded = forwarded.clone();
+                let mut one = Box::pin(async move {
+                    service
+                        .stream_one(req, &tx, traceparent.as_deref(), forwarded)
+                        .await
+                });
                 // Its first poll decodes the request and hands it to its model's scheduler:
                 // done here, so the requests of one stream reach their models in the order
                 // they were sent (a sequence's next request right behind its START, as
@@ -773,11 +796,14 @@ impl Health for HealthService {
 /// Builds the gRPC server (services, limits, keepalive, TLS). Bad TLS
 /// material is an error here, at startup.
 pub fn build(info: Arc<ServerInfo>, settings: &GrpcSettings) -> Result<GrpcServer> {
-    let mut inference = GrpcInferenceServiceServer::new(InferenceService { info: info.clone() })
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Deflate)
-        .max_decoding_message_size(settings.max_message_size)
-        .max_encoding_message_size(settings.max_message_size);
+    let mut inference = GrpcInferenceServiceServer::new(InferenceService {
+        info: info.clone(),
+        header_forward: settings.header_forward.clone(),
+    })
+    .accept_compressed(CompressionEncoding::Gzip)
+    .accept_compressed(CompressionEncoding::Deflate)
+    .max_decoding_message_size(settings.max_message_size)
+    .max_encoding_message_size(settings.max_message_size);
     if settings.compress_responses {
         inference = inference.send_compressed(CompressionEncoding::Gzip);
     }

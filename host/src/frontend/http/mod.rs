@@ -40,6 +40,8 @@ pub struct HttpState {
     pub read_timeout: Option<std::time::Duration>,
     /// `--http-restricted-api`.
     pub restrictions: Restrictions,
+    /// `--http-header-forward-pattern`.
+    pub header_forward: Option<common::HeaderForward>,
 }
 
 type AppState = State<Arc<HttpState>>;
@@ -618,6 +620,7 @@ async fn run_infer(
     if let Some(t) = &trace {
         t.timestamp("HTTP_RECV_START");
     }
+    let forwarded = s.header_forward.as_ref().map(|f| f.matching(headers));
     let header_len = match headers.get(HEADER_LEN) {
         None => None,
         Some(v) => Some(
@@ -661,6 +664,9 @@ async fn run_infer(
         &s.info.shm,
     )?;
     request.trace = trace.clone();
+    if let Some(headers) = forwarded {
+        common::forward_headers(&mut request, headers);
+    }
     let answer = infer.infer(&target, request).await?;
     if let Some(t) = &trace {
         t.timestamp("INFER_RESPONSE_COMPLETE");
