@@ -500,6 +500,7 @@ def test_a_backlog_sequence_past_its_timeout_fails_whole(slow_seq):
     time.sleep(0.2)
     t0 = time.monotonic()
     slow_step(c, 2, 20, start=True, timeout=500_000, done=done)
+    time.sleep(0.1)  # separate calls: the START must reach the server first
     slow_step(c, 2, 21, done=done)
     got = {v: (r, e) for v, r, e in (done.get(timeout=10) for _ in range(3))}
     assert got[10][1] is None
@@ -523,6 +524,7 @@ def test_cancelling_one_queued_request_of_a_sequence_cancels_the_others(slow_seq
     slow_step(c, 5, 1, start=True, done=done)  # runs for 1.5 s
     time.sleep(0.2)
     cancelled = slow_step(c, 5, 2, done=done)
+    time.sleep(0.1)
     slow_step(c, 5, 3, done=done)
     time.sleep(0.2)
     cancelled.cancel()
@@ -535,3 +537,25 @@ def test_cancelling_one_queued_request_of_a_sequence_cancels_the_others(slow_seq
     assert got[3][1] is not None and got[3][1].status() == "StatusCode.CANCELLED", got[3][1]
     with pytest.raises(InferenceServerException, match="must specify the START flag"):
         c.infer("slow_seq", [int_input(grpcclient, "INPUT0", 1, shape=(1,))], sequence_id=5)
+
+
+def test_a_string_initial_state_file_is_fed_as_it_is(tmp_path, start_tern):
+    """Triton copies a TYPE_STRING initial_state data_file into the state as it
+    is (serialized BYTES elements); the identity model hands the state back
+    through a declared output."""
+    root = tmp_path / "models"
+    (root / "str_state" / "1").mkdir(parents=True)
+    (root / "str_state" / "initial_state").mkdir()
+    (root / "str_state" / "initial_state" / "hello.bin").write_bytes((5).to_bytes(4, "little") + b"hello")
+    (root / "str_state" / "config.pbtxt").write_text('''name: "str_state"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "STATE_OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+sequence_batching { state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_STRING dims: [ 1 ]
+  initial_state { data_type: TYPE_STRING dims: [ 1 ] data_file: "hello.bin" name: "greeting" } } ] }
+''')
+    t = start_tern([f"--model-repository={root}"])
+    c = grpcclient.InferenceServerClient(t.grpc_url)
+    r = c.infer("str_state", [int_input(grpcclient, "INPUT0", 1, shape=(1,))], sequence_id=3, sequence_start=True)
+    assert r.as_numpy("STATE_OUT").tolist() == [b"hello"]

@@ -37,16 +37,25 @@ impl Backend for IdentityBackend {
     }
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
         let cfg = ctx.config;
-        if cfg.input.len() != cfg.output.len() {
+        // A declared output that is also a state's output is the state's copy.
+        let states: Vec<&str> = tern_core::sequence::batching(cfg)
+            .map(|sb| sb.state.iter().map(|s| s.output_name.as_str()).collect())
+            .unwrap_or_default();
+        let outputs: Vec<_> = cfg
+            .output
+            .iter()
+            .filter(|o| !states.contains(&o.name.as_str()))
+            .collect();
+        if cfg.input.len() != outputs.len() {
             return Err(Error::invalid_arg(format!(
                 "the identity backend needs as many outputs as inputs ({} inputs, {} outputs)",
                 cfg.input.len(),
-                cfg.output.len()
+                outputs.len()
             ))
             .for_model(&cfg.name));
         }
         let mut pairs = Vec::new();
-        for (i, o) in cfg.input.iter().zip(&cfg.output) {
+        for (i, o) in cfg.input.iter().zip(outputs) {
             if i.data_type != o.data_type {
                 return Err(Error::invalid_arg(format!(
                     "identity output '{}' must have the data type of input '{}'",

@@ -323,11 +323,19 @@ fn initial_file(
             }
             Ok(data[..want].to_vec())
         }
-        // A string state takes the whole file as its elements.
+        // A string state takes the whole file as it is (Triton copies it unread): it should
+        // hold the state's elements in the serialized BYTES form; when it does not, the model
+        // gets it anyway and the log says so.
         None => {
             let t = Tensor::new(input, dtype, dims.to_vec(), data.clone());
-            t.check_size_as("initial_state")
-                .map_err(|e| Error::invalid_arg(format!("{} ({})", e.message, path.display())))?;
+            if let Err(e) = t.check_size_as("initial_state") {
+                tracing::warn!(
+                    "initial_state data file '{}' of state '{input}' is passed to the model as it is, but it is not {} serialized string element(s): {}",
+                    path.display(),
+                    element_count(dims),
+                    e.message
+                );
+            }
             Ok(data)
         }
     }
@@ -385,6 +393,31 @@ mod tests {
             e.message,
             "sequence batching control 'C' data-type is 'BYTES', but model 'm' expects 'UINT32'"
         );
+    }
+
+    #[test]
+    fn a_string_initial_state_file_is_taken_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("initial_state")).unwrap();
+        let mut serialized = 5u32.to_le_bytes().to_vec();
+        serialized.extend_from_slice(b"hello");
+        for (file, bytes) in [("ok.bin", serialized), ("raw.txt", b"hello".to_vec())] {
+            std::fs::write(dir.path().join("initial_state").join(file), &bytes).unwrap();
+            let cfg = parse_pbtxt(&format!(
+                r#"name: "m" max_batch_size: 0
+                   sequence_batching {{ state [{{input_name: "IN" output_name: "OUT" data_type: TYPE_STRING dims: [1]
+                     initial_state {{data_type: TYPE_STRING dims: [1] data_file: "{file}" name: "s"}}}}] }}"#
+            ))
+            .unwrap();
+            let c = Controls::new(&cfg, dir.path()).unwrap();
+            let mut req = InferRequest::default();
+            c.add_states(&mut req, &[None]);
+            assert_eq!(
+                req.input("IN").unwrap().data.as_ref(),
+                bytes.as_slice(),
+                "{file}"
+            );
+        }
     }
 
     #[test]
