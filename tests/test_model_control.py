@@ -212,7 +212,7 @@ def test_explicit_load_unload_http(xsrv, explicit_repo):
         c.load_model("identity_fp32", config=json.dumps(leak))
     assert e.value.status() == "400"
     assert c.get_model_config("identity_fp32")["max_batch_size"] == 2
-    with pytest.raises(InferenceServerException, match="no such model"):
+    with pytest.raises(InferenceServerException, match="failed to load .no_such_model., failed to poll from model repository"):
         c.load_model("no_such_model")
     c.unload_model("identity_fp32")
     assert not c.is_model_ready("identity_fp32")
@@ -272,6 +272,11 @@ def test_explicit_load_with_files_grpc(xsrv, explicit_repo):
 
 
 def test_ensembles_load_their_models_and_unload_dependents(xsrv):
+    """Triton's unload semantics: an ensemble's composing models load with it;
+    unloading the ensemble with unload_dependents also unloads the composing
+    models that were loaded only for it; unloading a composing model unloads
+    the ensembles that call it, which load again by themselves once it is
+    back; a model loaded by name stays."""
     c = httpclient.InferenceServerClient(xsrv.url)
     c.load_model("ens")
     assert c.is_model_ready("ens") and c.is_model_ready("identity_fp32"), "composing models load with the ensemble"
@@ -279,17 +284,27 @@ def test_ensembles_load_their_models_and_unload_dependents(xsrv):
     inp = httpclient.InferInput("IN", [1, 2], "FP32")
     inp.set_data_from_numpy(a)
     np.testing.assert_array_equal(c.infer("ens", [inp]).as_numpy("OUT"), a)
-    c.unload_model("identity_fp32", unload_dependents=True)
-    assert not c.is_model_ready("identity_fp32") and not c.is_model_ready("ens")
-    # Without unload_dependents the ensemble stays loaded and reports the missing step model.
+    c.unload_model("ens", unload_dependents=True)
+    assert not c.is_model_ready("ens") and not c.is_model_ready("identity_fp32"), "loaded only for the ensemble"
+    # Without unload_dependents the composing model stays.
+    c.load_model("ens")
+    c.unload_model("ens")
+    assert not c.is_model_ready("ens") and c.is_model_ready("identity_fp32")
+    # A composing model unloaded: the ensemble goes too, and comes back with it.
     c.load_model("ens")
     c.unload_model("identity_fp32")
-    assert c.is_model_ready("ens")
-    with pytest.raises(InferenceServerException, match="identity_fp32"):
+    assert not c.is_model_ready("identity_fp32") and not c.is_model_ready("ens")
+    with pytest.raises(InferenceServerException, match="Request for unknown model: 'ens'"):
         c.infer("ens", [inp])
     c.load_model("identity_fp32")
+    assert c.is_model_ready("ens"), "the ensemble loads again once its model serves"
     np.testing.assert_array_equal(c.infer("ens", [inp]).as_numpy("OUT"), a)
-    c.unload_model("ens")
+    # identity_fp32 is now loaded by name: unload_dependents of the ensemble keeps it.
+    c.unload_model("ens", unload_dependents=True)
+    assert not c.is_model_ready("ens") and c.is_model_ready("identity_fp32")
+    with pytest.raises(InferenceServerException, match="failed to load 'nosuch', failed to poll from model repository"):
+        c.load_model("nosuch")
+    c.unload_model("identity_fp32")
 
 
 def test_none_mode_refuses_load_and_unload(server):

@@ -193,13 +193,13 @@ impl Repository {
             };
         let mut jobs = Vec::new();
         let mut errors = Vec::new();
+        let mut control = control;
+        control.explicit.extend(wanted.iter().cloned());
         for name in wanted {
             match found.get(&name) {
                 Some(dir) => jobs.push(LoadJob::from_folder(&name, dir.clone())),
                 None => {
-                    let e = Error::invalid_arg(format!(
-                        "failed to load '{name}': no such model in the model repository"
-                    ));
+                    let e = not_in_repository(&name);
                     self.record_failure(&name, &e);
                     errors.push(e);
                 }
@@ -264,11 +264,7 @@ impl Repository {
                         "failed to load '{name}': a config override needs the model folder in the repository, or its files as 'file:' parameters"
                     )))
                 }
-                None => {
-                    return Err(Error::invalid_arg(format!(
-                        "failed to load '{name}': no such model in the model repository"
-                    )))
-                }
+                None => return Err(not_in_repository(name)),
             }
         } else if overrides.config.is_none() {
             return Err(Error::invalid_arg(format!(
@@ -284,25 +280,67 @@ impl Repository {
             config: overrides.config,
             temp,
         };
-        match self.apply(control, vec![job], &found).1.remove(name) {
+        let (mut control, mut failed) = self.apply(control, vec![job], &found);
+        control.explicit.insert(name.to_string());
+        control.parked.remove(name);
+        match failed.remove(name) {
             Some(e) => Err(Error::new(
                 load_code(&e),
                 format!("load failed for model '{name}': {}", e.message),
             )),
-            None => Ok(()),
+            None => {
+                self.load_parked(control, &found);
+                Ok(())
+            }
         }
     }
 
-    /// `POST /v2/repository/models/{name}/unload`: stops serving a model (and,
-    /// with `unload_dependents`, the ensembles that call it). In-flight
-    /// requests finish first; the instances are stopped when this returns.
+    /// Loads the parked ensembles (unloaded because a model they call was)
+    /// whose models all serve again, as Triton brings them back.
+    fn load_parked(&self, mut control: ControlGuard<'_>, found: &Found) {
+        let ready: Vec<LoadJob> = {
+            let models = self
+                .models
+                .read()
+                .expect("models lock poisoned: nothing panics while holding it");
+            let serves = |m: &str| models.get(m).is_some_and(|e| e.serving());
+            let ready: Vec<String> = control
+                .parked
+                .iter()
+                .filter(|(_, job)| {
+                    job.calls.iter().all(|c| serves(c))
+                })
+                .map(|(n, _)| n.clone())
+                .collect();
+            ready
+                .into_iter()
+                .filter_map(|n| control.parked.remove(&n))
+                .map(|p| p.job)
+                .collect()
+        };
+        if ready.is_empty() {
+            return;
+        }
+        for job in &ready {
+            tracing::info!(model = %job.name, "loading again: the models it calls serve again");
+        }
+        for (name, e) in self.apply(control, ready, found).1 {
+            tracing::error!(model = %name, "loading again after the models it calls came back failed: {e}");
+        }
+    }
+
+    /// `POST /v2/repository/models/{name}/unload`: stops serving a model, as
+    /// Triton does: the ensembles that call it stop too (each loads again
+    /// once the model serves again), and with `unload_dependents` so do the
+    /// models it calls that were loaded only because it (or another model
+    /// going away with it) calls them. In-flight requests finish first; the
+    /// instances are stopped when this returns.
     pub fn unload_model(&self, name: &str, unload_dependents: bool) -> Result<()> {
         let mut control = self
             .control
             .lock()
             .expect("control lock poisoned: nothing panics while holding it");
-        let mut names = vec![name.to_string()];
-        if unload_dependents {
+        let names = {
             let models = self
                 .models
                 .read()
@@ -310,10 +348,33 @@ impl Repository {
             let graph = DependencyGraph::of(
                 models
                     .iter()
+                    .filter(|(_, e)| e.serving())
                     .filter_map(|(n, e)| Some((n.as_str(), &**e.config.as_ref()?))),
             );
-            names.extend(graph.dependents(name));
-        }
+            let callers = graph.dependents(name);
+            for caller in &callers {
+                let Some(o) = models.get(caller).and_then(|e| e.origin.as_ref()) else {
+                    continue;
+                };
+                tracing::info!(model = %caller, "unloading: it calls '{name}', which is unloaded");
+                let job = LoadJob {
+                    name: caller.clone(),
+                    dir: Ok(o.dir.clone()),
+                    config: o.config.clone(),
+                    temp: o.temp.clone(),
+                };
+                let calls = graph.calls(caller).map(str::to_string).collect();
+                control.parked.insert(caller.clone(), Parked { job, calls });
+            }
+            let mut names = vec![name.to_string()];
+            names.extend(callers);
+            if unload_dependents {
+                add_implicit_composing(&graph, &control.explicit, &mut names);
+            }
+            names
+        };
+        control.parked.remove(name);
+        control.explicit.remove(name);
         for n in &names {
             control = self.unload_one(control, n);
         }
@@ -432,6 +493,44 @@ impl Repository {
 
 /// The code an API load failure answers with: request problems stay
 /// INVALID_ARG, everything else is Triton's INTERNAL.
+/// An ensemble unloaded because a model it calls was: where it loads from,
+/// and the models it calls.
+#[derive(Debug)]
+pub struct Parked {
+    pub(super) job: LoadJob,
+    pub(super) calls: Vec<String>,
+}
+
+/// Triton's answer to a load of a model the repository does not have.
+fn not_in_repository(name: &str) -> Error {
+    Error::internal(format!(
+        "failed to load '{name}', failed to poll from model repository"
+    ))
+}
+
+/// Adds to `names` (the models being unloaded) the models they call that
+/// were not loaded by name and that nothing staying loaded calls, and so on
+/// down the calls (Triton's `unload_dependents`).
+fn add_implicit_composing(
+    graph: &DependencyGraph,
+    explicit: &std::collections::BTreeSet<String>,
+    names: &mut Vec<String>,
+) {
+    let mut queue = names.clone();
+    while let Some(n) = queue.pop() {
+        for called in graph.calls(&n) {
+            if names.iter().any(|m| m == called) || explicit.contains(called) {
+                continue;
+            }
+            if graph.callers(called).iter().any(|c| !names.contains(c)) {
+                continue;
+            }
+            names.push(called.to_string());
+            queue.push(called.to_string());
+        }
+    }
+}
+
 fn load_code(e: &Error) -> Code {
     match e.code {
         Code::InvalidArg | Code::NotFound | Code::Unsupported => Code::InvalidArg,

@@ -30,7 +30,7 @@ use tern_core::error::{Error, Result};
 pub(super) type Found = BTreeMap<String, Result<PathBuf>>;
 
 /// One model to load, and where from.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(super) struct LoadJob {
     /// The model name.
     pub name: String,

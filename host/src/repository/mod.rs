@@ -35,6 +35,13 @@ use tern_core::router::ModelRouter;
 #[derive(Debug, Default)]
 pub struct Control {
     busy: std::collections::BTreeSet<String>,
+    /// Models loaded by name (startup or the load API), as opposed to those
+    /// loaded because an ensemble calls them: `unload_dependents` unloads only
+    /// the latter, as Triton does.
+    explicit: std::collections::BTreeSet<String>,
+    /// Ensembles unloaded because a model they call was: each loads again,
+    /// from where it was loaded, once everything it calls serves again.
+    parked: BTreeMap<String, control::Parked>,
 }
 
 /// The model-control lock, held.
