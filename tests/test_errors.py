@@ -42,6 +42,8 @@ CASES = [
     ("unknown output", "/v2/models/simple/infer", body(simple_inputs(), [{"name": "NOPE"}]), {}, 400, "unexpected inference output 'NOPE' for model 'simple'"),
     ("unknown model", "/v2/models/nope/infer", body(simple_inputs()), {}, 404, "Request for unknown model: 'nope' is not found"),
     ("unknown version", "/v2/models/simple/versions/9/infer", body(simple_inputs()), {}, 404, "'simple' version 9 is not found"),
+    # As Triton: an unknown model is not found whatever version was asked for.
+    ("unknown model, a version", "/v2/models/nope/versions/3/infer", body(simple_inputs()), {}, 404, "Request for unknown model: 'nope' is not found"),
     ("bad version", "/v2/models/simple/versions/x/infer", body(simple_inputs()), {}, 400, "'x' is not a valid model version"),
     ("batch over max", "/v2/models/simple/infer", json.dumps({"inputs": [{"name": n, "shape": [9, 16], "datatype": "INT32", "data": [1] * 144} for n in ("INPUT0", "INPUT1")]}).encode(), {}, 400, "batch-size must be <= 8"),
     # As Triton: a model with no ready version is "unknown" (404), with the load error after Triton's words.

@@ -18,17 +18,19 @@ pub fn unknown_model(name: &str, version: Option<i64>) -> Error {
     ))
 }
 
-/// A request for a model none of whose versions (or not the version asked
-/// for) is ready (`NOT_FOUND`; Triton's `model_lifecycle.cc`), with why it
-/// is not (loading, failed, unloading) after Triton's words.
+/// A request for a model none of whose versions is ready (`NOT_FOUND`), or
+/// whose version asked for exists but is not ready (`UNAVAILABLE`), as
+/// Triton's `model_lifecycle.cc` answers; why it is not (loading, failed,
+/// unloading) follows Triton's words.
 pub fn not_ready(name: &str, version: Option<i64>, reason: &str) -> Error {
-    let what = match version {
-        None => "has no available versions".to_string(),
-        Some(v) => format!("version {v} is not at ready state"),
-    };
-    Error::not_found(format!(
-        "Request for unknown model: '{name}' {what} ({reason})"
-    ))
+    match version {
+        None => Error::not_found(format!(
+            "Request for unknown model: '{name}' has no available versions ({reason})"
+        )),
+        Some(v) => Error::unavailable(format!(
+            "Request for unknown model: '{name}' version {v} is not at ready state ({reason})"
+        )),
+    }
 }
 
 /// gRPC ModelInfer on a decoupled model (`UNSUPPORTED`; Triton's
@@ -408,7 +410,7 @@ mod tests {
     fn texts_are_tritons() {
         let cases: [(Error, Code, &str); 20] = [
             (not_ready("m", None, "failed"), Code::NotFound, "Request for unknown model: 'm' has no available versions (failed)"),
-            (not_ready("m", Some(2), "loading"), Code::NotFound, "Request for unknown model: 'm' version 2 is not at ready state (loading)"),
+            (not_ready("m", Some(2), "loading"), Code::Unavailable, "Request for unknown model: 'm' version 2 is not at ready state (loading)"),
             (unknown_model("m", None), Code::NotFound, "Request for unknown model: 'm' is not found"),
             (unknown_model("m", Some(3)), Code::NotFound, "Request for unknown model: 'm' version 3 is not found"),
             (grpc_infer_decoupled(), Code::Unsupported, "ModelInfer RPC doesn't support models with decoupled transaction policy"),

@@ -315,7 +315,7 @@ impl Repository {
             .models
             .read()
             .expect("models lock poisoned: nothing panics while holding it");
-        let entry = models.get(name).ok_or_else(|| unknown(name, version))?;
+        let entry = models.get(name).ok_or_else(|| unknown(name, None))?;
         entry
             .handle(version)
             .cloned()
@@ -334,7 +334,7 @@ impl Repository {
             .models
             .read()
             .expect("models lock poisoned: nothing panics while holding it");
-        let entry = models.get(name).ok_or_else(|| unknown(name, version))?;
+        let entry = models.get(name).ok_or_else(|| unknown(name, None))?;
         if let Some(h) = entry.handle(None) {
             return Ok(h.config.clone());
         }
