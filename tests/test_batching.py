@@ -339,14 +339,19 @@ def test_logging_extension_and_formats(start_tern, tmp_path):
     status, _, body = raw(s, "GET", "/v2/logging")
     settings = json.loads(body)
     assert settings == {"log_file": "", "log_info": True, "log_warning": True, "log_error": True, "log_verbose_level": 0, "log_format": "ISO8601"}
-    assert any(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ tern\] ", l) for l in t.log().splitlines())
+    # Triton's layout: level letter, process id, source file and line, the message as a JSON string.
+    assert any(re.match(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ \w+\.rs:\d+\] "', l) for l in t.log().splitlines())
     infer(t.url, "m", ones(), request_id="quiet")
     status, _, body = raw(s, "POST", "/v2/logging", json.dumps({"log_verbose_level": 1, "log_format": "default"}).encode())
     assert status == 200 and json.loads(body)["log_verbose_level"] == 1
     infer(t.url, "m", ones(), request_id="loud")
     time.sleep(0.2)
     assert executions(t, "m") == [["loud"]]
-    assert any(re.match(r"V\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ tern\] executing model=m", l) for l in t.log().splitlines())
+    assert any(re.match(r'I\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ \w+\.rs:\d+\] "executing model=m', l) for l in t.log().splitlines())
+    # A request id cannot forge a log line: the message is escaped.
+    infer(t.url, "m", ones(), request_id='x\nE1129 00:00:00.000000 1 forged.cc:1] "boom"')
+    assert t.wait_log('ids=[x\\nE1129 00:00:00.000000 1 forged.cc:1] \\"boom\\"]')
+    assert not any(l.startswith("E1129 00:00:00.000000 1 forged") for l in t.log().splitlines())
     status, _, body = raw(s, "POST", "/v2/logging", json.dumps({"log_file": "/tmp/x"}).encode())
     assert status == 501
     status, _, body = raw(s, "POST", "/v2/logging", json.dumps({"log_verbose_level": "high"}).encode())

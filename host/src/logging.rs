@@ -3,11 +3,16 @@
 //! line formats, and the logging extension's run-time changes
 //! (`GET/POST /v2/logging`).
 //!
-//! Line formats (stable; users grep them):
-//! * `default`: `I1122 04:50:06.896056 4242 tern] message key=value`
-//! * `ISO8601`: `2026-11-22T04:50:06Z I 4242 tern] message key=value`
+//! Line formats, tritonserver's (stable; users and Triton's log parsers grep them):
+//! * `default`: `I1122 04:50:06.896056 4242 server.rs:71] "message key=value"`
+//! * `ISO8601`: `2026-11-22T04:50:06Z I 4242 server.rs:71] "message key=value"`
 //!
-//! The first letter is the level: `E`rror, `W`arning, `I`nfo, `V`erbose.
+//! The first letter is the level: `E`rror, `W`arning, `I`nfo (verbose lines
+//! are `I` too, as Triton's); then the process id and the source file and
+//! line. The message is a JSON string, as Triton writes it since 2.47: text a
+//! client sent (a model name, a request id) cannot forge a log line with a
+//! newline or a quote. `TRITON_SERVER_ESCAPE_LOG_MESSAGES=0` (Triton's
+//! variable) writes messages as they are.
 //! The enabled levels are a threshold: the least severe enabled level and
 //! everything more severe. Verbose output is Tern's own (dependencies stay at
 //! info) so `--log-verbose=1` shows e.g. the `executing model=...` lines.
@@ -76,7 +81,7 @@ pub fn check_format(format: &str) -> Result<()> {
     match format {
         "default" | "ISO8601" => Ok(()),
         other => Err(Error::invalid_arg(format!(
-            "unknown log format '{other}' (expected 'default' or 'ISO8601')"
+            "invalid argument for --log-format: '{other}' (options are \"default\" and \"ISO8601\")"
         ))),
     }
 }
@@ -212,28 +217,72 @@ where
         let (y, mo, d) = civil(secs.div_euclid(86_400));
         let sod = secs.rem_euclid(86_400);
         let (h, mi, s) = (sod / 3600, sod % 3600 / 60, sod % 60);
-        let letter = match *event.metadata().level() {
+        let meta = event.metadata();
+        let letter = match *meta.level() {
             Level::ERROR => 'E',
             Level::WARN => 'W',
-            Level::INFO => 'I',
-            _ => 'V',
+            _ => 'I',
         };
         let pid = std::process::id();
+        let file = meta
+            .file()
+            .map(|f| f.rsplit('/').next().unwrap_or(f))
+            .unwrap_or("tern");
+        let line = meta.line().unwrap_or(0);
         if ISO.load(Ordering::Relaxed) {
             write!(
                 writer,
-                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z {letter} {pid} tern] "
+                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z {letter} {pid} {file}:{line}] "
             )?;
         } else {
             write!(
                 writer,
-                "{letter}{mo:02}{d:02} {h:02}:{mi:02}:{s:02}.{:06} {pid} tern] ",
+                "{letter}{mo:02}{d:02} {h:02}:{mi:02}:{s:02}.{:06} {pid} {file}:{line}] ",
                 now.subsec_micros()
             )?;
         }
-        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        let mut message = String::new();
+        ctx.field_format()
+            .format_fields(Writer::new(&mut message), event)?;
+        if escape_messages() {
+            writer.write_str(&json_string(&message))?;
+        } else {
+            writer.write_str(&message)?;
+        }
         writeln!(writer)
     }
+}
+
+/// Whether messages are written as JSON strings (Triton's default; its
+/// `TRITON_SERVER_ESCAPE_LOG_MESSAGES=0` turns it off).
+fn escape_messages() -> bool {
+    static ESCAPE: OnceLock<bool> = OnceLock::new();
+    *ESCAPE.get_or_init(|| {
+        std::env::var("TRITON_SERVER_ESCAPE_LOG_MESSAGES").map_or(true, |v| v != "0")
+    })
+}
+
+/// `s` as a JSON string as Triton writes log messages (rapidjson): quotes,
+/// backslashes and control characters escaped (`\u00XX` upper case),
+/// everything else, UTF-8 included, as it is.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Lines the log queue holds before it drops new ones.
@@ -317,6 +366,15 @@ pub fn init(settings: Settings, file: Option<&std::path::Path>) -> Result<LogGua
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_are_json_strings_as_tritons() {
+        assert_eq!(json_string("plain"), r#""plain""#);
+        assert_eq!(
+            json_string("line1\nline2 \"quoted\" tab\there \u{1} ctl é \\ /"),
+            r#""line1\nline2 \"quoted\" tab\there \u0001 ctl é \\ /""#
+        );
+    }
 
     #[test]
     fn civil_dates() {
