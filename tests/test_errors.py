@@ -56,7 +56,8 @@ CASES = [
     ("oversized after gzip", "/v2/models/simple/infer", gzip.compress(b" " * (2 * LIMIT)), {"Content-Encoding": "gzip"}, 400, f"Decompressed data size exceeds the maximum allowed value of {LIMIT} bytes. {TO_RAISE}"),
     ("garbage gzip", "/v2/models/simple/infer", b"not gzip at all", {"Content-Encoding": "gzip"}, 400, "failed to decompress"),
     ("unknown encoding", "/v2/models/simple/infer", body(simple_inputs()), {"Content-Encoding": "br"}, 501, "unsupported Content-Encoding 'br'"),
-    ("non-numeric header length", "/v2/models/simple/infer", body(simple_inputs()), {"Inference-Header-Content-Length": "abc"}, 400, "must be a non-negative integer"),
+    ("non-numeric header length", "/v2/models/simple/infer", body(simple_inputs()), {"Inference-Header-Content-Length": "abc"}, 400, "Unable to parse Inference-Header-Content-Length, got: abc"),
+    ("negative header length", "/v2/models/simple/infer", body(simple_inputs()), {"Inference-Header-Content-Length": "-5"}, 400, f"inference header size should be in range (0, {len(body(simple_inputs()))}), got: -5"),
     ("lying header length (too long)", "/v2/models/simple/infer", body(simple_inputs()), {"Inference-Header-Content-Length": "100000"}, 400, f"inference header size should be in range (0, {len(body(simple_inputs()))}), got: 100000"),
     ("lying header length (too short)", "/v2/models/simple/infer", body(simple_inputs()), {"Inference-Header-Content-Length": "10"}, 400, "failed to parse the request JSON"),
     # Shapes as current Triton's HTTP frontend reads them: unsigned dims, its own texts for JSON data.
@@ -154,10 +155,14 @@ def test_log_file_cannot_be_set_over_the_network(server):
         status, message = raw_error(server, "/v2/logging", json.dumps({"log_verbose_level": before["log_verbose_level"] + 1, "log_file": value}).encode(), {})
         assert (status, message) == (501, text), value
     assert json.loads(raw(server, "GET", "/v2/logging")[2]) == before
+    # A null value is no change, for log_file as for every setting (Triton's HTTP handler).
+    status, _, got = raw(server, "POST", "/v2/logging", json.dumps({"log_file": None, "log_info": None}).encode())
+    assert status == 200 and json.loads(got) == before
     g = grpcclient.InferenceServerClient(server.grpc_url)
-    with pytest.raises(InferenceServerException) as e:
-        g.update_log_settings({"log_file": "", "log_info": True})
-    assert (e.value.status(), e.value.message()) == ("StatusCode.UNIMPLEMENTED", text)
+    for settings in ({"log_file": "", "log_info": True}, {"log_file": None}):
+        with pytest.raises(InferenceServerException) as e:
+            g.update_log_settings(settings)
+        assert (e.value.status(), e.value.message()) == ("StatusCode.UNIMPLEMENTED", text), settings
     g.close()
 
 

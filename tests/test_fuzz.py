@@ -33,7 +33,9 @@ DTYPES = ["BOOL", "UINT8", "INT32", "INT64", "FP16", "FP32", "FP64", "BF16", "BY
 # Errors ONNX Runtime raises for values it cannot compute with (tiny_lm's
 # token ids out of its vocabulary, simple_string's non-numeric strings): a
 # 500 with ORT's reason, as Triton answers.
-MODEL_ERRORS = ("onnx runtime error",)
+# 500s Triton answers too: the model's own failures, a JSON shape that is not
+# unsigned integers, an output shared-memory region too small for the output.
+MODEL_ERRORS = ("onnx runtime error", "Unable to parse 'shape'", "shared memory size specified with the request")
 
 
 def odd(rng):

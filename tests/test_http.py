@@ -232,6 +232,8 @@ def test_auto_completed_model(client):
     cfg = client.get_model_config("simple_autocomplete")
     assert cfg["max_batch_size"] == 4
     assert cfg["platform"] == "onnxruntime_onnx" and cfg["backend"] == "onnxruntime"
+    assert cfg["default_model_filename"] == "model.onnx", "as Triton fills it"
+    assert "model_transaction_policy" not in cfg
     assert [i["name"] for i in cfg["input"]] == ["INPUT0", "INPUT1"]
     assert cfg["input"][0]["data_type"] == "TYPE_FP32" and cfg["input"][0]["dims"] == [16]
     a = np.random.rand(3, 16).astype(np.float32)

@@ -225,7 +225,8 @@ def test_settings_over_grpc(tmp_path, start_tern):
 def test_bad_flags_stop_the_server(tmp_path, start_tern, args, text):
     t = start_tern([f"--model-repository={models(tmp_path)}", *args], wait_ready=False)
     assert t.wait(60) != 0
-    assert text in t.log()
+    # The message is logged as a JSON string, as Triton logs messages.
+    assert json.dumps(text)[1:-1] in t.log()
 
 
 class Collector:

@@ -249,7 +249,7 @@ def test_normalised_config_has_the_fields_triton_fills(dropin, proto):
         cfg = httpclient.InferenceServerClient(dropin.url).get_model_config("batch_at_once")
     else:
         cfg = grpcclient.InferenceServerClient(dropin.grpc_url).get_model_config("batch_at_once", as_json=True)["config"]
-    assert "model_transaction_policy" in cfg
+    assert "model_transaction_policy" not in cfg, "Triton gives only ensembles one"
     assert cfg["optimization"]["input_pinned_memory"]["enable"] is True
     if proto == "http":
         ens = httpclient.InferenceServerClient(dropin.url).get_model_config("ens_reshape")
@@ -443,3 +443,21 @@ def test_binary_data_output_covers_only_unlisted_outputs(dropin):
     # The listed output's own binary_data wins.
     status, resp = post({"inputs": inputs, "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]})
     assert status == 200 and "data" not in resp["outputs"][0], resp
+
+
+def test_auto_complete_of_a_config_giving_only_max_batch_size(tmp_path, start_tern):
+    """As Triton's onnxruntime backend: the inputs and outputs are filled from
+    the model, the dynamic batcher is added (preferred size = max_batch_size)
+    and default_model_filename is the file the backend loads."""
+    import shutil
+
+    from conftest import ROOT
+
+    root = tmp_path / "models"
+    (root / "mbs8" / "1").mkdir(parents=True)
+    shutil.copy(f"{ROOT}/model_repository/simple_autocomplete/1/model.onnx", root / "mbs8" / "1" / "model.onnx")
+    (root / "mbs8" / "config.pbtxt").write_text("max_batch_size: 8\n")
+    t = start_tern([f"--model-repository={root}"])
+    cfg = httpclient.InferenceServerClient(t.url).get_model_config("mbs8")
+    assert cfg["max_batch_size"] == 8 and cfg["dynamic_batching"]["preferred_batch_size"] == [8]
+    assert [i["name"] for i in cfg["input"]] == ["INPUT0", "INPUT1"] and cfg["default_model_filename"] == "model.onnx"

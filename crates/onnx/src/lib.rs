@@ -372,14 +372,21 @@ impl Backend for OnnxBackend {
             .iter()
             .chain(&outputs)
             .all(|(_, _, s)| s.first() == Some(&-1));
-        if cfg.max_batch_size == 0 && cfg.input.is_empty() && cfg.output.is_empty() && batchable {
+        // As Triton's onnxruntime backend (AutoCompleteMaxBatch): a model that can batch
+        // gets the default max_batch_size, one that cannot must not ask for batching, and a
+        // batching model without a scheduler gets the dynamic batcher.
+        if batchable && cfg.max_batch_size == 0 {
             cfg.max_batch_size = settings.default_max_batch_size;
-            // As Triton does: a model auto-completed to batch gets the dynamic batcher.
-            if cfg.max_batch_size > 1 && cfg.scheduling_choice.is_none() {
-                cfg.scheduling_choice = Some(pb::model_config::SchedulingChoice::DynamicBatching(
-                    Default::default(),
-                ));
-            }
+        } else if !batchable && cfg.max_batch_size != 0 {
+            return Err(Error::invalid_arg(format!(
+                "autofill failed for model '{}': model does not support batching while non-zero max_batch_size is specified",
+                cfg.name
+            )));
+        }
+        if cfg.max_batch_size > 1 && cfg.scheduling_choice.is_none() {
+            cfg.scheduling_choice = Some(pb::model_config::SchedulingChoice::DynamicBatching(
+                Default::default(),
+            ));
         }
         let strip = cfg.max_batch_size > 0;
         let to_dims = |shape: &[i64]| -> (Vec<i64>, Option<pb::ModelTensorReshape>) {

@@ -307,9 +307,7 @@ impl Repository {
             let ready: Vec<String> = control
                 .parked
                 .iter()
-                .filter(|(_, job)| {
-                    job.calls.iter().all(|c| serves(c))
-                })
+                .filter(|(_, job)| job.calls.iter().all(|c| serves(c)))
                 .map(|(n, _)| n.clone())
                 .collect();
             ready

@@ -277,6 +277,12 @@ impl Repository {
         {
             cfg.backend = backend.name().to_string();
         }
+        // As Triton shows it: the file the backend loads when the config names none.
+        if let Some(file) = backend.as_ref().and_then(|b| b.default_filename()) {
+            if cfg.default_model_filename.is_empty() {
+                cfg.default_model_filename = file.to_string();
+            }
+        }
         validate(&cfg, name)?;
         check_supported(&cfg)?;
         let ignored = not_acted_on(&cfg);

@@ -41,8 +41,11 @@ pub fn normalize(cfg: &mut ModelConfig, gpu_count: usize) {
             sb.max_sequence_idle_microseconds = crate::sequence::DEFAULT_IDLE_MICROSECONDS;
         }
     }
-    cfg.model_transaction_policy
-        .get_or_insert_with(Default::default);
+    // Triton gives only ensembles a transaction policy by default.
+    if ensemble {
+        cfg.model_transaction_policy
+            .get_or_insert_with(Default::default);
+    }
     if cfg
         .version_policy
         .as_ref()

@@ -749,6 +749,10 @@ impl GrpcInferenceService for InferenceService {
             )));
         }
         use ControlValue as V;
+        // As Triton: log_file present at all (with or without a value) is refused first.
+        if settings.contains_key("log_file") {
+            return Err(status(tern_core::messages::log_file_unsupported()));
+        }
         let mut changes = Vec::with_capacity(settings.len());
         for (k, v) in settings {
             let value = match v.parameter_choice {

@@ -423,8 +423,10 @@ async fn set_logging(State(s): AppState, headers: HeaderMap, body: Body) -> Resp
             let obj = v
                 .as_object()
                 .ok_or_else(|| Error::invalid_arg("logging settings must be a JSON object"))?;
+            // As Triton: a setting given as null is left as it is.
             let changes: Vec<_> = obj
                 .iter()
+                .filter(|(_, v)| !v.is_null())
                 .map(|(k, v)| (k.clone(), control_value(v)))
                 .collect();
             let updated = crate::logging::update(&changes)?;
@@ -604,6 +606,30 @@ async fn generate_stream(State(s): AppState, at: ModelAt, h: HeaderMap, b: Body)
     respond(generate::generate_stream(&s, &at.model, at.version, &h, b).await)
 }
 
+/// The `Inference-Header-Content-Length` of a request, with Triton's texts
+/// for one that is not a number or is negative.
+fn header_length(headers: &HeaderMap) -> Result<Option<usize>> {
+    Ok(match headers.get(HEADER_LEN) {
+        None => None,
+        Some(v) => {
+            let text = String::from_utf8_lossy(v.as_bytes());
+            match text.trim().parse::<i64>() {
+                Err(_) => return Err(tern_core::messages::header_length_unparsable(&text)),
+                Ok(n) if n < 0 => {
+                    let body_len = headers
+                        .get(header::CONTENT_LENGTH)
+                        .and_then(|l| l.to_str().ok()?.parse().ok())
+                        .unwrap_or(0);
+                    return Err(tern_core::messages::header_length_out_of_range(
+                        body_len, &text,
+                    ));
+                }
+                Ok(n) => Some(n as usize),
+            }
+        }
+    })
+}
+
 async fn run_infer(
     s: &HttpState,
     model: &str,
@@ -621,19 +647,7 @@ async fn run_infer(
         t.timestamp("HTTP_RECV_START");
     }
     let forwarded = s.header_forward.as_ref().map(|f| f.matching(headers));
-    let header_len = match headers.get(HEADER_LEN) {
-        None => None,
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .ok_or_else(|| {
-                    Error::invalid_arg(format!(
-                        "Inference-Header-Content-Length must be a non-negative integer, got {v:?}"
-                    ))
-                })?,
-        ),
-    };
+    let header_len = header_length(headers)?;
     let body_headers = body::BodyHeaders::of(headers);
     let coding = compression::accepted_coding(
         headers
