@@ -211,6 +211,25 @@ def test_metrics_name_the_cache_as_triton_does(cached):
     assert sample(f, "nv_inference_request_success", model="m", version="1") == 2
 
 
+def test_cache_summaries_with_summary_latencies(tmp_path, start_tern):
+    """--metrics-config summary_latencies=true adds Triton's cache summaries
+    for the models that enable the cache."""
+    r = repo(tmp_path, {"m": pair("m"), "plain": pair("plain", cache=False)})
+    t = start_tern([f"--model-repository={r}", "--cache-config=local,size=1048576",
+                    "--metrics-config=summary_latencies=true"])
+    for _ in range(3):
+        http_infer(t, "m", A, B)
+    http_infer(t, "plain", A, B)
+    text, f = scrape(t)
+    hit, miss = f["nv_cache_hit_summary_per_model"], f["nv_cache_miss_summary_per_model"]
+    assert hit.type == "summary" and hit.documentation == "Summary of cache hit counts/durations per model, in microseconds."
+    count = lambda fam: next(s.value for s in fam.samples if s.name.endswith("_count") and s.labels.get("model") == "m")
+    assert (count(hit), count(miss)) == (2, 1)
+    assert any(s.labels.get("quantile") for s in hit.samples), "quantiles are rendered"
+    assert 'nv_cache_hit_summary_per_model_count{model="plain"' not in text
+    assert "nv_inference_request_summary_us" in f, "kept for cached models too (Triton drops it: a FIXME there)"
+
+
 def test_the_local_cache_evicts_the_least_recently_used(tmp_path, start_tern):
     # Entries of a [1, 10000] pair are ~80 KB: a 200 KB cache holds two.
     r = repo(tmp_path, {"m": pair("m")})

@@ -241,15 +241,43 @@ where
                 now.subsec_micros()
             )?;
         }
-        let mut message = String::new();
-        ctx.field_format()
-            .format_fields(Writer::new(&mut message), event)?;
+        // The message is escaped by the log thread (`Escaping`), not here: this runs on the
+        // thread that logs, which may be a plugin's instance thread within its deadline.
         if escape_messages() {
-            writer.write_str(&json_string(&message))?;
-        } else {
-            writer.write_str(&message)?;
+            writer.write_char(MESSAGE_START)?;
         }
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
+    }
+}
+
+/// Marks where a formatted line's message starts, for [`Escaping`].
+const MESSAGE_START: char = '\u{1e}';
+
+/// The log thread's writer: writes each line (one `write` per event, as the
+/// queue hands them over) with its message, from [`MESSAGE_START`] to the
+/// end of the line, as a JSON string.
+struct Escaping<W>(W);
+
+impl<W: std::io::Write> std::io::Write for Escaping<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let Some(at) = buf.iter().position(|&b| b == MESSAGE_START as u8) else {
+            self.0.write_all(buf)?;
+            return Ok(buf.len());
+        };
+        let message = &buf[at + 1..];
+        let message = message.strip_suffix(b"\n").unwrap_or(message);
+        let mut line = String::with_capacity(buf.len() + 16);
+        line.push_str(&String::from_utf8_lossy(&buf[..at]));
+        // Writing into a String cannot fail.
+        let _ = write_json_string(&mut line, &String::from_utf8_lossy(message));
+        line.push('\n');
+        self.0.write_all(line.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
     }
 }
 
@@ -262,26 +290,42 @@ fn escape_messages() -> bool {
     })
 }
 
-/// `s` as a JSON string as Triton writes log messages (rapidjson): quotes,
-/// backslashes and control characters escaped (`\u00XX` upper case),
-/// everything else, UTF-8 included, as it is.
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
+/// Writes `s` as a JSON string as Triton writes log messages (rapidjson):
+/// quotes, backslashes and control characters escaped (`\u00XX` upper
+/// case), everything else, UTF-8 included, as it is; unescaped runs are
+/// written whole.
+fn write_json_string(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
+    out.write_char('"')?;
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escaped = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            b if b < 0x20 => "",
+            _ => continue,
+        };
+        out.write_str(&s[start..i])?;
+        if escaped.is_empty() {
+            write!(out, "\\u{b:04X}")?;
+        } else {
+            out.write_str(escaped)?;
         }
+        start = i + 1;
     }
-    out.push('"');
+    out.write_str(&s[start..])?;
+    out.write_char('"')
+}
+
+/// [`write_json_string`] into a new string.
+#[cfg(test)]
+fn json_string(s: &str) -> String {
+    let mut out = String::new();
+    write_json_string(&mut out, s).expect("writing to a String");
     out
 }
 
@@ -307,7 +351,7 @@ fn queued(
         .buffered_lines_limit(QUEUE_LINES)
         .lossy(true)
         .thread_name("tern-log")
-        .finish(target);
+        .finish(Escaping(target));
     let _ = DROPPED.set(writer.error_counter());
     (writer, LogGuard(guard))
 }
@@ -366,6 +410,18 @@ pub fn init(settings: Settings, file: Option<&std::path::Path>) -> Result<LogGua
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_thread_escapes_each_lines_message() {
+        let mut out = Escaping(Vec::new());
+        std::io::Write::write_all(&mut out, "I1 2 a.rs:1] \u{1e}one\ttwo \"q\"\n".as_bytes())
+            .unwrap();
+        std::io::Write::write_all(&mut out, b"raw line\n").unwrap();
+        assert_eq!(
+            String::from_utf8(out.0).unwrap(),
+            "I1 2 a.rs:1] \"one\\ttwo \\\"q\\\"\"\nraw line\n"
+        );
+    }
 
     #[test]
     fn messages_are_json_strings_as_tritons() {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::repository::Repository;
-use crate::scheduler::stats::{FailReason, SUMMARY_KINDS};
+use crate::scheduler::stats::{CountNs, FailReason, Snapshot, SUMMARY_KINDS};
 use crate::scheduler::ModelHandle;
 use tern_core::error::{Error, Result};
 use tern_core::prometheus::{self as text, header, labels, sample, Families};
@@ -342,6 +342,44 @@ impl Metrics {
                 ][k];
                 sample(out, &format!("{name}_sum"), l, total.ns as f64 / 1000.0);
                 sample(out, &format!("{name}_count"), l, total.count as f64);
+            }
+        }
+        self.render_cache_summaries(out, rows);
+    }
+
+    /// Triton's cache summaries, for the models that enable the response cache.
+    fn render_cache_summaries(&self, out: &mut String, rows: &[Row]) {
+        let cached: Vec<&Row> = rows
+            .iter()
+            .filter(|(_, h, _)| h.caches_responses())
+            .collect();
+        if cached.is_empty() {
+            return;
+        }
+        for (name, help, window, total) in [
+            (
+                "nv_cache_hit_summary_per_model",
+                "Summary of cache hit counts/durations per model, in microseconds.",
+                crate::scheduler::stats::CACHE_HIT_WINDOW,
+                (|s: &Snapshot| s.cache_hit) as fn(&Snapshot) -> CountNs,
+            ),
+            (
+                "nv_cache_miss_summary_per_model",
+                "Summary of cache miss counts/durations per model, in microseconds.",
+                crate::scheduler::stats::CACHE_MISS_WINDOW,
+                |s: &Snapshot| s.cache_miss,
+            ),
+        ] {
+            header(out, name, "summary", help);
+            for (l, h, snap) in &cached {
+                let Some(sum) = h.summaries() else { continue };
+                for (q, _) in &self.settings.quantiles {
+                    let ql = with_model(h, &[("quantile", &q.to_string())]);
+                    sample(out, name, &ql, sum.quantile(window, *q));
+                }
+                let t = total(snap);
+                sample(out, &format!("{name}_sum"), l, t.ns as f64 / 1000.0);
+                sample(out, &format!("{name}_count"), l, t.count as f64);
             }
         }
     }

@@ -124,25 +124,36 @@ const SUMMARY_MAX_AGE: Duration = Duration::from_secs(60);
 /// Most observations a summary window keeps.
 const SUMMARY_MAX_SAMPLES: usize = 8192;
 
+/// The window of [`Summaries`] that holds response cache hit durations.
+pub const CACHE_HIT_WINDOW: usize = SUMMARY_KINDS.len();
+/// The window of [`Summaries`] that holds response cache miss durations.
+pub const CACHE_MISS_WINDOW: usize = SUMMARY_KINDS.len() + 1;
+
 /// Recent latencies of successful requests (microseconds) with their totals,
 /// for Prometheus summaries: a sliding window of the last minute.
 #[derive(Debug, Default, Clone)]
 pub struct Summaries {
-    /// One window per [`SUMMARY_KINDS`] entry: (when, microseconds).
-    pub windows: [VecDeque<(Instant, f64)>; 5],
+    /// One window per [`SUMMARY_KINDS`] entry, then the cache's hit and miss
+    /// durations ([`CACHE_HIT_WINDOW`], [`CACHE_MISS_WINDOW`]): (when, microseconds).
+    pub windows: [VecDeque<(Instant, f64)>; 7],
 }
 
 impl Summaries {
     fn observe(&mut self, values: [Duration; 5]) {
-        let now = Instant::now();
-        for (w, v) in self.windows.iter_mut().zip(values) {
-            while w.len() >= SUMMARY_MAX_SAMPLES
-                || w.front().is_some_and(|(t, _)| now - *t > SUMMARY_MAX_AGE)
-            {
-                w.pop_front();
-            }
-            w.push_back((now, v.as_nanos() as f64 / 1000.0));
+        for (k, v) in values.into_iter().enumerate() {
+            self.observe_one(k, v);
         }
+    }
+
+    fn observe_one(&mut self, window: usize, value: Duration) {
+        let now = Instant::now();
+        let w = &mut self.windows[window];
+        while w.len() >= SUMMARY_MAX_SAMPLES
+            || w.front().is_some_and(|(t, _)| now - *t > SUMMARY_MAX_AGE)
+        {
+            w.pop_front();
+        }
+        w.push_back((now, value.as_nanos() as f64 / 1000.0));
     }
 
     /// The `q` quantile (0..=1) of window `kind` over the last minute (`NaN` when empty).
@@ -262,6 +273,16 @@ impl ModelStats {
         s.success.add(total);
         s.queue.add(queue);
         s.cache_hit.add(lookup);
+        drop(s);
+        self.observe_cache(CACHE_HIT_WINDOW, lookup);
+    }
+
+    fn observe_cache(&self, window: usize, took: Duration) {
+        if let Some(sum) = &self.summaries {
+            sum.lock()
+                .expect("summaries lock poisoned: nothing panics while holding it")
+                .observe_one(window, took);
+        }
     }
 
     /// Records a cache miss whose lookup and insert took `took` (Triton adds
@@ -273,6 +294,8 @@ impl ModelStats {
             .expect("stats lock poisoned: nothing panics while holding it");
         s.cache_miss.add(took);
         s.success.ns += took.as_nanos() as u64;
+        drop(s);
+        self.observe_cache(CACHE_MISS_WINDOW, took);
     }
 
     /// Records a successful ensemble request, as Triton does: one execution
