@@ -14,21 +14,12 @@ import csv
 import http.server
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import threading
-import time
-import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from response_cache import ROOT, Server  # the same server harness
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Sink(http.server.BaseHTTPRequestHandler):
@@ -43,31 +34,6 @@ class Sink(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *a):
         pass
-
-
-class Server:
-    def __init__(self, tern, repo, args, log):
-        self.http, self.grpc = free_port(), free_port()
-        self.log = open(log, "w")
-        env = dict(os.environ)
-        env.setdefault("ORT_DYLIB_PATH", os.path.join(ROOT, ".cache", "onnxruntime", "libonnxruntime.so"))
-        self.proc = subprocess.Popen(
-            [tern, f"--model-repository={repo}", f"--http-port={self.http}", f"--grpc-port={self.grpc}",
-             "--allow-metrics=false", *args], stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/health/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"tern did not become ready; see {log}")
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(60)
-        self.log.close()
 
 
 def perf(a, server):
@@ -93,6 +59,7 @@ def main():
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=2, help="times each setup is measured, interleaved")
     a = ap.parse_args()
+    os.environ.setdefault("ORT_DYLIB_PATH", os.path.join(ROOT, ".cache", "onnxruntime", "libonnxruntime.so"))
     scratch = tempfile.mkdtemp(prefix="tern-bench-trace-")
     repo = os.path.join(scratch, "models")
     shutil.copytree(os.path.join(ROOT, "model_repository", "simple"), os.path.join(repo, "simple"))
