@@ -329,10 +329,6 @@ impl Metrics {
             for (l, h, snap) in rows {
                 let Some(sum) = h.summaries() else { continue };
                 let k = SUMMARY_KINDS.iter().position(|x| x == kind).expect("kind");
-                for (q, _) in &self.settings.quantiles {
-                    let ql = with_model(h, &[("quantile", &q.to_string())]);
-                    sample(out, &name, &ql, sum.quantile(k, *q));
-                }
                 let total = [
                     snap.success,
                     snap.queue,
@@ -340,8 +336,7 @@ impl Metrics {
                     snap.compute_infer,
                     snap.compute_output,
                 ][k];
-                sample(out, &format!("{name}_sum"), l, total.ns as f64 / 1000.0);
-                sample(out, &format!("{name}_count"), l, total.count as f64);
+                self.summary_samples(out, &name, (l, h), &sum, k, total);
             }
         }
         self.render_cache_summaries(out, rows);
@@ -373,15 +368,28 @@ impl Metrics {
             header(out, name, "summary", help);
             for (l, h, snap) in &cached {
                 let Some(sum) = h.summaries() else { continue };
-                for (q, _) in &self.settings.quantiles {
-                    let ql = with_model(h, &[("quantile", &q.to_string())]);
-                    sample(out, name, &ql, sum.quantile(window, *q));
-                }
-                let t = total(snap);
-                sample(out, &format!("{name}_sum"), l, t.ns as f64 / 1000.0);
-                sample(out, &format!("{name}_count"), l, t.count as f64);
+                self.summary_samples(out, name, (l, h), &sum, window, total(snap));
             }
         }
+    }
+
+    /// One model's samples of a summary: the configured quantiles of
+    /// `window`, then `_sum` (microseconds) and `_count` from `total`.
+    fn summary_samples(
+        &self,
+        out: &mut String,
+        name: &str,
+        (l, h): (&str, &ModelHandle),
+        sum: &crate::scheduler::stats::Summaries,
+        window: usize,
+        total: CountNs,
+    ) {
+        for (q, _) in &self.settings.quantiles {
+            let ql = with_model(h, &[("quantile", &q.to_string())]);
+            sample(out, name, &ql, sum.quantile(window, *q));
+        }
+        sample(out, &format!("{name}_sum"), l, total.ns as f64 / 1000.0);
+        sample(out, &format!("{name}_count"), l, total.count as f64);
     }
 
     /// Tern's own families.
