@@ -25,7 +25,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clean models plugins test-vs-triton redis-server bench-cache bench-trace
+.PHONY: python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 	$(call mark,setup)
@@ -129,23 +129,43 @@ run: release
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	$(CARGO_TARGET_DIR)/release/tern --model-repository=model_repository $(ARGS)
 
+# Clippy runs inside the debug builds the tests use: cargo hands each
+# workspace crate to clippy's driver (RUSTC_WORKSPACE_WRAPPER, as `cargo
+# clippy` does), which compiles it and lints it in one pass, with every
+# warning an error. So `make unit` lints the workspace with all its targets
+# (tests and the benchmark examples), `make flavours` the build without
+# default features and `make test-torch` the torch flavour, and CI never
+# type-checks the dependency graph a second time for a separate clippy run.
+# Every debug build in this file carries $(LINTED), so they share artifacts;
+# a plain `cargo build` afterwards recompiles the workspace crates once.
+CLIPPY_DRIVER := $(shell rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
+LINTED := RUSTC_WORKSPACE_WRAPPER=$(CLIPPY_DRIVER) CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+CLIPPY := $(LINTED) $(CARGO)
+
 lint:
 	python3 scripts/check_links.py
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets --features tern/bench -- -D warnings
-	$(CARGO) clippy -p tern --no-default-features -- -D warnings
+	@test -x "$(CLIPPY_DRIVER)" || rustup component add clippy
 	$(call mark,lint)
+
+# `make lint` alone, as a separate pass: clippy over every target of the
+# workspace and the build without default features (what `make unit` and
+# `make flavours` lint while they build).
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p tern --no-default-features -- -D warnings
 
 # The edit loop: every crate's unit tests, the Rust integration tests and the
 # component tests; no language toolchains, no e2e (tests/README.md). The
 # ONNX Runtime library comes from the venv (a test needs it, and fails without).
 test-fast: $(ORT_LIB)
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
-	$(CARGO) test --workspace
+	$(CLIPPY) test --workspace --lib --bins --tests
 
-# Unit + Rust integration tests (debug profile); the same build's binary drives the e2e tests.
+# Unit + Rust integration tests and doc tests (debug profile, linted); the
+# benchmark examples are built too. The same build's binary drives the e2e tests.
 unit: setup
-	$(CARGO) test --workspace
+	$(CLIPPY) test --workspace
 	cd plugins && $(CARGO) test -p wordpiece -p prep_rust -p magika_prep -p magika_post
 	$(call mark,unit)
 
@@ -156,9 +176,9 @@ unit: setup
 # default binary is relinked, not rebuilt.
 MINIMAL_BIN := $(CARGO_TARGET_DIR)/minimal/tern
 flavours: setup
-	$(CARGO) build -p tern --no-default-features
+	$(CLIPPY) build -p tern --no-default-features
 	mkdir -p $(dir $(MINIMAL_BIN)) && cp $(CARGO_TARGET_DIR)/debug/tern $(MINIMAL_BIN)
-	$(CARGO) build -p tern
+	$(CLIPPY) build -p tern
 	$(call mark,flavours)
 
 # The pytorch backend (cargo feature `torch`): TorchScript through LibTorch
@@ -172,9 +192,9 @@ $(LIBTORCH_STAMP): scripts/get_libtorch.py | $(VENV)/.stamp
 	$(PY) scripts/get_libtorch.py $(LIBTORCH_DIR)
 
 torch: setup $(LIBTORCH_STAMP)
-	$(TORCH_ENV) $(CARGO) build -p tern --features torch
+	$(TORCH_ENV) $(CLIPPY) build -p tern --features torch
 	mkdir -p $(dir $(TORCH_BIN)) && cp $(CARGO_TARGET_DIR)/debug/tern $(TORCH_BIN)
-	$(CARGO) build -p tern
+	$(CLIPPY) build -p tern
 
 # PyTorch itself (with its CUDA wheels: ~4.6 GB, ~1 min here) for the tests
 # and the benchmark, which make TorchScript models and compare with torch.
@@ -194,9 +214,9 @@ $(LIBTORCH_CUDA_DIR)/build-version: scripts/get_libtorch.py | $(VENV)/.stamp $(T
 	$(PY) scripts/get_libtorch.py $(LIBTORCH_CUDA_DIR) --cuda
 
 torch-cuda: setup $(LIBTORCH_CUDA_DIR)/build-version $(TORCH_PY)
-	$(TORCH_CUDA_ENV) $(CARGO) build -p tern --features torch-cuda
+	$(TORCH_CUDA_ENV) $(CLIPPY) build -p tern --features torch-cuda
 	mkdir -p $(dir $(TORCH_CUDA_BIN)) && cp $(CARGO_TARGET_DIR)/debug/tern $(TORCH_CUDA_BIN)
-	$(CARGO) build -p tern
+	$(CLIPPY) build -p tern
 	ldd $(TORCH_CUDA_BIN) | grep -q 'libtorch_cuda.so => /'
 	$(TORCH_CUDA_BIN) --version | grep 'libtorch: .*CUDA linked'
 
@@ -206,8 +226,7 @@ torch-cuda: setup $(LIBTORCH_CUDA_DIR)/build-version $(TORCH_PY)
 # compiles torch-sys and the server once for them. `make torch` (the CPU
 # LibTorch) stays for `make run TORCH=1` and `make bench-torch`.
 test-torch: torch-cuda
-	$(TORCH_CUDA_ENV) $(CARGO) test -p tern-torch --features cuda
-	$(TORCH_CUDA_ENV) $(CARGO) clippy --workspace --all-targets --features tern/bench,tern/torch-cuda -- -D warnings
+	$(TORCH_CUDA_ENV) $(CLIPPY) test -p tern-torch --features cuda
 	TERN_TORCH_BIN=$(TORCH_CUDA_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests/test_torch.py -q -rs
 	$(call mark,test-torch)
 
@@ -226,13 +245,13 @@ test-audio:
 
 # Test files another target runs with what it builds (the pytorch build, the
 # images, the Jetson context, Triton itself); `make e2e` fails on any skip not about a GPU.
-E2E_OWN_TARGETS := --ignore=tests/test_torch.py --ignore=tests/test_images.py --ignore=tests/test_jetson_recipe.py --ignore=tests/test_vs_triton.py
+E2E_OWN_TARGETS := --ignore=tests/test_torch.py --ignore=tests/test_images.py --ignore=tests/test_jetson_recipe.py --ignore=tests/test_vs_triton.py --ignore=tests/test_vs_triton_sequences.py
 # Debian's redis-server for the redis response cache's tests (they start their own on a free port).
 redis-server:
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null)
 
 e2e: setup flavours test-audio redis-server
-	$(CARGO) build --workspace
+	$(CLIPPY) build --workspace
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) TERN_STRICT_SKIPS=1 \
 		$(PY) -m pytest tests -q -rs --durations=15 -n 2 --dist loadfile $(E2E_OWN_TARGETS)
@@ -255,7 +274,7 @@ QEMU_DIR := .cache/qemu-aarch64
 AARCH64_BIN := $(CARGO_TARGET_DIR)/aarch64-unknown-linux-gnu/cross/tern
 smoke-aarch64: setup $(ZIG_STAMP)
 	@rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
-	$(CARGO) build -p tern
+	$(CLIPPY) build -p tern
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	$(ZIG_PATH) $(PY) scripts/dist.py --arch aarch64 --profile cross --build-only
 	bash scripts/qemu-aarch64.sh $(QEMU_DIR) $(AARCH64_BIN)
@@ -310,7 +329,7 @@ image-check: package-check jetson-context
 # evaluated over scrapes of a server under ~2.5 minutes of real traffic and drawn
 # with matplotlib (Grafana is not installable here).
 dashboard-png: setup plugins
-	$(CARGO) build -p tern
+	$(CLIPPY) build -p tern
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q matplotlib==3.11.2
 	$(PY) scripts/dashboard_plot.py --binary $(CARGO_TARGET_DIR)/debug/tern --plugins-dir $(WASM_OUT)
@@ -343,7 +362,7 @@ dist: setup $(ZIG_STAMP)
 bench: release
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
-	$(CARGO) build --release -p tern --features bench --example baseline
+	$(CARGO) build --release -p tern --example baseline
 	$(PY) tests/bench/http_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/baseline
 
 bench-reload: release
@@ -377,7 +396,7 @@ bench-streaming: release
 
 # Heap allocations per request on the CPU path (baseline numbers in docs/PERFORMANCE.md).
 bench-alloc: setup
-	$(CARGO) build --release -p tern --features bench --example alloc_bench
+	$(CARGO) build --release -p tern --example alloc_bench
 	rm -rf .cache/bench-alloc && $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import gen_models; gen_models.test(".cache/bench-alloc")'
 	$(CARGO_TARGET_DIR)/release/examples/alloc_bench .cache/bench-alloc 2000
 	$(CARGO_TARGET_DIR)/release/examples/alloc_bench .cache/bench-alloc 2000 --host-memory-pool-byte-size=0
@@ -385,11 +404,11 @@ bench-alloc: setup
 bench-grpc: release
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	@command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
-	$(CARGO) build --release -p tern --features bench --example grpc_baseline
+	$(CARGO) build --release -p tern --example grpc_baseline
 	$(PY) tests/bench/grpc_load.py --tern $(CARGO_TARGET_DIR)/release/tern --baseline $(CARGO_TARGET_DIR)/release/examples/grpc_baseline
 
 bench-plugins: setup
-	$(CARGO) build --release -p tern --features bench --example plugin_bench
+	$(CARGO) build --release -p tern --example plugin_bench
 	rm -rf .cache/bench-plugins && $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import gen_models; gen_models.plugin_repo(".cache/bench-plugins", "$(WASM_OUT)")'
 	$(CARGO_TARGET_DIR)/release/examples/plugin_bench .cache/bench-plugins
 
@@ -397,7 +416,7 @@ bench-plugins: setup
 BENCH_LANG := .cache/bench-lang
 bench-lang: release
 	$(MAKE) lang-plugins $(foreach l,python js c,$(WASM_OUT)/empty_$(l).wasm) TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
-	$(CARGO) build --release -p tern --features bench --example lang_bench
+	$(CARGO) build --release -p tern --example lang_bench
 	rm -rf $(BENCH_LANG) && for l in rust python js c; do \
 		for k in empty prep; do mkdir -p $(BENCH_LANG)/$${k}_$$l/1 && cp $(WASM_OUT)/$${k}_$$l.wasm $(BENCH_LANG)/$${k}_$$l/1/model.wasm; done; \
 		cp model_repository/prep_$$l/config.pbtxt $(BENCH_LANG)/prep_$$l/; \
@@ -406,7 +425,7 @@ bench-lang: release
 	$(CARGO_TARGET_DIR)/release/examples/lang_bench $(BENCH_LANG)
 
 bench-tokenizer: setup
-	$(CARGO) build --release -p tern --features bench --example tokenizer_bench
+	$(CARGO) build --release -p tern --example tokenizer_bench
 	$(CARGO_TARGET_DIR)/release/examples/tokenizer_bench model_repository
 
 bench-embedding: release
@@ -457,10 +476,10 @@ $(TRITON_REF): scripts/triton_ref.sh
 
 test-vs-triton: $(VENV)/.stamp $(TRITON_REF)
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
-	$(CARGO) build --workspace
+	$(CLIPPY) build --workspace
 	$(MAKE) python-runner TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_TRITON_REF=$(CURDIR)/$(TRITON_REF_DIR) \
-		$(PY) -m pytest tests/test_vs_triton.py -q -rxs
+		$(PY) -m pytest tests/test_vs_triton.py tests/test_vs_triton_sequences.py -q -rxs
 	$(call mark,test-vs-triton)
 
 # Triton Python models on Tern's Python runner vs Triton 2.51's Python

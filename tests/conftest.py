@@ -209,3 +209,18 @@ def pytest_sessionfinish(session, exitstatus):
         for line in bad:
             reporter.write_line(f"  {line}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# `make e2e` runs two workers that take whole files in collection order
+# (`--dist loadfile`); these files each keep a worker busy for minutes, so
+# they go first: the others then fill the second worker instead of one worker
+# finishing a long file alone at the end.
+LONGEST_FIRST = ["test_plugin_memory.py", "test_lang_plugins.py", "test_detection.py", "test_perf_analyzer.py"]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item):
+        name = os.path.basename(str(item.fspath))
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: tests keep their order within a file

@@ -293,18 +293,20 @@ def test_plugin_tool_errors_are_clear(tmp_path):
 
 def test_reloaded_plugin_serves_its_new_version(tmp_path):
     """A new version folder, then a rebuilt model.wasm in the same version:
-    each load serves the new code, and the replaced version stops serving."""
+    each load serves the new code, and the replaced version stops serving.
+    (A C plugin: the reload path is the same for every language, and its
+    component builds and compiles in a second.)"""
     repo = tmp_path / "repo"
     calc = repo / "calc"
-    app = calc / "app.py"
+    src = calc / "model.c"
 
     def build(factor, version):
-        app.write_text(app.read_text().replace("v * 2", f"v * {factor}").replace("v * 3", f"v * {factor}"))
+        src.write_text(re.sub(r"in\[i\] \* \d", f"in[i] * {factor}", src.read_text()))
         (calc / str(version)).mkdir(exist_ok=True)
         r = plugin_cmd("build", str(calc), "-o", str(calc / str(version) / "model.wasm"), "--cache-dir", "none")
         assert r.returncode == 0, r.stderr
 
-    assert plugin_cmd("new", str(calc), "--lang", "python").returncode == 0
+    assert plugin_cmd("new", str(calc), "--lang", "c").returncode == 0
     build(2, 1)
     t = Tern([f"--model-repository={repo}", f"--wasm-cache-dir={tmp_path / 'cache'}",
               "--model-control-mode=explicit", "--load-model=calc"])

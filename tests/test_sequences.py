@@ -496,14 +496,19 @@ def test_a_backlog_sequence_past_its_timeout_fails_whole(slow_seq):
 
     done = queue.Queue()
     c = grpcclient.InferenceServerClient(slow_seq.grpc_url)
-    slow_step(c, 1, 10, start=True, end=True, done=done)  # holds the only slot for 1.5 s
-    time.sleep(0.2)
+    # Sequence 1 holds the only slot until its END is taken, after its
+    # START's 1.5 s run (as in Triton's test_request_timeout: a slot frees
+    # when its sequence's END request is taken into a batch).
+    slow_step(c, 1, 10, start=True, done=done)
+    time.sleep(0.1)
+    slow_step(c, 1, 11, end=True, done=done)
+    time.sleep(0.1)
     t0 = time.monotonic()
     slow_step(c, 2, 20, start=True, timeout=500_000, done=done)
     time.sleep(0.1)  # separate calls: the START must reach the server first
     slow_step(c, 2, 21, done=done)
-    got = {v: (r, e) for v, r, e in (done.get(timeout=10) for _ in range(3))}
-    assert got[10][1] is None
+    got = {v: (r, e) for v, r, e in (done.get(timeout=10) for _ in range(4))}
+    assert got[10][1] is None and got[11][1] is None
     for v in (20, 21):
         e = got[v][1]
         assert e is not None and e.status() == "StatusCode.UNAVAILABLE", e

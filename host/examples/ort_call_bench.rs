@@ -6,7 +6,7 @@
 //! identity backend on the same config is the baseline for the hand-off
 //! itself. Run with (see docs/PERFORMANCE.md):
 //!
-//! `cargo run --release -p tern --features bench --example ort_call_bench -- model_repository`
+//! `cargo run --release -p tern --example ort_call_bench -- model_repository`
 //!
 //! and again under `taskset -c 0` to keep both threads on one core.
 

@@ -13,6 +13,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::FuturesUnordered;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::codec::CompressionEncoding;
@@ -491,35 +492,51 @@ impl GrpcInferenceService for InferenceService {
         };
         let service = Arc::new(service);
         tokio::spawn(async move {
-            // Each request runs concurrently; the output stream ends when the client has
-            // half-closed and every outstanding response has been sent.
-            while let Some(next) = incoming.next().await {
-                let req = match next {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = tx.send(Err(e)).await;
-                        break;
+            // Each request runs concurrently, all on this one task: its
+            // responses go out in the order they complete (a sequence's in
+            // the order it runs, as Triton sends them), which separate tasks
+            // per request would not keep. The output stream ends when the
+            // client has half-closed and every outstanding response was sent.
+            let mut running = FuturesUnordered::new();
+            let mut reading = true;
+            loop {
+                tokio::select! {
+                    biased;
+                    Some(()) = running.next(), if !running.is_empty() => {}
+                    next = incoming.next(), if reading => {
+                        let req = match next {
+                            Some(Ok(r)) => r,
+                            Some(Err(e)) => {
+                                let _ = tx.send(Err(e)).await;
+                                reading = false;
+                                continue;
+                            }
+                            None => {
+                                reading = false;
+                                continue;
+                            }
+                        };
+                        let (tx, service) = (tx.clone(), service.clone());
+                        let (traceparent, forwarded) = (traceparent.clone(), forwarded.clone());
+                        let mut one = Box::pin(async move {
+                            service
+                                .stream_one(req, &tx, traceparent.as_deref(), forwarded)
+                                .await
+                        });
+                        // Its first poll decodes the request and hands it to its
+                        // model's scheduler: done before the next message is read,
+                        // so the requests of one stream reach their models in the
+                        // order they were sent (a sequence's next request right
+                        // behind its START, as Triton queues them).
+                        let pending = std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(std::future::Future::poll(one.as_mut(), cx).is_pending())
+                        })
+                        .await;
+                        if pending {
+                            running.push(one);
+                        }
                     }
-                };
-                let tx = tx.clone();
-                let service = service.clone();
-                let traceparent = traceparent.clone();
-                let forwarded = forwarded.clone();
-                let mut one = Box::pin(async move {
-                    service
-                        .stream_one(req, &tx, traceparent.as_deref(), forwarded)
-                        .await
-                });
-                // Its first poll decodes the request and hands it to its model's scheduler:
-                // done here, so the requests of one stream reach their models in the order
-                // they were sent (a sequence's next request right behind its START, as
-                // Triton queues them); the wait for the responses runs on its own task.
-                let pending = std::future::poll_fn(|cx| {
-                    std::task::Poll::Ready(std::future::Future::poll(one.as_mut(), cx).is_pending())
-                })
-                .await;
-                if pending {
-                    tokio::spawn(one);
+                    else => break,
                 }
             }
         });

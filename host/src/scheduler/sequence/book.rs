@@ -10,7 +10,8 @@
 //! * A START for a sequence that is still live ends it early: the new
 //!   request joins its queue and resets its state when it runs.
 //! * An END removes the correlation id at once (a later request needs a new
-//!   START); the slot frees when the END request has run.
+//!   START); the slot frees when the END request is taken into a batch, so
+//!   the next batch of that instance can hold a new sequence in that row.
 //! * `direct`: slot *j* is batch row *j*; empty rows below the highest ready
 //!   slot are filler (null) requests. `oldest`: the oldest front requests of
 //!   the instance's candidate sequences, as the dynamic batcher forms them.
@@ -252,8 +253,9 @@ impl<T: Queued> Book<T> {
 
     /// Records that a request of sequence `key` ran: `produced` are the
     /// state outputs it returned (`None` keeps the state, or resets it after
-    /// a START). Releases the sequence once its END request has run; returns
-    /// the instance a backlog sequence moved to.
+    /// a START). Forgets the sequence once its END request has run (its slot
+    /// was freed when the END was taken); returns the instance a backlog
+    /// sequence moved to when the sequence still held a slot.
     pub fn finished(
         &mut self,
         key: SeqKey,
@@ -428,13 +430,30 @@ impl<T: Queued> Book<T> {
         out
     }
 
+    /// Takes a sequence's next request into a batch. Taking its END request
+    /// frees its slot at once, as Triton's batcher does: the oldest backlog
+    /// sequence (or the next START) takes the slot for the next batch of the
+    /// same instance, while the record (state, id) stays until the END has run.
     fn pop(&mut self, key: SeqKey) -> Entry<T> {
-        let item = self
+        let seq = self
             .seqs
             .get_mut(&key)
-            .and_then(|s| s.queue.pop_front())
+            .expect("a ready sequence is recorded");
+        let item = seq
+            .queue
+            .pop_front()
             .expect("a ready sequence has a request");
         self.queued -= 1;
+        if seq.ended && seq.queue.is_empty() {
+            if let Some((i, j)) = seq.slot.take() {
+                self.slots[i][j] = self.backlog.pop_front();
+                if let Some(next) = self.slots[i][j] {
+                    if let Some(s) = self.seqs.get_mut(&next) {
+                        s.slot = Some((i, j));
+                    }
+                }
+            }
+        }
         Entry::Request { seq: key, item }
     }
 
@@ -647,7 +666,7 @@ mod tests {
     }
 
     #[test]
-    fn end_frees_the_slot_for_the_backlog_after_it_runs() {
+    fn end_frees_the_slot_for_the_backlog_when_it_is_taken() {
         let t = Instant::now();
         let mut b: Book<R> = Book::new(1, 1, direct(), Duration::from_secs(1), 1);
         b.enqueue(&n(1), true, true, r(t, "only"), t).unwrap();
@@ -665,8 +684,27 @@ mod tests {
         let Entry::Request { seq, .. } = &batch[0] else {
             panic!("a request")
         };
-        assert_eq!(b.finished(*seq, true, vec![None], t), Some(0));
+        // Taking the END gave its slot to the backlog sequence: it runs next,
+        // and the END's own completion moves nothing.
+        assert_eq!(b.finished(*seq, true, vec![None], t), None);
         assert_eq!(tags(b.next(0, t)), vec!["next"]);
+    }
+
+    #[test]
+    fn a_start_while_an_end_runs_takes_its_slot() {
+        let t = Instant::now();
+        let mut b: Book<R> = Book::new(1, 2, direct(), Duration::from_secs(1), 1);
+        b.enqueue(&n(1), true, true, r(t, "a"), t).unwrap();
+        b.enqueue(&n(2), true, false, r(t, "b"), t).unwrap();
+        let Next::Batch(batch) = b.next(0, t) else {
+            panic!("a batch")
+        };
+        assert_eq!(batch.len(), 2);
+        // Sequence 1's END is running: slot 0 is free again, lowest first.
+        let placed = b.enqueue(&n(3), true, false, r(t, "c"), t).unwrap();
+        assert_eq!(placed.instance, Some(0));
+        b.enqueue(&n(2), false, true, r(t, "b2"), t).unwrap();
+        assert_eq!(tags(b.next(0, t)), vec!["c", "b2"]);
     }
 
     #[test]
