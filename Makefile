@@ -28,6 +28,7 @@ endif
 .PHONY: python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
+	@rustup which clippy-driver >/dev/null 2>&1 || rustup component add clippy
 	$(call mark,setup)
 
 # The time of each stage of `make test`, printed at its end (and by .ci/run
@@ -138,19 +139,19 @@ run: release
 # type-checks the dependency graph a second time for a separate clippy run.
 # Every debug build in this file carries $(LINTED), so they share artifacts;
 # a plain `cargo build` afterwards recompiles the workspace crates once.
-CLIPPY_DRIVER := $(shell rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
-LINTED := RUSTC_WORKSPACE_WRAPPER=$(CLIPPY_DRIVER) CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+# The driver's path is looked up when each command runs (`make setup`
+# installs the clippy component first on a machine without it).
+LINTED := RUSTC_WORKSPACE_WRAPPER=$$(rustup which clippy-driver) CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 CLIPPY := $(LINTED) $(CARGO)
 
 lint:
 	python3 scripts/check_links.py
 	$(CARGO) fmt --all --check
-	@test -x "$(CLIPPY_DRIVER)" || rustup component add clippy
 	$(call mark,lint)
 
-# `make lint` alone, as a separate pass: clippy over every target of the
-# workspace and the build without default features (what `make unit` and
-# `make flavours` lint while they build).
+# Clippy alone, as a separate pass: every target of the workspace and the
+# build without default features (what `make unit` and `make flavours` lint
+# while they build).
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p tern --no-default-features -- -D warnings
@@ -170,10 +171,10 @@ unit: setup
 	$(call mark,unit)
 
 # The build without default features (WebAssembly plugins + identity, no
-# ONNX Runtime, no CUDA): its binary for tests/test_build_flavours.py (`make
-# lint` type-checks its code and tests with clippy; its unit tests are the
-# default build's). Built in the same target dir, then copied out, so the
-# default binary is relinked, not rebuilt.
+# ONNX Runtime, no CUDA): its binary for tests/test_build_flavours.py,
+# linted by clippy as it builds (its unit tests are the default build's).
+# Built in the same target dir, then copied out, so the default binary is
+# relinked, not rebuilt.
 MINIMAL_BIN := $(CARGO_TARGET_DIR)/minimal/tern
 flavours: setup
 	$(CLIPPY) build -p tern --no-default-features
@@ -254,7 +255,7 @@ e2e: setup flavours test-audio redis-server
 	$(CLIPPY) build --workspace
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) TERN_STRICT_SKIPS=1 \
-		$(PY) -m pytest tests -q -rs --durations=15 -n 2 --dist loadfile $(E2E_OWN_TARGETS)
+		$(PY) -m pytest tests -q -rs --durations=15 -n 2 --dist loadfile --no-loadscope-reorder $(E2E_OWN_TARGETS)
 	$(call mark,e2e)
 
 test: stage-clock setup lint unit e2e test-vs-triton test-torch smoke-aarch64 package-check image-check

@@ -39,7 +39,7 @@ REF_VENV_BIN = os.path.join(REF, "venv", "bin")
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 MESSAGES_FILE = os.path.join(TARGET, "test-vs-triton", "messages.json")
 
-GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess")
+GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess", "request_info")
 BAD = ("fails_init", "imports_torch", "syntax_error")
 PROTOCOLS = ("http-binary", "http-json", "grpc")
 
@@ -329,6 +329,33 @@ STDLIB = {
 def test_uses_stdlib_answers_as_triton(servers, case, proto):
     ok = compare(servers, proto, "uses_stdlib", [("IN", case["values"], "INT64")], ["OUT"])
     assert json.loads(ok.outputs["OUT"][2][0])["count"] == len(case["values"])
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+@pytest.mark.parametrize("timeout", [None, 2_000_000])
+def test_request_accessors_answer_as_triton(servers, proto, timeout):
+    """`request.request_id()`, `request.timeout()` (the client's `timeout`
+    parameter in microseconds, 0 without one) and `request.parameters()`
+    (the client's own parameters, without the ones the server consumes) read
+    the same on both servers."""
+    answers = {}
+    for name, server in servers.items():
+        mod = httpclient if proto == "http" else grpcclient
+        c = mod.InferenceServerClient(server.url if proto == "http" else server.grpc_url)
+        x = mod.InferInput("IN", [1], "INT32")
+        x.set_data_from_numpy(np.array([1], dtype=np.int32))
+        kwargs = {"parameters": {"colour": "blue", "level": 3}}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        try:
+            r = c.infer("request_info", [x], request_id="r-7", **kwargs)
+            answers[name] = json.loads(r.as_numpy("OUT")[0])
+        except InferenceServerException as e:
+            answers[name] = ("error", e.status(), e.message())
+        finally:
+            c.close()
+    assert answers["tern"] == answers["triton"], answers
+    assert answers["triton"]["timeout"] == (timeout or 0) and answers["triton"]["request_id"] == "r-7", answers
 
 
 u8 = np.random.default_rng(11)

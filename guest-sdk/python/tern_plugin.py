@@ -406,6 +406,11 @@ class InferenceResponseSender:
         return self._s.is_cancelled()
 
 
+# Request parameters Triton's HTTP and gRPC frontends take for themselves:
+# a Triton model's `request.parameters()` never shows them.
+_RESERVED = ("timeout", "priority", "binary_data_output")
+
+
 class Request:
     """One inference request (what `execute` receives), Triton-style accessors."""
 
@@ -449,8 +454,10 @@ class Request:
         return list(self._w.requested_outputs)
 
     def parameters(self):
-        """Request parameters as a JSON string (as Triton's `parameters()`)."""
-        return json.dumps({p.key: _param_value(p.value) for p in self._w.parameters})
+        """Request parameters as a JSON string (as Triton's `parameters()`:
+        without the ones Triton's frontends consume, `timeout`, `priority`
+        and `binary_data_output`)."""
+        return json.dumps({p.key: _param_value(p.value) for p in self._w.parameters if p.key not in _RESERVED})
 
     def parameter(self, key, default=None):
         """One request parameter's value."""
@@ -458,6 +465,12 @@ class Request:
             if p.key == key:
                 return _param_value(p.value)
         return default
+
+    def timeout(self):
+        """The client's `timeout` for this request in microseconds (0 when it
+        set none), as Triton's `InferenceRequest.timeout()`."""
+        value = self.parameter("timeout", 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     def correlation_id(self):
         """The sequence correlation id (0 when none, as Triton)."""

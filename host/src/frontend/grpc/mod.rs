@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
+use futures_util::FutureExt;
+use std::panic::AssertUnwindSafe;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::codec::CompressionEncoding;
@@ -533,7 +535,13 @@ impl GrpcInferenceService for InferenceService {
                         })
                         .await;
                         if pending {
-                            running.push(one);
+                            // A request that panics fails alone, as its own
+                            // task did: the stream and its others go on.
+                            running.push(AssertUnwindSafe(one).catch_unwind().map(|r| {
+                                if r.is_err() {
+                                    tracing::error!("a request of a gRPC stream panicked");
+                                }
+                            }));
                         }
                     }
                     else => break,

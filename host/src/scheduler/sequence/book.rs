@@ -254,16 +254,17 @@ impl<T: Queued> Book<T> {
     /// Records that a request of sequence `key` ran: `produced` are the
     /// state outputs it returned (`None` keeps the state, or resets it after
     /// a START). Forgets the sequence once its END request has run (its slot
-    /// was freed when the END was taken); returns the instance a backlog
-    /// sequence moved to when the sequence still held a slot.
+    /// was freed when the END was taken, see [`Book::pop`]).
     pub fn finished(
         &mut self,
         key: SeqKey,
         start: bool,
         produced: Vec<Option<Tensor>>,
         now: Instant,
-    ) -> Option<usize> {
-        let seq = self.seqs.get_mut(&key)?;
+    ) {
+        let Some(seq) = self.seqs.get_mut(&key) else {
+            return;
+        };
         seq.last = now;
         if start {
             seq.state = vec![None; self.states];
@@ -274,9 +275,9 @@ impl<T: Queued> Book<T> {
             }
         }
         if seq.ended && seq.queue.is_empty() {
-            return self.release(key);
+            debug_assert!(seq.slot.is_none(), "taking the END freed the slot");
+            self.release(key);
         }
-        None
     }
 
     /// Releases the sequences of instance `i` that have had no request for
@@ -684,9 +685,8 @@ mod tests {
         let Entry::Request { seq, .. } = &batch[0] else {
             panic!("a request")
         };
-        // Taking the END gave its slot to the backlog sequence: it runs next,
-        // and the END's own completion moves nothing.
-        assert_eq!(b.finished(*seq, true, vec![None], t), None);
+        // Taking the END gave its slot to the backlog sequence: it runs next.
+        b.finished(*seq, true, vec![None], t);
         assert_eq!(tags(b.next(0, t)), vec!["next"]);
     }
 
