@@ -535,8 +535,9 @@ impl GrpcInferenceService for InferenceService {
                         })
                         .await;
                         if pending {
-                            // A request that panics fails alone, as its own
-                            // task did: the stream and its others go on.
+                            // A request whose handling panics is logged and
+                            // dropped alone, as on its own task: the stream
+                            // and its other requests go on.
                             running.push(AssertUnwindSafe(one).catch_unwind().map(|r| {
                                 if r.is_err() {
                                     tracing::error!("a request of a gRPC stream panicked");
