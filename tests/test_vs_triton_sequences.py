@@ -121,9 +121,14 @@ def play(server, model, sequences, blockers=1):
     took = time.monotonic() - t0
     assert took < 0.8 * BLOCK_MS / 1000, f"sending took {took:.2f} s: the blocker no longer holds the instance meanwhile"
     got = {}
+    stalled = False
     try:
         for _ in range(sent):
-            result, error = answers.get(timeout=30)
+            try:
+                result, error = answers.get(timeout=30)
+            except queue.Empty:
+                stalled = True
+                break
             if error is not None:
                 got.setdefault("errors", []).append(str(error))
                 continue
@@ -131,6 +136,9 @@ def play(server, model, sequences, blockers=1):
             got.setdefault(key, {})[int(k)] = (int(result.as_numpy("OUTPUT")[0][0]),
                                                tuple(int(v) for v in result.as_numpy("BATCH")[0]))
         out = {key: [v[k] for k in sorted(v)] if key != "errors" else v for key, v in got.items()}
+        if stalled:
+            out["stalled"] = sent - sum(len(v) for v in got.values())
+            return out
         deadline = time.time() + 10
         while True:  # statistics are updated after the responses are sent
             after = delta(before, stats(server, model))
@@ -147,9 +155,28 @@ def play(server, model, sequences, blockers=1):
         for _ in open_ends:
             answers.get(timeout=30)
     finally:
-        client.stop_stream()
+        # Waiting for a stalled server's stream to end would never return.
+        client.stop_stream(cancel_requests=stalled)
         client.close()
     return out
+
+
+def restart(triton):
+    triton.stop()
+    for _ in range(3):  # a free port can be taken before Triton binds it
+        triton.start()
+        if triton.wait_live():
+            break
+        triton.stop()
+    deadline = time.time() + 60
+    while time.time() < deadline:  # the models are READY a moment after the server is live
+        c = grpcclient.InferenceServerClient(triton.grpc_url)
+        ready = all(c.is_model_ready(m) for m in ("seq_direct", "seq_oldest", "seq_direct_2x2"))
+        c.close()
+        if ready:
+            return
+        time.sleep(0.2)
+    raise RuntimeError("tritonserver did not come back:\n" + triton.log())
 
 
 def three(first):
@@ -188,7 +215,15 @@ def sums(answers):
 def test_sequence_batches_match_triton(servers, scenario):
     model, sequences, blockers, exact = SCENARIOS[scenario]
     triton = play(servers["triton"], model, sequences, blockers)
+    if "stalled" in triton:
+        # Seen with tritonserver 2.51 in about one run in three of skip_batch:
+        # its direct batcher stops forming batches once the rows of the
+        # sequences that ended are empty, and never answers the rest. Its
+        # slots stay taken, so it is restarted for the next scenario.
+        restart(servers["triton"])
+        pytest.xfail(f"tritonserver 2.51 stopped answering ({triton['stalled']} requests unanswered after 30 s): {triton}")
     tern = play(servers["tern"], model, sequences, blockers)
+    assert "stalled" not in tern, f"Tern stopped answering: {tern}"
     report = f"\n\nTriton: {triton}\nTern:   {tern}"
     assert set(tern) == set(triton), report
     if exact:
