@@ -13,6 +13,7 @@ is known is an xfail (strict) naming the difference: KNOWN.
 
 Run by `make test-vs-triton` only (`make e2e` ignores this file)."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -129,17 +130,18 @@ class Triton:
             self.log_file.close()
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory):
+@contextlib.contextmanager
+def serve_both(models, base, tern_args=()):
+    """tritonserver 2.51 and Tern, each on its own copy of the folders in
+    `models` (under `base`); yields {"triton": ..., "tern": ...}."""
     if not os.access(TRITONSERVER, os.X_OK) or not os.path.exists(os.path.join(REF, ".stamp")):
         pytest.fail(f"Triton 2.51 is not unpacked under {REF}: run `make test-vs-triton` (scripts/triton_ref.sh)")
     runner = os.path.join(os.path.dirname(tern_bin()), "python-runner.wasm")
     if not os.path.isfile(runner):
         pytest.fail(f"the Python runner is not at {runner}: run `make python-runner` (make test-vs-triton does)")
-    base = tmp_path_factory.mktemp("vs-triton")
     triton_repo, tern_repo = str(base / "triton-models"), str(base / "tern-models")
-    shutil.copytree(MODELS, triton_repo)
-    shutil.copytree(MODELS, tern_repo)
+    shutil.copytree(models, triton_repo)
+    shutil.copytree(models, tern_repo)
 
     triton = Triton(triton_repo, str(base / "triton.log"))
     triton.start()  # loads its models while Tern starts
@@ -147,7 +149,7 @@ def servers(tmp_path_factory):
     cache = os.path.join(os.path.dirname(tern_bin()), "test-vs-triton-wasm-cache")
     tern = None
     try:
-        tern = Tern([f"--model-repository={tern_repo}", "--exit-on-error=false", f"--python-runner={runner}",
+        tern = Tern([f"--model-repository={tern_repo}", *tern_args, f"--python-runner={runner}",
                      f"--wasm-cache-dir={cache}"])
         for _ in range(3):  # a free port can be taken before Triton binds it: start again on others
             if triton.wait_live():
@@ -164,6 +166,14 @@ def servers(tmp_path_factory):
         triton.stop()
         if tern is not None:
             tern.stop()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    try:
+        with serve_both(MODELS, tmp_path_factory.mktemp("vs-triton"), ["--exit-on-error=false"]) as both:
+            yield both
+    finally:
         os.makedirs(os.path.dirname(MESSAGES_FILE), exist_ok=True)
         with open(MESSAGES_FILE, "w") as f:
             json.dump(MESSAGES, f, indent=1, ensure_ascii=False, sort_keys=True)

@@ -18,7 +18,6 @@ size). Run by `make test-vs-triton` only."""
 
 import os
 import queue
-import shutil
 import time
 from functools import partial
 
@@ -26,8 +25,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import ROOT, Tern, tern_bin
-from test_vs_triton import REF, TRITONSERVER, Triton
+from conftest import ROOT
+from test_vs_triton import serve_both
 
 MODELS = os.path.join(ROOT, "tests", "python_sequence_models")
 BLOCK_MS = 1500
@@ -36,36 +35,8 @@ BLOCKER = 1_000_000 + BLOCK_MS
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    if not os.access(TRITONSERVER, os.X_OK) or not os.path.exists(os.path.join(REF, ".stamp")):
-        pytest.fail(f"Triton 2.51 is not unpacked under {REF}: run `make test-vs-triton` (scripts/triton_ref.sh)")
-    runner = os.path.join(os.path.dirname(tern_bin()), "python-runner.wasm")
-    if not os.path.isfile(runner):
-        pytest.fail(f"the Python runner is not at {runner}: run `make python-runner` (make test-vs-triton does)")
-    base = tmp_path_factory.mktemp("vs-triton-seq")
-    triton_repo, tern_repo = str(base / "triton-models"), str(base / "tern-models")
-    shutil.copytree(MODELS, triton_repo)
-    shutil.copytree(MODELS, tern_repo)
-    triton = Triton(triton_repo, str(base / "triton.log"))
-    triton.start()
-    cache = os.path.join(os.path.dirname(tern_bin()), "test-vs-triton-wasm-cache")
-    tern = None
-    try:
-        tern = Tern([f"--model-repository={tern_repo}", f"--python-runner={runner}", f"--wasm-cache-dir={cache}"])
-        for _ in range(3):
-            if triton.wait_live():
-                break
-            log = triton.log()
-            triton.stop()
-            if "already in use" not in log.lower():
-                raise RuntimeError("tritonserver exited:\n" + log)
-            triton.start()
-        else:
-            raise RuntimeError("tritonserver found no free ports:\n" + triton.log())
-        yield {"triton": triton, "tern": tern}
-    finally:
-        triton.stop()
-        if tern is not None:
-            tern.stop()
+    with serve_both(MODELS, tmp_path_factory.mktemp("vs-triton-seq")) as both:
+        yield both
 
 
 def stats(server, model):
