@@ -8,7 +8,7 @@
 //! folder: `..`, links out of it and the like must be denied), `env` (reads
 //! environment variables), `error` (a clean
 //! INVALID_ARG), `count` (how many times this instance executed),
-//! `log_flood` (20,000 log lines of 8 KiB each), `metric_flood` (a gauge
+//! `log_flood` (5,000 log lines of 8 KiB each), `metric_flood` (a gauge
 //! set with 5,000 label values, and 100 more families; answers how many
 //! of each the server accepted). The config parameter `init_sleep_ms` makes
 //! `initialize` sleep that long (a slow load).
@@ -103,7 +103,7 @@ impl Misbehave {
             }
             "log_flood" => {
                 let line = "x".repeat(8 << 10);
-                for _ in 0..20_000 {
+                for _ in 0..5_000 {
                     log(LogLevel::Info, &line);
                 }
                 "flooded".to_string()
