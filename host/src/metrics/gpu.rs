@@ -1,7 +1,7 @@
 //! GPU gauges through NVML (`libnvidia-ml`, opened at run time): utilisation,
 //! memory, power and energy per GPU, labelled with `gpu_uuid` as Triton does.
 //! Where NVML is absent (machines without the NVIDIA driver, Jetson) the
-//! families are simply not rendered, and that is logged once.
+//! families are not rendered here, and that is logged once.
 
 use std::sync::OnceLock;
 
@@ -19,7 +19,7 @@ fn nvml() -> Option<&'static Nvml> {
         match opened {
             Ok(n) => Some(n),
             Err(e) => {
-                tracing::info!("GPU metrics unavailable: NVML could not be opened ({e})");
+                tracing::info!("NVML GPU metrics unavailable: NVML could not be opened ({e})");
                 None
             }
         }
@@ -27,9 +27,10 @@ fn nvml() -> Option<&'static Nvml> {
     .as_ref()
 }
 
-/// Opens NVML (once) so that its absence is logged at startup, not at the first scrape.
-pub fn probe() {
-    let _ = nvml();
+/// Opens NVML (once) so that its absence is logged at startup, not at the
+/// first scrape; whether it sees a GPU.
+pub fn probe() -> bool {
+    nvml().is_some_and(|n| n.device_count().is_ok_and(|c| c > 0))
 }
 
 /// One GPU's readings; a reading NVML refuses (e.g. power on some boards) is left out.
@@ -63,12 +64,13 @@ fn read_all(n: &Nvml) -> Vec<Reading> {
         .collect()
 }
 
-/// Renders Triton's GPU families (nothing without NVML or GPUs).
-pub fn render(out: &mut String) {
-    let Some(n) = nvml() else { return };
+/// Renders Triton's GPU families (nothing without NVML or GPUs); whether it
+/// rendered any.
+pub fn render(out: &mut String) -> bool {
+    let Some(n) = nvml() else { return false };
     let rows = read_all(n);
     if rows.is_empty() {
-        return;
+        return false;
     }
     type Pick = fn(&Reading) -> Option<f64>;
     let families: [(&str, &str, Pick); 6] = [
@@ -109,4 +111,5 @@ pub fn render(out: &mut String) {
             }
         }
     }
+    true
 }

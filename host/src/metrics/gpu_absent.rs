@@ -1,12 +1,16 @@
 //! GPU gauges in a build without the `cuda` feature: there is no NVML code,
-//! so the families are not rendered, and the log says why once.
+//! so the NVML families are not rendered, and the log says why once (a
+//! Jetson's sysfs gauges, in `jetson.rs`, still are).
 
-/// Logs once that this build renders no GPU gauges.
-pub fn probe() {
+/// Logs once that this build renders no NVML gauges; no GPU seen.
+pub fn probe() -> bool {
     tracing::info!(
-        "GPU metrics unavailable: this build has no CUDA support (built without the 'cuda' feature)"
+        "NVML GPU metrics unavailable: this build has no CUDA support (built without the 'cuda' feature)"
     );
+    false
 }
 
-/// Renders nothing: this build reads no GPU.
-pub fn render(_out: &mut String) {}
+/// Renders nothing: this build has no NVML.
+pub fn render(_out: &mut String) -> bool {
+    false
+}

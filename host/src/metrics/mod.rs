@@ -2,13 +2,15 @@
 //! time from the same per-version counters the statistics extension reads
 //! (so the two always agree), plus CPU and memory gauges, Tern's own
 //! `tern_` families (plugin faults, `.cwasm` cache, load failures) and the
-//! families plugins declare.
+//! families plugins declare. GPU gauges come from NVML ([`gpu`]) or, where
+//! NVML has no GPU, from a Jetson's sysfs ([`jetson`]).
 
 #[cfg(feature = "cuda")]
 pub mod gpu;
 #[cfg(not(feature = "cuda"))]
 #[path = "gpu_absent.rs"]
 pub mod gpu;
+pub mod jetson;
 pub mod system;
 
 use std::sync::Arc;
@@ -192,8 +194,8 @@ impl Metrics {
         let sampler = settings
             .cpu
             .then(|| system::Sampler::start(settings.interval));
-        if settings.gpu {
-            gpu::probe();
+        if settings.gpu && !gpu::probe() {
+            jetson::probe();
         }
         Metrics {
             repository,
@@ -227,8 +229,8 @@ impl Metrics {
         }
         self.render_load_durations(&mut out);
         self.render_system(&mut out);
-        if self.settings.gpu {
-            gpu::render(&mut out);
+        if self.settings.gpu && !gpu::render(&mut out) {
+            jetson::render(&mut out);
         }
         for families in &self.others {
             families.render(&mut out);
