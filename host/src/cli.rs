@@ -49,7 +49,7 @@ pub struct Args {
     )]
     pub http_port: u16,
 
-    /// HTTP bind address.
+    /// HTTP bind address, or `unix:<path>` for a Unix-domain socket (the port is then unused).
     #[arg(
         help_heading = "HTTP",
         long,
@@ -67,7 +67,7 @@ pub struct Args {
     )]
     pub grpc_port: u16,
 
-    /// gRPC bind address.
+    /// gRPC bind address, or `unix:<path>` for a Unix-domain socket (the port is then unused).
     #[arg(
         help_heading = "GRPC",
         long,
@@ -75,6 +75,19 @@ pub struct Args {
         default_value = "0.0.0.0"
     )]
     pub grpc_address: String,
+
+    /// Permissions of the Unix-domain socket files (octal; connecting needs write).
+    #[arg(
+        help_heading = "Server",
+        long,
+        env = "TERN_UNIX_SOCKET_MODE",
+        default_value = "0660"
+    )]
+    pub unix_socket_mode: String,
+
+    /// Owner of the Unix-domain socket files: `user`, `user:group` or `:group` (names or ids).
+    #[arg(help_heading = "Server", long, env = "TERN_UNIX_SOCKET_OWNER")]
+    pub unix_socket_owner: Option<String>,
 
     /// Serve gRPC.
     #[arg(help_heading = "GRPC", long, env = "TERN_ALLOW_GRPC", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
@@ -400,7 +413,7 @@ pub struct Args {
     )]
     pub metrics_port: u16,
 
-    /// Metrics bind address.
+    /// Metrics bind address, or `unix:<path>` for a Unix-domain socket (the port is then unused).
     #[arg(
         help_heading = "Metrics",
         long,
@@ -619,6 +632,14 @@ impl Args {
             }
         }
         Args::try_parse_from(args).map_err(|e| Error::invalid_arg(e.to_string()))
+    }
+
+    /// Mode and owner of the frontends' Unix-domain socket files.
+    pub fn unix_socket_settings(&self) -> Result<crate::frontend::listen::UnixSocketSettings> {
+        crate::frontend::listen::UnixSocketSettings::parse(
+            &self.unix_socket_mode,
+            self.unix_socket_owner.as_deref(),
+        )
     }
 
     /// gRPC server settings.

@@ -16,6 +16,7 @@ use crate::cli::Args;
 use crate::frontend::common::{HeaderForward, ServerInfo};
 use crate::frontend::grpc;
 use crate::frontend::http::{HttpService, HttpState};
+use crate::frontend::listen::{bind_all, Acceptor, Bound, Listener};
 use crate::frontend::restrict::Restrictions;
 use crate::infer::Infer;
 use crate::metrics::Metrics;
@@ -25,11 +26,11 @@ use tern_core::error::{Error, Result};
 
 /// A started server.
 pub struct RunningServer {
-    /// Bound HTTP address (`None` when HTTP is disabled).
+    /// Bound HTTP TCP address (`None` when HTTP is disabled or on a Unix socket).
     pub http_addr: Option<SocketAddr>,
-    /// Bound gRPC address (`None` when gRPC is disabled).
+    /// Bound gRPC TCP address (`None` when gRPC is disabled or on a Unix socket).
     pub grpc_addr: Option<SocketAddr>,
-    /// Bound metrics address (`None` when metrics are disabled).
+    /// Bound metrics TCP address (`None` when metrics are disabled or on a Unix socket).
     pub metrics_addr: Option<SocketAddr>,
     /// All models.
     pub repository: Arc<Repository>,
@@ -241,10 +242,13 @@ fn log_model_states(repository: &Repository) {
 
 /// The frontends, built and bound, not yet serving.
 struct Frontends {
-    http: Option<(Arc<HttpState>, (tokio::net::TcpListener, SocketAddr))>,
-    grpc: Option<(grpc::GrpcServer, (tokio::net::TcpListener, SocketAddr))>,
-    metrics: Option<(Arc<Metrics>, (tokio::net::TcpListener, SocketAddr))>,
+    http: Option<(Arc<HttpState>, Listeners)>,
+    grpc: Option<(grpc::GrpcServer, Listeners)>,
+    metrics: Option<(Arc<Metrics>, Listeners)>,
 }
+
+/// A frontend's bound listeners (one per address of its address flag).
+type Listeners = Vec<(Listener, Bound)>;
 
 /// What the serving frontends listen on, and their tasks.
 struct Served {
@@ -264,6 +268,7 @@ async fn bind_frontends(
     metrics: Option<Arc<Metrics>>,
 ) -> Result<Frontends> {
     let grpc_settings = args.grpc_settings()?;
+    let unix = args.unix_socket_settings()?;
     let restrictions = Restrictions::parse(&args.http_restricted_api, "--http-restricted-api")?;
     let grpc_router = if args.allow_grpc {
         Some(grpc::build(info.clone(), &grpc_settings)?)
@@ -273,7 +278,7 @@ async fn bind_frontends(
     let grpc = match grpc_router {
         Some(router) => Some((
             router,
-            bind("GRPC", &args.grpc_address, args.grpc_port).await?,
+            bind_all("GRPC", &args.grpc_address, args.grpc_port, &unix).await?,
         )),
         None => None,
     };
@@ -292,7 +297,7 @@ async fn bind_frontends(
             });
             Some((
                 state,
-                bind("HTTP", &args.http_address, args.http_port).await?,
+                bind_all("HTTP", &args.http_address, args.http_port, &unix).await?,
             ))
         }
         false => None,
@@ -300,7 +305,7 @@ async fn bind_frontends(
     let metrics = match metrics {
         Some(m) => Some((
             m,
-            bind("Metrics", &args.metrics_address, args.metrics_port).await?,
+            bind_all("Metrics", &args.metrics_address, args.metrics_port, &unix).await?,
         )),
         None => None,
     };
@@ -327,41 +332,48 @@ impl Frontends {
             metrics_addr: None,
             tasks: Vec::new(),
         };
-        if let Some((state, (listener, addr))) = self.http {
-            served.http_addr = Some(addr);
+        if let Some((state, listeners)) = self.http {
             let app = HttpService::new(state);
-            served.tasks.push(serve_http(
-                "HTTP",
-                listener,
-                app,
-                http_read_timeout(args),
-                stopped(stop.clone()),
-            ));
-            tracing::info!("started HTTP service at {addr}");
+            for (listener, addr) in listeners {
+                served.http_addr = served.http_addr.or(addr.tcp());
+                served.tasks.push(serve_http(
+                    "HTTP",
+                    listener,
+                    app.clone(),
+                    http_read_timeout(args),
+                    stopped(stop.clone()),
+                ));
+                tracing::info!("started HTTP service at {addr}");
+            }
         }
-        if let Some((router, (listener, addr))) = self.grpc {
-            served.grpc_addr = Some(addr);
+        if let Some((router, listeners)) = self.grpc {
+            let (listeners, addrs): (Vec<Listener>, Vec<Bound>) = listeners.into_iter().unzip();
+            served.grpc_addr = addrs.iter().find_map(Bound::tcp);
             let shutdown = stopped(stop.clone());
             served.tasks.push(tokio::spawn(async move {
-                if let Err(e) = grpc::serve(router, listener, shutdown).await {
+                if let Err(e) = grpc::serve(router, listeners, shutdown).await {
                     tracing::error!("gRPC server error: {e}");
                 }
             }));
-            tracing::info!("started GRPCInferenceService at {addr}");
+            for addr in addrs {
+                tracing::info!("started GRPCInferenceService at {addr}");
+            }
         }
-        if let Some((metrics, (listener, addr))) = self.metrics {
-            served.metrics_addr = Some(addr);
+        if let Some((metrics, listeners)) = self.metrics {
             let app = TowerToHyperService::new(crate::frontend::metrics::router(metrics));
-            served.tasks.push(serve_http(
-                "metrics",
-                listener,
-                app,
-                // Longer than Prometheus' default 1 min scrape interval, so its kept-alive
-                // connection is not closed just as the next scrape starts.
-                Some(Duration::from_secs(300)),
-                stopped(stop.clone()),
-            ));
-            tracing::info!("started Metrics Service at {addr}");
+            for (listener, addr) in listeners {
+                served.metrics_addr = served.metrics_addr.or(addr.tcp());
+                served.tasks.push(serve_http(
+                    "metrics",
+                    listener,
+                    app.clone(),
+                    // Longer than Prometheus' default 1 min scrape interval, so its kept-alive
+                    // connection is not closed just as the next scrape starts.
+                    Some(Duration::from_secs(300)),
+                    stopped(stop.clone()),
+                ));
+                tracing::info!("started Metrics Service at {addr}");
+            }
         }
         served
     }
@@ -398,7 +410,7 @@ fn check_roots(roots: &[std::path::PathBuf]) -> Result<()> {
 /// its headers is disconnected instead of holding a socket forever.
 fn serve_http<S>(
     what: &'static str,
-    listener: tokio::net::TcpListener,
+    listener: Listener,
     app: S,
     header_timeout: Option<Duration>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -419,7 +431,7 @@ where
         let mut shutdown = std::pin::pin!(shutdown);
         let (closing, closing_rx) = watch::channel(false);
         let mut connections = tokio::task::JoinSet::new();
-        let mut acceptor = crate::frontend::common::Acceptor::new(what);
+        let mut acceptor = Acceptor::new(what);
         loop {
             let stream = tokio::select! {
                 stream = acceptor.accept(&listener) => stream,
@@ -457,32 +469,6 @@ where
         let _ = closing.send(true);
         while connections.join_next().await.is_some() {}
     })
-}
-
-/// Binds a frontend's listener. Failures read as tritonserver's
-/// (`failed to start GRPC service: Unavailable - Socket '0.0.0.0:8001' already
-/// in use`), since operators grep for them.
-async fn bind(
-    what: &str,
-    address: &str,
-    port: u16,
-) -> Result<(tokio::net::TcpListener, SocketAddr)> {
-    let addr = format!("{address}:{port}");
-    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
-        let why = if e.kind() == std::io::ErrorKind::AddrInUse {
-            format!("Socket '{addr}' already in use")
-        } else {
-            format!("Socket '{addr}' cannot be bound: {e}")
-        };
-        Error::unavailable(format!(
-            "failed to start {what} service: {} - {why}",
-            tern_core::error::Code::Unavailable.as_str()
-        ))
-    })?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Error::internal(e.to_string()))?;
-    Ok((listener, local))
 }
 
 impl RunningServer {

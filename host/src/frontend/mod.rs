@@ -5,5 +5,6 @@
 pub mod common;
 pub mod grpc;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod restrict;

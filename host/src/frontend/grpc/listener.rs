@@ -1,4 +1,5 @@
-//! Accepting gRPC connections: TCP (no Nagle), optional TLS/mutual TLS with
+//! Accepting gRPC connections: TCP (no Nagle) or a Unix-domain socket
+//! ([`crate::frontend::listen`]), optional TLS/mutual TLS with
 //! rustls, and the PING rules of [`super::pings`] on the plaintext side of
 //! every connection. TLS is done here rather than by tonic so that the PING
 //! rules see HTTP/2 frames, not ciphertext.
@@ -8,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -17,8 +17,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
+use super::authority::{fix_authority, Rewritten};
 use super::pings::{PingGuard, PingPolicy};
 use super::TlsSettings;
+use crate::frontend::listen::{Acceptor, Listener, Stream};
 use tern_core::error::{Error, Result};
 
 /// How long a client gets to finish the TLS handshake, or on plaintext to
@@ -28,7 +30,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Waits until the 24-byte HTTP/2 client preface has arrived (without
 /// consuming it: tonic reads it next).
-async fn preface(tcp: &TcpStream) -> io::Result<()> {
+async fn preface(tcp: &Stream) -> io::Result<()> {
     let mut buf = [0u8; 24];
     loop {
         match tcp.peek(&mut buf).await? {
@@ -42,19 +44,38 @@ async fn preface(tcp: &TcpStream) -> io::Result<()> {
 
 /// A connection's byte stream, plain or TLS.
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {
-    /// The TCP addresses of the connection.
+    /// The TCP addresses of the connection (none over a Unix socket).
     fn tcp_info(&self) -> TcpConnectInfo;
 }
 
-impl Io for TcpStream {
+impl Io for Stream {
     fn tcp_info(&self) -> TcpConnectInfo {
-        self.connect_info()
+        Stream::tcp_info(self)
     }
 }
 
-impl Io for tokio_rustls::server::TlsStream<TcpStream> {
+impl Io for tokio_rustls::server::TlsStream<Stream> {
     fn tcp_info(&self) -> TcpConnectInfo {
-        self.get_ref().0.connect_info()
+        self.get_ref().0.tcp_info()
+    }
+}
+
+impl<S: Io> Io for Rewritten<S> {
+    fn tcp_info(&self) -> TcpConnectInfo {
+        TcpConnectInfo {
+            local_addr: None,
+            remote_addr: None,
+        }
+    }
+}
+
+/// The connection as tonic gets it: on a Unix socket, with the clients'
+/// socket-path `:authority` made valid ([`super::authority`]).
+fn boxed<S: Io>(io: S, unix: bool) -> Box<dyn Io> {
+    if unix {
+        Box::new(fix_authority(io))
+    } else {
+        Box::new(io)
     }
 }
 
@@ -111,30 +132,43 @@ pub fn tls_acceptor(tls: &TlsSettings) -> Result<TlsAcceptor> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Accepts connections on `listener` until the returned stream is dropped.
-/// TLS handshakes run concurrently, so a slow client delays nobody else.
+/// Accepts connections on every listener until the returned stream is
+/// dropped. TLS handshakes run concurrently, so a slow client delays nobody
+/// else.
 pub fn accept(
-    listener: TcpListener,
+    listeners: Vec<Listener>,
     tls: Option<TlsAcceptor>,
     policy: PingPolicy,
 ) -> ReceiverStream<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
+    for listener in listeners {
+        accept_on(listener, tls.clone(), policy, tx.clone());
+    }
+    ReceiverStream::new(rx)
+}
+
+fn accept_on(
+    listener: Listener,
+    tls: Option<TlsAcceptor>,
+    policy: PingPolicy,
+    tx: mpsc::Sender<io::Result<Conn>>,
+) {
     tokio::spawn(async move {
-        let mut acceptor = crate::frontend::common::Acceptor::new("gRPC");
+        let mut acceptor = Acceptor::new("gRPC");
         loop {
             let tcp = tokio::select! {
                 _ = tx.closed() => return,
                 tcp = acceptor.accept(&listener) => tcp,
             };
-            let _ = tcp.set_nodelay(true);
             match &tls {
                 None => {
                     let tx = tx.clone();
                     tokio::spawn(async move {
-                        let peer = tcp.peer_addr().ok();
+                        let peer = tcp.peer_addr();
+                        let unix = matches!(tcp, Stream::Unix(_));
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, preface(&tcp)).await {
                             Ok(Ok(())) => {
-                                let conn: Conn = PingGuard::new(Box::new(tcp), policy);
+                                let conn: Conn = PingGuard::new(boxed(tcp, unix), policy);
                                 let _ = tx.send(Ok(conn)).await;
                             }
                             Ok(Err(e)) => tracing::debug!("gRPC connection from {peer:?}: {e}"),
@@ -147,10 +181,11 @@ pub fn accept(
                 Some(acceptor) => {
                     let (acceptor, tx) = (acceptor.clone(), tx.clone());
                     tokio::spawn(async move {
-                        let peer = tcp.peer_addr().ok();
+                        let peer = tcp.peer_addr();
+                        let unix = matches!(tcp, Stream::Unix(_));
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                             Ok(Ok(stream)) => {
-                                let conn: Conn = PingGuard::new(Box::new(stream), policy);
+                                let conn: Conn = PingGuard::new(boxed(stream, unix), policy);
                                 let _ = tx.send(Ok(conn)).await;
                             }
                             Ok(Err(e)) => {
@@ -163,5 +198,4 @@ pub fn accept(
             }
         }
     });
-    ReceiverStream::new(rx)
 }

@@ -3,6 +3,7 @@
 //! same core as HTTP (`tern_core::validate`, the model's scheduler), so both
 //! frontends give the same answers and the same error messages.
 
+mod authority;
 pub mod codec;
 pub mod deadline;
 pub mod listener;
@@ -919,13 +920,13 @@ where
     }
 }
 
-/// Serves a built gRPC server on `listener` until `shutdown` resolves (in-flight calls finish first).
+/// Serves a built gRPC server on its listeners until `shutdown` resolves (in-flight calls finish first).
 pub async fn serve(
     server: GrpcServer,
-    listener: tokio::net::TcpListener,
+    listeners: Vec<crate::frontend::listen::Listener>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::result::Result<(), tonic::transport::Error> {
-    let incoming = listener::accept(listener, server.tls, server.pings);
+    let incoming = listener::accept(listeners, server.tls, server.pings);
     server
         .router
         .serve_with_incoming_shutdown(incoming, shutdown)
