@@ -25,7 +25,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace
+.PHONY: python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace bench-unix
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 	@rustup which clippy-driver >/dev/null 2>&1 || rustup component add clippy
@@ -379,6 +379,12 @@ bench-cache: release redis-server $(PERF_ANALYZER)
 
 bench-trace: release $(PERF_ANALYZER)
 	$(PY) tests/bench/trace_overhead.py --tern $(CARGO_TARGET_DIR)/release/tern --perf-analyzer $(PERF_ANALYZER)
+
+# gRPC over a Unix-domain socket vs loopback TCP, one server serving both,
+# perf_analyzer at concurrency 1 and 16, interleaved (docs/PERFORMANCE.md,
+# "Unix-domain sockets"; ~1 min).
+bench-unix: release $(PERF_ANALYZER)
+	$(PY) tests/bench/unix_sockets.py --tern $(CARGO_TARGET_DIR)/release/tern --perf-analyzer $(PERF_ANALYZER)
 
 bench-batching: release
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)

@@ -50,6 +50,12 @@ NOT_ON_THIS_MACHINE = {
     "tern_cuda_memory_pool_total_bytes": "no GPU",
     "tern_cuda_memory_pool_used_bytes": "no GPU",
     "tern_cuda_memory_pool_reserved_bytes": "no GPU",
+    # Jetson gauges (host/src/metrics/jetson.rs): only where a Jetson sysfs layout exists.
+    "tern_jetson_power_rail_watts": "not a Jetson",
+    "tern_jetson_temperature_celsius": "not a Jetson",
+    "tern_jetson_gpu_frequency_hz": "not a Jetson",
+    "tern_jetson_gpu_max_frequency_hz": "not a Jetson",
+    "tern_jetson_emc_frequency_hz": "not a Jetson",
 }
 
 METRIC_NAME = re.compile(r"\b(?:nv|tern)_[A-Za-z0-9_]*[A-Za-z0-9]")

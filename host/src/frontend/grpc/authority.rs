@@ -51,6 +51,9 @@ where
     let (read, write) = tokio::io::split(io);
     let (rewritten, server_side) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
+        // Frame headers are read 9 bytes at a time: buffered, so that a
+        // socket read brings many frames, as the server's own reads would.
+        let read = tokio::io::BufReader::with_capacity(64 * 1024, read);
         if let Err(e) = pump(read, rewritten).await {
             tracing::debug!("gRPC connection on a Unix socket: {e}");
         }
