@@ -690,6 +690,48 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2, 3 ] },
     os.makedirs(f"{root}/gpu_only/1", exist_ok=True)
 
 
+def table_onnx(path, mib):
+    """VALUE = TABLE[INDEX] over a float table of `mib` MiB that the model
+    keeps in memory once loaded (a Gather ONNX Runtime cannot fold away)."""
+    n = mib * (1 << 20) // 4
+    table = helper.make_tensor("TABLE", TensorProto.FLOAT, [n], vals=bytes(4 * n), raw=True)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["TABLE", "INDEX"], ["VALUE"], axis=0)],
+        "table",
+        [helper.make_tensor_value_info("INDEX", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("VALUE", TensorProto.FLOAT, [1])],
+        [table],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)]), path)
+
+
+def on_demand_repo(root, identities=0, tables=0, table_mib=32, pinned=()):
+    """Models for loading on demand: `identities` identity models `id_<i>`
+    (cheap, for bursts and idle unloads) and `tables` ONNX models `table_<i>`
+    of `table_mib` MiB each (for the memory budget); the models in `pinned`
+    carry the `tern_pinned` config parameter."""
+
+    def pin(name):
+        if name in pinned:
+            return 'parameters { key: "tern_pinned" value { string_value: "true" } }\n'
+        return ""
+
+    for i in range(identities):
+        name = f"id_{i}"
+        write(f"{root}/{name}/config.pbtxt", io_config(name, "TYPE_FP32", [-1], 8, "identity", pin(name)))
+        write(f"{root}/{name}/1/.gitkeep", "")
+    for i in range(tables):
+        name = f"table_{i}"
+        table_onnx(f"{root}/{name}/1/model.onnx", table_mib)
+        write(
+            f"{root}/{name}/config.pbtxt",
+            f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 0\n'
+            'input [ { name: "INDEX" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+            'output [ { name: "VALUE" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+            'instance_group [ { kind: KIND_CPU count: 1 } ]\n' + pin(name),
+        )
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in ("example", "test"):
         sys.exit(__doc__)

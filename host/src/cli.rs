@@ -344,6 +344,29 @@ pub struct Args {
     )]
     pub load_model: Vec<String>,
 
+    /// Tern only, explicit mode: a request for a model that is in the
+    /// repository but not loaded loads it and waits (within the request's
+    /// timeout) instead of failing; concurrent requests share one load.
+    #[arg(help_heading = "Model repository", long, env = "TERN_MODEL_LOAD_ON_DEMAND", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub model_load_on_demand: bool,
+
+    /// Tern only, with --model-load-on-demand: unload unpinned models that no
+    /// request used for this many seconds (0: never).
+    #[arg(
+        help_heading = "Model repository",
+        long,
+        env = "TERN_MODEL_IDLE_UNLOAD_SECS",
+        default_value_t = 0
+    )]
+    pub model_idle_unload_secs: u64,
+
+    /// Tern only, with --model-load-on-demand: the most memory the process
+    /// may use (bytes, with K/M/G/Ki/Mi/Gi, or N% of the cgroup's limit, else
+    /// of physical memory); a load evicts the least recently used unpinned
+    /// models to stay under it, or is refused.
+    #[arg(help_heading = "Model repository", long, env = "TERN_MEMORY_BUDGET")]
+    pub memory_budget: Option<String>,
+
     /// Further attempts at a model version that fails to load (tritonserver's
     /// retry count: each attempt creates the version and its instances anew).
     #[arg(
@@ -720,6 +743,36 @@ impl Args {
         Ok((mode, self.load_model.clone()))
     }
 
+    /// `--model-load-on-demand`, `--model-idle-unload-secs` and
+    /// `--memory-budget`, checked against the control mode: loading on
+    /// demand needs explicit mode (in none and poll modes every model is
+    /// loaded already, and the poller would undo an unload), and the other
+    /// two need loading on demand (an unloaded model must come back).
+    pub fn on_demand(&self) -> Result<crate::repository::demand::OnDemandOptions> {
+        use crate::repository::control::ControlMode;
+        let o = crate::repository::demand::OnDemandOptions {
+            enabled: self.model_load_on_demand,
+            idle_unload: (self.model_idle_unload_secs > 0)
+                .then(|| std::time::Duration::from_secs(self.model_idle_unload_secs)),
+            budget: self
+                .memory_budget
+                .as_deref()
+                .map(crate::repository::demand::parse_budget)
+                .transpose()?,
+        };
+        if o.enabled && ControlMode::parse(&self.model_control_mode)? != ControlMode::Explicit {
+            return Err(Error::invalid_arg(
+                "--model-load-on-demand needs --model-control-mode=explicit",
+            ));
+        }
+        if !o.enabled && (o.idle_unload.is_some() || o.budget.is_some()) {
+            return Err(Error::invalid_arg(
+                "--model-idle-unload-secs and --memory-budget need --model-load-on-demand=true",
+            ));
+        }
+        Ok(o)
+    }
+
     /// Metrics settings from `--allow-cpu-metrics`, `--metrics-interval-ms` and `--metrics-config`.
     pub fn metrics_settings(&self) -> Result<crate::metrics::MetricsSettings> {
         if self.metrics_interval_ms == 0 {
@@ -964,6 +1017,34 @@ mod tests {
             .unwrap();
         let e = a.metrics_settings().unwrap_err();
         assert!(e.message.contains("unknown setting"), "{e}");
+    }
+
+    #[test]
+    fn loading_on_demand_needs_explicit_mode_and_the_rest_need_it() {
+        let args = |extra: &[&str]| {
+            let mut v = vec!["tern", "--model-repository=/m"];
+            v.extend_from_slice(extra);
+            Args::parse_checked(v).unwrap().on_demand()
+        };
+        let o = args(&[
+            "--model-control-mode=explicit",
+            "--model-load-on-demand",
+            "--model-idle-unload-secs=300",
+            "--memory-budget=2Gi",
+        ])
+        .unwrap();
+        assert!(o.enabled);
+        assert_eq!(o.idle_unload, Some(std::time::Duration::from_secs(300)));
+        assert_eq!(o.budget, Some(2 << 30));
+        assert!(!args(&[]).unwrap().enabled);
+        let e = args(&["--model-load-on-demand=true"]).unwrap_err();
+        assert!(
+            e.message.contains("needs --model-control-mode=explicit"),
+            "{e}"
+        );
+        let e = args(&["--model-control-mode=explicit", "--memory-budget=50%"]).unwrap_err();
+        assert!(e.message.contains("need --model-load-on-demand"), "{e}");
+        assert!(args(&["--memory-budget=lots"]).is_err());
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //!
 //! A frontend that must read a model's config before it can decode a request
 //! (HTTP's raw binary bodies, generate's JSON) resolves the [`Target`] first
-//! with [`Infer::target`] and runs the decoded request on that same version.
+//! with [`Infer::target`] and runs the decoded request on that same version;
+//! [`Infer::resolve`] does the same but, with `--model-load-on-demand`, loads
+//! a model that is not loaded first (one load shared by every request that
+//! waits for it, each within its own timeout; see `repository::demand`).
 
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -91,7 +94,55 @@ impl Infer {
     /// The version `model`/`version` names (`None`: the highest ready one),
     /// or the error every protocol shows for an unknown or unavailable model.
     pub fn target(&self, model: &str, version: Option<i64>) -> Result<Target> {
-        self.repository.get(model, version).map(Target)
+        let handle = self.repository.get(model, version)?;
+        self.repository.touch(model);
+        Ok(Target(handle))
+    }
+
+    /// As [`Infer::target`], but with `--model-load-on-demand` a model that is
+    /// in the repository and not loaded is loaded first, and the request
+    /// waits for it: concurrent requests for the model share one load, and
+    /// each waits at most its own `timeout` (the request's `timeout`
+    /// parameter, read only when a wait is needed; `None`: until the load
+    /// ends; a gRPC deadline ends the whole call around this wait).
+    pub async fn resolve(
+        &self,
+        model: &str,
+        version: Option<i64>,
+        timeout: impl FnOnce() -> Option<std::time::Duration>,
+    ) -> Result<Target> {
+        let first = match self.target(model, version) {
+            Err(e) if self.repository.loads_on_demand(model) => e,
+            found => return found,
+        };
+        let timeout = timeout();
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        // A model evicted again before this request got it loads again (rarely more than once).
+        for _ in 0..3 {
+            let mut pending = self.repository.load_shared(model);
+            let done = pending.wait_for(|r| r.is_some());
+            let result = match deadline {
+                None => done.await.map(|r| r.clone()),
+                Some(at) => match tokio::time::timeout_at(at, done).await {
+                    Ok(r) => r.map(|r| r.clone()),
+                    Err(_) => return Err(load_wait_expired(model, timeout)),
+                },
+            };
+            match result {
+                Ok(Some(Err(e))) => return Err(e),
+                Ok(_) => {}
+                Err(_) => {
+                    return Err(Error::internal(format!(
+                        "loading model '{model}' on demand ended without a result"
+                    )))
+                }
+            }
+            match self.target(model, version) {
+                Err(_) if self.repository.loads_on_demand(model) => continue,
+                found => return found,
+            }
+        }
+        Err(first)
     }
 
     /// Runs a request on a model that is not decoupled and writes the
@@ -214,12 +265,24 @@ impl ResponseStream for Answers {
     }
 }
 
-/// Ensemble steps and plugins' BLS calls: the same door as the frontends'.
+/// Ensemble steps and plugins' BLS calls: the same door as the frontends'
+/// (a unary call loads its model on demand, as a frontend request does).
 impl ModelRouter for Infer {
     fn infer(&self, request: InferRequest) -> Result<InferFuture> {
-        let target = self.target(&request.model_name, request.model_version)?;
         let this = self.me.upgrade().ok_or_else(shutting_down)?;
+        let target = match self.target(&request.model_name, request.model_version) {
+            Err(_) if self.repository.loads_on_demand(&request.model_name) => None,
+            found => Some(found?),
+        };
         Ok(Box::pin(async move {
+            let target = match target {
+                Some(t) => t,
+                None => {
+                    let timeout = || request_timeout(&request);
+                    this.resolve(&request.model_name, request.model_version, timeout)
+                        .await?
+                }
+            };
             Ok(this.infer(&target, request).await?.response)
         }))
     }
@@ -228,6 +291,25 @@ impl ModelRouter for Infer {
         let target = self.target(&request.model_name, request.model_version)?;
         Ok(Box::new(self.stream(&target, request)?))
     }
+}
+
+/// The request's `timeout` parameter (microseconds), which also bounds
+/// its wait for a model loading on demand.
+pub fn request_timeout(request: &InferRequest) -> Option<std::time::Duration> {
+    use tern_core::request::Parameter;
+    match request.parameters.get("timeout")? {
+        Parameter::Int(t) if *t > 0 => Some(std::time::Duration::from_micros(*t as u64)),
+        _ => None,
+    }
+}
+
+/// A request's wait for its model's load outlasted the request's timeout.
+fn load_wait_expired(model: &str, timeout: Option<std::time::Duration>) -> Error {
+    Error::unavailable(format!(
+        "model '{model}' is loading on demand and was not ready within the request's timeout \
+         of {} ms; the load goes on",
+        timeout.unwrap_or_default().as_millis()
+    ))
 }
 
 fn shutting_down() -> Error {
@@ -344,6 +426,50 @@ mod tests {
             item.response.unwrap().unwrap_err().code,
             tern_core::Code::InvalidArg
         );
+    }
+
+    #[test]
+    fn requests_for_a_model_not_loaded_share_one_load_within_their_timeouts() {
+        let t = tempfile::tempdir().unwrap();
+        identity(t.path()).repository().shutdown();
+        let infer = Infer::new(RepositoryOptions {
+            roots: vec![t.path().to_path_buf()],
+            load_threads: 1,
+            on_demand: crate::repository::demand::OnDemandOptions {
+                enabled: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let repo = infer.repository().clone();
+        repo.load_startup(crate::repository::control::ControlMode::Explicit, &[])
+            .unwrap();
+        assert!(infer.target("id", None).is_err(), "not loaded");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let e = rt
+            .block_on(infer.resolve("id", None, || Some(std::time::Duration::from_nanos(1))))
+            .err()
+            .unwrap();
+        assert!(e.message.contains("within the request's timeout"), "{e}");
+        let waits = (0..8).map(|_| infer.resolve("id", None, || None));
+        for target in rt.block_on(futures_util::future::join_all(waits)) {
+            assert_eq!(target.unwrap().model().config.name, "id");
+        }
+        assert_eq!(repo.loads_on_demand_total(), 1, "one shared load");
+        let router: Arc<dyn ModelRouter> = infer.clone();
+        repo.unload_model("id", false).unwrap();
+        let r = rt.block_on(router.infer(request("id")).unwrap()).unwrap();
+        assert_eq!(r.outputs[0].data, request("id").inputs[0].data);
+        let e = rt
+            .block_on(infer.resolve("nope", None, || None))
+            .err()
+            .unwrap();
+        assert_eq!(e.message, "Request for unknown model: 'nope' is not found");
+        repo.shutdown();
     }
 
     #[test]

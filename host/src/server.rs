@@ -105,6 +105,19 @@ pub async fn start(args: &Args) -> Result<RunningServer> {
             );
         }
     }
+    if initialized {
+        // Detached: it sleeps at most a second between sweeps and stops with the flag.
+        drop(repository.spawn_idle_unloader(stop_polling.clone())?);
+    }
+    let o = &repository.options().on_demand;
+    if o.enabled {
+        tracing::info!(
+            "models load on demand; idle unload: {}; memory budget: {}",
+            o.idle_unload
+                .map_or("off".into(), |d| format!("after {} s", d.as_secs())),
+            o.budget.map_or("off".into(), |b| format!("{} bytes", b))
+        );
+    }
     Ok(RunningServer {
         http_addr: served.http_addr,
         grpc_addr: served.grpc_addr,
@@ -165,6 +178,7 @@ fn repository_options(args: &Args, summary_latencies: bool) -> Result<Repository
         config_name: args.model_config_name.clone(),
         summary_latencies: args.allow_metrics && summary_latencies,
         load_retries: args.model_load_retry_count,
+        on_demand: args.on_demand()?,
     })
 }
 

@@ -255,3 +255,16 @@ fn check_control(info: &ServerInfo) -> Result<()> {
         Err(tern_core::messages::control_while_polling())
     }
 }
+
+/// The `timeout` request parameter (microseconds) of an HTTP request's JSON
+/// (`parameters.timeout`, or generate's top-level `timeout`), read only to
+/// bound the wait for a model loading on demand; `None` when absent.
+pub fn timeout_parameter(json: &[u8]) -> Option<std::time::Duration> {
+    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
+    let t = v
+        .get("parameters")
+        .and_then(|p| p.get("timeout"))
+        .or_else(|| v.get("timeout"))?
+        .as_u64()?;
+    (t > 0).then(|| std::time::Duration::from_micros(t))
+}

@@ -414,6 +414,48 @@ impl Metrics {
         for (model, n) in self.repository.load_failures() {
             sample(out, name, &labels(&[("model", model.as_str())]), n as f64);
         }
+        if self.repository.options().on_demand.enabled {
+            self.render_on_demand(out);
+        }
+    }
+
+    /// Which models are loaded, and the loads and evictions of loading on demand.
+    fn render_on_demand(&self, out: &mut String) {
+        let name = "tern_model_resident";
+        header(
+            out,
+            name,
+            "gauge",
+            "Whether a model in the repository is loaded (1) or not (0)",
+        );
+        let mut resident = std::collections::BTreeMap::<String, bool>::new();
+        for row in self.repository.index_with_unloaded() {
+            *resident.entry(row.name).or_default() |= row.state == crate::repository::State::Ready;
+        }
+        for (model, r) in resident {
+            let v = if r { 1.0 } else { 0.0 };
+            sample(out, name, &labels(&[("model", model.as_str())]), v);
+        }
+        let name = "tern_model_loads_on_demand_total";
+        header(
+            out,
+            name,
+            "counter",
+            "Model loads started by a request for a model that was not loaded",
+        );
+        let loads = self.repository.loads_on_demand_total();
+        sample(out, name, "", loads as f64);
+        let name = "tern_model_evictions_total";
+        header(
+            out,
+            name,
+            "counter",
+            "Models unloaded by Tern, per model and reason (idle, memory_budget)",
+        );
+        for ((model, why), n) in self.repository.evictions() {
+            let l = labels(&[("model", model.as_str()), ("reason", why.as_str())]);
+            sample(out, name, &l, n as f64);
+        }
     }
 }
 

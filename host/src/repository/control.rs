@@ -195,6 +195,9 @@ impl Repository {
         let mut errors = Vec::new();
         let mut control = control;
         control.explicit.extend(wanted.iter().cloned());
+        if mode == ControlMode::Explicit {
+            self.pin(load_models);
+        }
         for name in wanted {
             match found.get(&name) {
                 Some(dir) => jobs.push(LoadJob::from_folder(&name, dir.clone())),
@@ -374,19 +377,35 @@ impl Repository {
         control.parked.remove(name);
         control.explicit.remove(name);
         for n in &names {
-            control = self.unload_one(control, n);
+            control = self.unload_one(control, n, None);
         }
         Ok(())
     }
 
+    /// Unloads one model that no ensemble calls, with `reason` as its index
+    /// reason (idleness, the memory budget); in-flight requests finish first.
+    pub(super) fn unload_because(&self, name: &str, reason: &str) {
+        let mut control = self
+            .control
+            .lock()
+            .expect("control lock poisoned: nothing panics while holding it");
+        control.explicit.remove(name);
+        drop(self.unload_one(control, name, Some(reason)));
+    }
+
     /// Unloads one model; its requests drain with the control lock released.
-    fn unload_one<'a>(&'a self, control: ControlGuard<'a>, name: &str) -> ControlGuard<'a> {
+    fn unload_one<'a>(
+        &'a self,
+        control: ControlGuard<'a>,
+        name: &str,
+        because: Option<&str>,
+    ) -> ControlGuard<'a> {
         let names = [name.to_string()];
-        self.unlocked(control, &names, || self.drain_and_unload(name))
+        self.unlocked(control, &names, || self.drain_and_unload(name, because))
             .0
     }
 
-    fn drain_and_unload(&self, name: &str) {
+    fn drain_and_unload(&self, name: &str, because: Option<&str>) {
         let handles: Vec<Arc<ModelHandle>> = {
             let mut models = self
                 .models
@@ -410,7 +429,7 @@ impl Repository {
             .write()
             .expect("models lock poisoned: nothing panics while holding it");
         if let Some(entry) = models.get_mut(name) {
-            entry.finish_unload();
+            entry.finish_unload(because);
         }
         tracing::info!(model = name, "model unloaded");
     }
@@ -449,7 +468,7 @@ impl Repository {
         };
         for name in gone {
             tracing::info!(model = %name, "model folder removed from the repository: unloading");
-            control = self.unload_one(control, &name);
+            control = self.unload_one(control, &name, None);
         }
         for job in &changed {
             tracing::info!(model = %job.name, "model folder changed: loading");
@@ -538,7 +557,7 @@ fn load_code(e: &Error) -> Code {
 
 /// A model name as a repository holds it: one folder name, so it can never
 /// point outside the folder it is joined to (`..`, `/x`, `a/b`, NUL).
-fn check_model_name(name: &str) -> Result<()> {
+pub(super) fn check_model_name(name: &str) -> Result<()> {
     let mut parts = Path::new(name).components();
     let single = matches!(parts.next(), Some(Component::Normal(_))) && parts.next().is_none();
     if !single || name.contains(['/', '\0']) {

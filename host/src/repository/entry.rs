@@ -62,6 +62,8 @@ pub(super) struct ModelEntry {
     versions: BTreeMap<Option<i64>, VersionState>,
     /// Why the latest load failed while the ready versions keep serving.
     stale: Option<String>,
+    /// Why the model was unloaded, when not by the unload API (idleness, the memory budget).
+    unloaded_because: Option<String>,
 }
 
 impl ModelEntry {
@@ -143,7 +145,12 @@ impl ModelEntry {
                     ),
                     VersionState::Failed(r) => (State::Unavailable, r.clone()),
                     VersionState::Unloading => (State::Unloading, String::new()),
-                    VersionState::Unloaded => (State::Unavailable, UNLOADED.to_string()),
+                    VersionState::Unloaded => (
+                        State::Unavailable,
+                        self.unloaded_because
+                            .clone()
+                            .unwrap_or_else(|| UNLOADED.to_string()),
+                    ),
                 };
                 IndexEntry {
                     name: name.to_string(),
@@ -235,10 +242,11 @@ impl ModelEntry {
 
     /// The unload is over: every version is unloaded and the model forgets
     /// its config and origin.
-    pub fn finish_unload(&mut self) {
+    pub fn finish_unload(&mut self, because: Option<&str>) {
         for s in self.versions.values_mut() {
             *s = VersionState::Unloaded;
         }
+        self.unloaded_because = because.map(str::to_string);
         self.config = None;
         self.origin = None;
     }
@@ -280,8 +288,13 @@ mod tests {
         assert_eq!(e.not_ready_reason("m", Some(3)), None);
         let _ = e.begin_unload();
         assert_eq!(rows(&e), [(Some(2), State::Unloading, String::new())]);
-        e.finish_unload();
+        e.finish_unload(None);
         assert_eq!(rows(&e), [(Some(2), State::Unavailable, UNLOADED.into())]);
+        e.finish_unload(Some("unloaded: idle for 5 s"));
+        assert_eq!(
+            rows(&e),
+            [(Some(2), State::Unavailable, "unloaded: idle for 5 s".into())]
+        );
         assert!(e.settled() && e.config.is_none());
     }
 }

@@ -5,6 +5,7 @@
 //! the others.
 
 pub mod control;
+pub mod demand;
 mod entry;
 mod fingerprint;
 mod graph;
@@ -68,6 +69,8 @@ pub struct RepositoryOptions {
     pub summary_latencies: bool,
     /// `--model-load-retry-count`: further attempts at a version that fails to load.
     pub load_retries: u32,
+    /// Loading on demand, idle unloading and the memory budget (explicit mode).
+    pub on_demand: demand::OnDemandOptions,
 }
 
 /// Lifecycle state of a model version, as the repository index reports it.
@@ -136,6 +139,8 @@ pub struct Repository {
     load_failures: Mutex<BTreeMap<String, u64>>,
     /// Set by [`Repository::shutdown`]: nothing loads after it.
     closed: std::sync::atomic::AtomicBool,
+    /// Loading on demand: last uses, load costs, pins, pending loads.
+    demand: demand::Demand,
 }
 
 impl Repository {
@@ -152,6 +157,7 @@ impl Repository {
             control_done: std::sync::Condvar::new(),
             load_failures: Mutex::new(BTreeMap::new()),
             closed: std::sync::atomic::AtomicBool::new(false),
+            demand: demand::Demand::new(),
         })
     }
 

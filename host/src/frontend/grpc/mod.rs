@@ -197,7 +197,11 @@ impl InferenceService {
         if let Some(headers) = forwarded {
             super::common::forward_headers(&mut request, headers);
         }
-        let target = infer.target(&request.model_name, request.model_version)?;
+        let target = infer
+            .resolve(&request.model_name, request.model_version, || {
+                crate::infer::request_timeout(&request)
+            })
+            .await?;
         if target.model().decoupled() {
             return Err(tern_core::messages::grpc_infer_decoupled());
         }
@@ -214,6 +218,31 @@ impl InferenceService {
         Ok(response)
     }
 
+    /// Decodes one request of a stream and resolves its model (loading it
+    /// on demand): whether it asked for an empty final response, the
+    /// request, and the version it runs on.
+    async fn start_one(
+        &self,
+        mut req: ModelInferRequest,
+        trace: Option<Arc<tern_core::trace::Trace>>,
+        forwarded: Option<Vec<(String, String)>>,
+    ) -> Result<(bool, tern_core::request::InferRequest, crate::infer::Target)> {
+        let empty_final = take_empty_final(&mut req)?;
+        let mut request = codec::decode_request(req, &self.info.shm)?;
+        if let Some(headers) = forwarded {
+            super::common::forward_headers(&mut request, headers);
+        }
+        request.trace = trace;
+        let target = self
+            .info
+            .infer
+            .resolve(&request.model_name, request.model_version, || {
+                crate::infer::request_timeout(&request)
+            })
+            .await?;
+        Ok((empty_final, request, target))
+    }
+
     /// Answers one request of a ModelStreamInfer stream: a decoupled model's
     /// responses as they come (each with `triton_final_response`; a bare
     /// final flag only when the client asked with
@@ -221,7 +250,7 @@ impl InferenceService {
     /// Errors are in-band messages; the stream stays open.
     async fn stream_one(
         &self,
-        mut req: ModelInferRequest,
+        req: ModelInferRequest,
         tx: &tokio::sync::mpsc::Sender<StreamMsg>,
         traceparent: Option<&str>,
         forwarded: Option<Vec<(String, String)>>,
@@ -248,15 +277,7 @@ impl InferenceService {
         };
         let infer = &self.info.infer;
         let trace = received(infer, &model_name, traceparent);
-        let started = take_empty_final(&mut req).and_then(|empty_final| {
-            let mut request = codec::decode_request(req, &self.info.shm)?;
-            if let Some(headers) = forwarded {
-                super::common::forward_headers(&mut request, headers);
-            }
-            let target = infer.target(&request.model_name, request.model_version)?;
-            request.trace = trace.clone();
-            Ok((empty_final, request, target))
-        });
+        let started = self.start_one(req, trace.clone(), forwarded).await;
         let (empty_final, request, target) = match started {
             Ok(s) => s,
             Err(e) => {

@@ -238,7 +238,11 @@ async fn run(
     if let Some(t) = &trace {
         t.timestamp("HTTP_RECV_END");
     }
-    let target = infer.target(model, version)?;
+    let target = infer
+        .resolve(model, version, || {
+            crate::frontend::common::timeout_parameter(&body)
+        })
+        .await?;
     let mut request = decode(model, version, &target.model().config, &body)?;
     request.trace = trace.clone();
     Ok((infer.stream(&target, request)?, trace))

@@ -665,7 +665,11 @@ async fn run_infer(
     // reported as such, and a raw body is read by its config), and the
     // request runs on that same version.
     let infer = &s.info.infer;
-    let target = infer.target(model, version)?;
+    let target = infer
+        .resolve(model, version, || {
+            common::timeout_parameter(&body[..header_len.unwrap_or(body.len()).min(body.len())])
+        })
+        .await?;
     if target.model().decoupled() {
         return Err(tern_core::messages::http_infer_decoupled());
     }
