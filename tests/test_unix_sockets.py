@@ -133,7 +133,8 @@ def test_socket_mode_and_owner(good_repo, sockdir):
     [
         (["--unix-socket-mode=0999"], "--unix-socket-mode: '0999' is not an octal permission mode"),
         (["--unix-socket-owner=no-such-user-tern"], "--unix-socket-owner: unknown user 'no-such-user-tern'"),
-        (["--grpc-address=unix:/no/such/folder/g.sock"], "failed to start GRPC service: Unavailable - Socket 'unix:/no/such/folder/g.sock' cannot be bound"),
+        # Metrics bind last: the HTTP socket bound before is closed and removed again.
+        (["--metrics-address=unix:/no/such/folder/m.sock"], "failed to start Metrics service: Unavailable - Socket 'unix:/no/such/folder/m.sock' cannot be bound"),
     ],
 )
 def test_bad_socket_flags_fail_at_startup(good_repo, sockdir, flags, expect):

@@ -95,38 +95,49 @@ fn lookup_id(name: &str, kind: IdKind) -> Result<u32> {
     };
     let unknown = || Error::invalid_arg(format!("--unix-socket-owner: unknown {what} '{name}'"));
     let cname = std::ffi::CString::new(name).map_err(|_| unknown())?;
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    // SAFETY: the out-parameters point to live, writable memory of the sizes
-    // passed; the result pointer is only read when the call succeeded.
-    unsafe {
-        match kind {
-            IdKind::User => {
-                let mut pw: libc::passwd = std::mem::zeroed();
-                let mut out: *mut libc::passwd = std::ptr::null_mut();
-                let rc = libc::getpwnam_r(
-                    cname.as_ptr(),
-                    &mut pw,
-                    buf.as_mut_ptr(),
-                    buf.len(),
-                    &mut out,
-                );
-                if rc == 0 && !out.is_null() {
-                    return Ok(pw.pw_uid);
+    let mut size = 16 * 1024;
+    loop {
+        let mut buf = vec![0 as libc::c_char; size];
+        // SAFETY: the out-parameters point to live, writable memory of the sizes
+        // passed; the result pointer is only read when the call succeeded.
+        let (rc, id) = unsafe {
+            match kind {
+                IdKind::User => {
+                    let mut pw: libc::passwd = std::mem::zeroed();
+                    let mut out: *mut libc::passwd = std::ptr::null_mut();
+                    let rc = libc::getpwnam_r(
+                        cname.as_ptr(),
+                        &mut pw,
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                        &mut out,
+                    );
+                    (rc, (!out.is_null()).then_some(pw.pw_uid))
+                }
+                IdKind::Group => {
+                    let mut gr: libc::group = std::mem::zeroed();
+                    let mut out: *mut libc::group = std::ptr::null_mut();
+                    let rc = libc::getgrnam_r(
+                        cname.as_ptr(),
+                        &mut gr,
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                        &mut out,
+                    );
+                    (rc, (!out.is_null()).then_some(gr.gr_gid))
                 }
             }
-            IdKind::Group => {
-                let mut gr: libc::group = std::mem::zeroed();
-                let mut out: *mut libc::group = std::ptr::null_mut();
-                let rc = libc::getgrnam_r(
-                    cname.as_ptr(),
-                    &mut gr,
-                    buf.as_mut_ptr(),
-                    buf.len(),
-                    &mut out,
-                );
-                if rc == 0 && !out.is_null() {
-                    return Ok(gr.gr_gid);
-                }
+        };
+        match (rc, id) {
+            (0, Some(id)) => return Ok(id),
+            (0, None) => break,
+            // A large group (LDAP, sssd): a bigger buffer.
+            (libc::ERANGE, _) if size < (1 << 24) => size *= 4,
+            (rc, _) => {
+                return Err(Error::invalid_arg(format!(
+                    "--unix-socket-owner: looking up {what} '{name}' failed: {}",
+                    io::Error::from_raw_os_error(rc)
+                )))
             }
         }
     }
@@ -162,19 +173,25 @@ impl fmt::Display for Bound {
     }
 }
 
-/// A bound listener. A Unix socket's file is removed when it is dropped.
+/// A bound listener. A Unix socket's file is removed when it is dropped
+/// (if it is still this listener's: a file another server has since bound
+/// at the same path is left alone).
 pub enum Listener {
     /// TCP.
     Tcp(TcpListener),
-    /// A Unix-domain socket and its file.
-    Unix(UnixListener, PathBuf),
+    /// A Unix-domain socket, its file, and the file's device and inode.
+    Unix(UnixListener, PathBuf, (u64, u64)),
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Listener::Unix(_, path) = self {
-            if let Err(e) = std::fs::remove_file(&*path) {
-                tracing::debug!("removing socket file {}: {e}", path.display());
+        use std::os::unix::fs::MetadataExt;
+        if let Listener::Unix(_, path, id) = self {
+            let ours = std::fs::symlink_metadata(&*path).is_ok_and(|m| (m.dev(), m.ino()) == *id);
+            if ours {
+                if let Err(e) = std::fs::remove_file(&*path) {
+                    tracing::debug!("removing socket file {}: {e}", path.display());
+                }
             }
         }
     }
@@ -189,7 +206,7 @@ impl Listener {
                 let _ = s.set_nodelay(true);
                 Ok(Stream::Tcp(s))
             }
-            Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
+            Listener::Unix(l, _, _) => Ok(Stream::Unix(l.accept().await?.0)),
         }
     }
 }
@@ -354,12 +371,11 @@ pub async fn bind(
                 "cannot be bound: the socket path is empty".into(),
             ));
         }
-        clear_stale(&path).map_err(|why| failed(address, why))?;
-        let listener = UnixListener::bind(&path)
-            .map_err(|e| failed(address, format!("cannot be bound: {e}")))?;
-        // From here on the file goes when the listener does.
-        let listener = Listener::Unix(listener, path.clone());
-        set_owner_and_mode(&path, unix).map_err(|why| failed(address, why))?;
+        clear_stale(&path)
+            .await
+            .map_err(|why| failed(address, why))?;
+        let (listener, id) = bind_unix(&path, unix).map_err(|why| failed(address, why))?;
+        let listener = Listener::Unix(listener, path.clone(), id);
         return Ok((listener, Bound::Unix(path)));
     }
     let addr = format!("{address}:{port}");
@@ -379,7 +395,7 @@ pub async fn bind(
 /// A socket file left by a server that is gone is removed; one a live
 /// server answers on is "already in use", as a busy TCP port is; any other
 /// kind of file is never touched.
-fn clear_stale(path: &Path) -> std::result::Result<(), String> {
+async fn clear_stale(path: &Path) -> std::result::Result<(), String> {
     use std::os::unix::fs::FileTypeExt;
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
@@ -389,14 +405,58 @@ fn clear_stale(path: &Path) -> std::result::Result<(), String> {
     if !meta.file_type().is_socket() {
         return Err("cannot be bound: the path exists and is not a socket".into());
     }
-    match std::os::unix::net::UnixStream::connect(path) {
-        Ok(_) => Err("already in use".into()),
-        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+    // Non-blocking, and bounded: a live server with a full accept queue
+    // answers EAGAIN (or nothing) instead of holding the start.
+    let probe = tokio::time::timeout(Duration::from_secs(2), UnixStream::connect(path)).await;
+    match probe {
+        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
             tracing::info!("removing stale socket file {}", path.display());
             std::fs::remove_file(path).map_err(|e| format!("cannot be bound: {e}"))
         }
-        Err(e) => Err(format!("cannot be bound: {e}")),
+        Ok(Ok(_)) | Err(_) => Err("already in use".into()),
+        Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => Err("already in use".into()),
+        Ok(Err(e)) => Err(format!("cannot be bound: {e}")),
     }
+}
+
+/// Binds the socket in a private (0700) folder beside `path`, gives it its
+/// owner and mode, then renames it into place: no client can connect before
+/// the socket has the permissions asked for, whatever the umask.
+fn bind_unix(
+    path: &Path,
+    unix: &UnixSocketSettings,
+) -> std::result::Result<(UnixListener, (u64, u64)), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| "cannot be bound: the socket path has no file name".to_string())?;
+    let private = parent.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(|e| format!("cannot be bound: {e}"))?;
+    let staged = private.join("s");
+    let bound = UnixListener::bind(&staged)
+        .map_err(|e| format!("cannot be bound: {e}"))
+        .and_then(|l| set_owner_and_mode(&staged, unix).map(|()| l))
+        .and_then(|l| {
+            std::fs::rename(&staged, path)
+                .map(|()| l)
+                .map_err(|e| format!("cannot be bound: {e}"))
+        });
+    let _ = std::fs::remove_dir_all(&private);
+    let listener = bound?;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("cannot be bound: {e}"))?;
+    Ok((listener, (meta.dev(), meta.ino())))
 }
 
 fn set_owner_and_mode(path: &Path, unix: &UnixSocketSettings) -> std::result::Result<(), String> {
@@ -588,6 +648,25 @@ mod tests {
         let list = format!("unix:{},unix:/no/such/dir/x.sock", path.display());
         assert!(bind_all("HTTP", &list, 0, &settings).await.is_err());
         assert!(!path.exists());
+    }
+
+    #[tokio::test]
+    async fn a_socket_another_server_now_owns_is_not_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sock");
+        let address = format!("unix:{}", path.display());
+        let (ours, _) = bind("HTTP", &address, 0, &UnixSocketSettings::default())
+            .await
+            .unwrap();
+        // Another server took the path over (ours was unlinked under us).
+        std::fs::remove_file(&path).unwrap();
+        let theirs = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        drop(ours);
+        assert!(path.exists(), "the other server's socket stays");
+        drop(theirs);
+        // No private staging folder is left beside the socket.
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 
     #[tokio::test]

@@ -28,18 +28,34 @@ const END_STREAM: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
 const PADDED: u8 = 0x8;
 const PRIORITY: u8 = 0x20;
-/// The smallest SETTINGS_MAX_FRAME_SIZE a peer may announce: re-encoded
-/// blocks are cut into frames no larger, so any server accepts them.
+/// SETTINGS_MAX_FRAME_SIZE as the gRPC server announces it (h2's default,
+/// which tonic keeps): a larger frame from the client is a protocol error
+/// and ends the connection before anything is allocated for it; re-encoded
+/// blocks are cut into frames no larger.
 const MAX_FRAME: usize = 16_384;
-/// A header block larger than this (h2's default header list limit is 16 MiB)
-/// ends the connection instead of being buffered.
-const MAX_BLOCK: usize = 16 << 20;
+/// SETTINGS_HEADER_TABLE_SIZE as the server announces it (h2's default): the
+/// client's HPACK encoder may not use a larger dynamic table.
+const HEADER_TABLE_SIZE: usize = 4_096;
+/// The largest header block (compressed) and header list (decoded, counted
+/// as HTTP/2 counts it: name + value + 32 per field) passed on; the server
+/// itself accepts 16 KiB of header list. Larger ones end the connection, so
+/// a client cannot make the rewrite buffer or copy without bound.
+const MAX_BLOCK: usize = 64 << 10;
 
 /// A connection whose client frames are read through [`fix_authority`]'s
 /// rewriting; writes go to the connection unchanged.
 pub struct Rewritten<S> {
     from_client: DuplexStream,
     to_client: WriteHalf<S>,
+    /// The task reading the client: stopped when the server drops the
+    /// connection, so a silent client cannot keep the socket open.
+    pump: tokio::task::AbortHandle,
+}
+
+impl<S> Drop for Rewritten<S> {
+    fn drop(&mut self) {
+        self.pump.abort();
+    }
 }
 
 /// Wraps a Unix-socket connection so that its calls reach the server with a
@@ -50,17 +66,19 @@ where
 {
     let (read, write) = tokio::io::split(io);
     let (rewritten, server_side) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move {
+    let pump = tokio::spawn(async move {
         // Frame headers are read 9 bytes at a time: buffered, so that a
         // socket read brings many frames, as the server's own reads would.
         let read = tokio::io::BufReader::with_capacity(64 * 1024, read);
         if let Err(e) = pump(read, rewritten).await {
             tracing::debug!("gRPC connection on a Unix socket: {e}");
         }
-    });
+    })
+    .abort_handle();
     Rewritten {
         from_client: server_side,
         to_client: write,
+        pump,
     }
 }
 
@@ -125,6 +143,14 @@ async fn pump<R: AsyncRead + Unpin>(mut from: R, mut to: DuplexStream) -> io::Re
         let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
         let (kind, flags) = (head[3], head[4]);
         let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        if len > MAX_FRAME {
+            return Err(bad(format!(
+                "a frame of {len} bytes, larger than SETTINGS_MAX_FRAME_SIZE"
+            )));
+        }
+        if blocks.open.is_some() && kind != CONTINUATION {
+            return Err(bad("a frame other than CONTINUATION inside a header block"));
+        }
         if kind == HEADERS || kind == CONTINUATION {
             let mut payload = vec![0u8; len];
             from.read_exact(&mut payload).await?;
@@ -152,8 +178,10 @@ struct BlockRewriter {
 
 impl BlockRewriter {
     fn new() -> BlockRewriter {
+        let mut decoder = loona_hpack::Decoder::new();
+        decoder.set_max_allowed_table_size(HEADER_TABLE_SIZE);
         BlockRewriter {
-            decoder: loona_hpack::Decoder::new(),
+            decoder,
             open: None,
             block: Vec::new(),
         }
@@ -209,20 +237,28 @@ impl BlockRewriter {
             return Ok(None);
         };
         let block = std::mem::take(&mut self.block);
-        let headers = self
-            .decoder
-            .decode(&block)
-            .map_err(|e| bad(format!("header block: {e:?}")))?;
         let mut encoded = Vec::with_capacity(block.len() + 16);
-        for (name, value) in &headers {
-            let value: &[u8] = if name == b":authority"
-                && hyper::http::uri::Authority::try_from(value.as_slice()).is_err()
-            {
-                b"localhost"
-            } else {
-                value
-            };
-            literal(&mut encoded, name, value);
+        let mut listed = 0usize;
+        self.decoder
+            .decode_with_cb(&block, |name, value| {
+                listed += name.len() + value.len() + 32;
+                if listed > MAX_BLOCK {
+                    return;
+                }
+                let value: &[u8] = if name.as_ref() == b":authority"
+                    && hyper::http::uri::Authority::try_from(value.as_ref()).is_err()
+                {
+                    b"localhost"
+                } else {
+                    &value
+                };
+                literal(&mut encoded, &name, value);
+            })
+            .map_err(|e| bad(format!("header block: {e:?}")))?;
+        if listed > MAX_BLOCK {
+            return Err(bad(format!(
+                "a header list of {listed} bytes, larger than {MAX_BLOCK}"
+            )));
         }
         Ok(Some(frames(
             stream,
@@ -378,6 +414,88 @@ mod tests {
         let got = loona_hpack::Decoder::new().decode(&joined).unwrap();
         assert_eq!(got[1], (b":authority".to_vec(), b"localhost:8001".to_vec()));
         assert_eq!(got[2].1.len(), 40_000);
+    }
+
+    #[test]
+    fn oversized_lists_and_tables_end_the_connection() {
+        // 40 KiB of one header, referenced again and again by index: the
+        // decoded list grows far past the block's size, and is refused.
+        let mut block = client_block(&[(b"x-a", &[b'a'; 3000][..])]);
+        block.extend(std::iter::repeat_n(0xbe, 100)); // index 62: that entry
+        let mut r = BlockRewriter::new();
+        let e = r.frame(HEADERS, END_HEADERS, 1, block).unwrap_err();
+        assert!(e.to_string().contains("header list"), "{e}");
+        // A dynamic table size update above the server's 4 KiB.
+        let mut update = Vec::new();
+        let _ = loona_hpack::encoder::encode_integer_into(1 << 20, 5, 0x20, &mut update);
+        let mut r = BlockRewriter::new();
+        assert!(r.frame(HEADERS, END_HEADERS, 1, update).is_err());
+        // A compressed block over the limit, gathered from CONTINUATIONs.
+        let mut r = BlockRewriter::new();
+        assert!(r
+            .frame(HEADERS, 0, 1, vec![0x82; 16_000])
+            .unwrap()
+            .is_none());
+        let mut refused = false;
+        for _ in 0..5 {
+            match r.frame(CONTINUATION, 0, 1, vec![0x82; 16_000]) {
+                Ok(_) => {}
+                Err(_) => {
+                    refused = true;
+                    break;
+                }
+            }
+        }
+        assert!(refused);
+    }
+
+    #[tokio::test]
+    async fn oversized_and_interleaved_frames_end_the_pump() {
+        for frames in [
+            // A 1 MiB frame: refused from its header, nothing allocated.
+            {
+                let mut f = Vec::new();
+                head(&mut f, 1 << 20, 0x0, 0, 1);
+                f
+            },
+            // A PING between a HEADERS and its CONTINUATION.
+            {
+                let mut f = Vec::new();
+                head(&mut f, 1, HEADERS, 0, 1);
+                f.push(0x82);
+                head(&mut f, 8, 0x6, 0, 0);
+                f.extend_from_slice(&[0; 8]);
+                f
+            },
+        ] {
+            let (mut client, server) = tokio::io::duplex(1 << 20);
+            let (to_server, _server_reads) = tokio::io::duplex(1 << 20);
+            let task = tokio::spawn(pump(server, to_server));
+            client
+                .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                .await
+                .unwrap();
+            client.write_all(&frames).await.unwrap();
+            let e = task.await.unwrap().unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_pump_stops_when_the_server_drops_the_connection() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let conn = fix_authority(server);
+        let pump = conn.pump.clone();
+        assert!(!pump.is_finished());
+        drop(conn);
+        tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while !pump.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the pump ends with the connection");
+        drop(client);
     }
 
     #[test]
