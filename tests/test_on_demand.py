@@ -121,6 +121,15 @@ def test_a_wait_is_bounded_by_the_request_timeout(start_tern, tmp_path):
     # The load went on: the model serves.
     wait_for(lambda: "table_0" in resident(c), "table_0 to load")
     infer_table(c, "table_0")
+    # A gRPC deadline ends the wait the same way.
+    c.unload_model("table_0")
+    g = grpcclient.InferenceServerClient(t.grpc_url)
+    gi = grpcclient.InferInput("INDEX", [1], "INT64")
+    gi.set_data_from_numpy(np.array([0], dtype=np.int64))
+    with pytest.raises(InferenceServerException, match="(?i)deadline"):
+        g.infer("table_0", [gi], client_timeout=0.02)
+    wait_for(lambda: "table_0" in resident(c), "table_0 to load")
+    assert g.infer("table_0", [gi]).as_numpy("VALUE").tolist() == [0.0]
 
 
 def test_idle_models_unload_on_time_and_pinned_ones_stay(start_tern, tmp_path):

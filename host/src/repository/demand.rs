@@ -54,7 +54,11 @@ impl Eviction {
 }
 
 /// How long a load under the budget waits for busy models to become evictable before it is refused.
-const BUSY_WAIT: Duration = Duration::from_secs(10);
+const BUSY_WAIT: Duration = if cfg!(test) {
+    Duration::from_millis(200)
+} else {
+    Duration::from_secs(10)
+};
 
 /// The load whose result concurrent requests for one model wait on.
 type Pending = tokio::sync::watch::Receiver<Option<Result<()>>>;
@@ -191,7 +195,7 @@ impl Repository {
             .options
             .on_demand
             .budget
-            .map(|_| self.demand.budget_lock.lock().expect("budget lock"));
+            .and_then(|_| self.budget_turn(name));
         if self.get(name, None).is_ok() {
             return Ok(());
         }
@@ -238,6 +242,32 @@ impl Repository {
             }
         }
         Ok(())
+    }
+
+    /// This load's turn under the budget: waits for the load before it, up
+    /// to [`BUSY_WAIT`]. Past that it goes on without its turn (measured
+    /// alongside the other load), so a load whose warmup calls a model that
+    /// is not loaded (a plugin's BLS call) cannot wait for itself forever.
+    fn budget_turn(&self, name: &str) -> Option<std::sync::MutexGuard<'_, ()>> {
+        let since = Instant::now();
+        loop {
+            match self.demand.budget_lock.try_lock() {
+                Ok(turn) => return Some(turn),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if since.elapsed() < BUSY_WAIT => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    tracing::warn!(
+                        model = name,
+                        "loading on demand beside another load under --memory-budget \
+                         that has run for {} s; their memory is measured together",
+                        BUSY_WAIT.as_secs()
+                    );
+                    return None;
+                }
+            }
+        }
     }
 
     /// Evicts least recently used models until `name`'s estimated cost fits
@@ -744,6 +774,41 @@ mod tests {
             repo.evictions().keys().collect::<Vec<_>>(),
             [&("b".to_string(), Eviction::MemoryBudget)]
         );
+    }
+
+    #[test]
+    fn a_request_waits_for_a_load_on_demand_only_within_its_timeout() {
+        let t = tempfile::tempdir().unwrap();
+        repository(t.path(), OnDemandOptions::default()).shutdown();
+        let infer = crate::infer::Infer::new(RepositoryOptions {
+            roots: vec![t.path().to_path_buf()],
+            load_threads: 1,
+            on_demand: OnDemandOptions {
+                enabled: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let repo = infer.repository().clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_time()
+            .build()
+            .unwrap();
+        // Another change holds the control lock: the load cannot finish yet.
+        let control = repo.control.lock().unwrap();
+        let wait = || Some(Duration::from_millis(30));
+        let e = rt.block_on(infer.resolve("a", None, wait)).err().unwrap();
+        assert_eq!(
+            e.message,
+            "model 'a' is loading on demand and was not ready within the request's \
+             timeout of 30 ms; the load goes on"
+        );
+        drop(control);
+        let target = rt.block_on(infer.resolve("a", None, || None)).unwrap();
+        assert_eq!(target.model().config.name, "a");
+        assert_eq!(repo.loads_on_demand_total(), 1, "the first request's load");
+        repo.shutdown();
     }
 
     #[test]
