@@ -28,6 +28,9 @@ def fake_orin_jp6(root):
     bus@0 (its class entry a link, as in sysfs), the INA3221 hwmon driver at
     1-0040 and 1-0041, nine thermal zones, /proc/meminfo."""
     dev = "sys/devices/platform/bus@0/17000000.gpu"
+    os.makedirs(os.path.join(root, "sys/firmware/devicetree/base"), exist_ok=True)
+    with open(os.path.join(root, "sys/firmware/devicetree/base/compatible"), "wb") as f:
+        f.write(b"nvidia,p3737-0000+p3701-0000\0nvidia,p3701-0000\0nvidia,tegra234\0")
     put(root, f"{dev}/load", "412")
     put(root, f"{dev}/of_node/name", "gpu")
     put(root, f"{dev}/devfreq/17000000.gpu/cur_freq", "918000000")

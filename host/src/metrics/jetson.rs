@@ -134,6 +134,23 @@ fn channel(name: &str, prefix: &str, suffix: &str) -> Option<u32> {
         .ok()
 }
 
+/// Whether the board is an NVIDIA Tegra (every Jetson's device tree lists
+/// `nvidia,tegra<soc>` among its compatibles): other boards' GPUs (Mali,
+/// Adreno) have devfreq nodes named `*.gpu` too, and are not read.
+fn is_tegra(root: &Path) -> bool {
+    [
+        "sys/firmware/devicetree/base/compatible",
+        "proc/device-tree/compatible",
+    ]
+    .iter()
+    .any(|rel| {
+        fs::read(root.join(rel)).is_ok_and(|b| {
+            b.split(|c| *c == 0 || *c == b'\n')
+                .any(|s| s.starts_with(b"nvidia,tegra"))
+        })
+    })
+}
+
 /// Whether a devfreq node is a Jetson GPU: by its name's suffix
 /// (`17000000.ga10b`, `17000000.gpu`) or its device-tree node name.
 fn is_gpu_node(name: &str, dir: &Path) -> bool {
@@ -243,6 +260,9 @@ impl Jetson {
     /// Looks for a Jetson GPU under `root` (a folder holding `sys/` and
     /// `proc/`); `None` where no devfreq node is a Jetson GPU.
     pub fn detect(root: &Path) -> Option<Jetson> {
+        if !is_tegra(root) {
+            return None;
+        }
         let sys = root.join("sys");
         let (node, devfreq) = entries(&sys.join("class/devfreq"))
             .into_iter()
@@ -545,6 +565,13 @@ mod tests {
         let class = root.join("sys/class/devfreq");
         fs::create_dir_all(&class).expect("mkdir");
         symlink(&df, class.join(node)).expect("symlink");
+        let compatible = root.join("sys/firmware/devicetree/base/compatible");
+        fs::create_dir_all(compatible.parent().expect("parent")).expect("mkdir");
+        fs::write(
+            compatible,
+            b"nvidia,p3737-0000+p3701-0000\0nvidia,tegra234\0",
+        )
+        .expect("write");
     }
 
     fn hwmon(root: &Path, chip: &str, k: u32, rails: &[(u32, &str, u32, u32)]) {
@@ -971,5 +998,13 @@ mod tests {
         fs::create_dir_all(&other).expect("mkdir");
         assert!(Jetson::detect(root).is_none());
         assert!(Jetson::detect(&root.join("absent")).is_none());
+        // A Rockchip board's Mali GPU: a devfreq node named `*.gpu`, not a Tegra.
+        devfreq(root, "platform/fb000000.gpu", "fb000000.gpu", 1, 2, Some(5));
+        put(
+            root,
+            "sys/firmware/devicetree/base/compatible",
+            "rockchip,rk3588-evb1-v10\0rockchip,rk3588",
+        );
+        assert!(Jetson::detect(root).is_none());
     }
 }
