@@ -204,6 +204,7 @@ impl Repository {
         }
         let before = memory_in_use();
         tracing::info!(model = name, "loading on demand");
+        self.demand.loads.fetch_add(1, Ordering::Relaxed);
         self.load_model(name, Default::default()).map_err(|e| {
             Error::new(
                 e.code,
@@ -217,7 +218,6 @@ impl Repository {
             .lock()
             .expect("cost lock")
             .insert(name.to_string(), cost);
-        self.demand.loads.fetch_add(1, Ordering::Relaxed);
         self.demand.touch(name);
         tracing::info!(
             model = name,
@@ -506,7 +506,7 @@ impl Repository {
             .map_err(|e| Error::internal(format!("cannot start the idle-unload thread: {e}")))
     }
 
-    /// Loads started on demand since the server started.
+    /// Loads started on demand since the server started (failed ones too).
     pub fn loads_on_demand_total(&self) -> u64 {
         self.demand.loads.load(Ordering::Relaxed)
     }
