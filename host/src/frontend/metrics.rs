@@ -25,13 +25,20 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
         .with_state(metrics)
 }
 
+/// Renders off the async workers: a scrape reads NVML, sysfs (a Jetson's
+/// power monitors sit behind I2C) and every model's statistics.
 async fn scrape(State(m): State<Arc<Metrics>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; charset=utf-8; version=0.0.4",
-        )],
-        m.render(),
-    )
-        .into_response()
+    match tokio::task::spawn_blocking(move || m.render()).await {
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; charset=utf-8; version=0.0.4",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => error_response(&Error::internal(format!(
+            "rendering the metrics failed: {e}"
+        ))),
+    }
 }

@@ -113,6 +113,9 @@ pub struct Metrics {
     pools: &'static dyn Families,
     /// Other server-wide owners' families (the response cache).
     others: Vec<Arc<dyn Families>>,
+    /// Whether the GPU gauges come from a Jetson's sysfs: decided once at
+    /// startup (NVML saw no GPU), so a scrape never probes.
+    jetson: bool,
 }
 
 /// A per-model counter family: name, help and the value for one version.
@@ -194,7 +197,8 @@ impl Metrics {
         let sampler = settings
             .cpu
             .then(|| system::Sampler::start(settings.interval));
-        if settings.gpu && !gpu::probe() {
+        let jetson = settings.gpu && !gpu::probe();
+        if jetson {
             jetson::probe();
         }
         Metrics {
@@ -203,6 +207,7 @@ impl Metrics {
             sampler,
             pools,
             others: Vec::new(),
+            jetson,
         }
     }
 
@@ -229,7 +234,7 @@ impl Metrics {
         }
         self.render_load_durations(&mut out);
         self.render_system(&mut out);
-        if self.settings.gpu && !gpu::render(&mut out) {
+        if self.settings.gpu && !gpu::render(&mut out) && self.jetson {
             jetson::render(&mut out);
         }
         for families in &self.others {
