@@ -191,7 +191,7 @@ backend: "wasm"
 max_batch_size: 0
 input [ { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]
-parameters { key: "execution_timeout_ms" value: { string_value: "300" } }
+parameters { key: "execution_timeout_ms" value: { string_value: "1500" } }
 parameters { key: "max_memory_bytes" value: { string_value: "33554432" } }
 ''',
         {"data.txt": "hello from the model folder\n"},

@@ -215,7 +215,7 @@ def pytest_sessionfinish(session, exitstatus):
 # (`--dist loadfile --no-loadscope-reorder`). The long files go first, so the
 # two workers share them; the plugin memory soak goes last: it keeps both
 # cores busy for minutes, and beside it timing tests miss their deadlines
-# (the plugin log flood's 300 ms, in test_plugins.py, which goes first).
+# (the plugin log flood's deadline, in test_plugins.py, which goes first).
 FIRST = ["test_lang_plugins.py", "test_detection.py", "test_perf_analyzer.py", "test_plugins.py"]
 LAST = ["test_plugin_memory.py"]
 
