@@ -111,38 +111,44 @@ impl Infer {
         version: Option<i64>,
         timeout: impl FnOnce() -> Option<std::time::Duration>,
     ) -> Result<Target> {
-        let first = match self.target(model, version) {
-            Err(e) if self.repository.loads_on_demand(model) => e,
+        match self.target(model, version) {
+            Err(_) if self.repository.loads_on_demand(model) => {}
             found => return found,
-        };
+        }
         let timeout = timeout();
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-        // A model evicted again before this request got it loads again (rarely more than once).
-        for _ in 0..3 {
-            let mut pending = self.repository.load_shared(model);
-            let done = pending.wait_for(|r| r.is_some());
-            let result = match deadline {
-                None => done.await.map(|r| r.clone()),
-                Some(at) => match tokio::time::timeout_at(at, done).await {
-                    Ok(r) => r.map(|r| r.clone()),
-                    Err(_) => return Err(load_wait_expired(model, timeout)),
-                },
-            };
-            match result {
-                Ok(Some(Err(e))) => return Err(e),
-                Ok(_) => {}
-                Err(_) => {
-                    return Err(Error::internal(format!(
-                        "loading model '{model}' on demand ended without a result"
-                    )))
-                }
+        let mut pending = self.repository.load_shared(model);
+        let done = pending.wait_for(|r| r.is_some());
+        let result = match deadline {
+            None => done.await.map(|r| r.clone()),
+            Some(at) => match tokio::time::timeout_at(at, done).await {
+                Ok(r) => r.map(|r| r.clone()),
+                Err(_) => return Err(load_wait_expired(model, timeout)),
+            },
+        };
+        // The load answers with the model's handles, taken before it could
+        // be evicted: holding them, this request cannot lose its model.
+        let handles = match result {
+            Ok(Some(Ok(handles))) => handles,
+            Ok(Some(Err(e))) => return Err(e),
+            Ok(None) | Err(_) => {
+                return Err(Error::internal(format!(
+                    "loading model '{model}' on demand ended without a result"
+                )))
             }
-            match self.target(model, version) {
-                Err(_) if self.repository.loads_on_demand(model) => continue,
-                found => return found,
+        };
+        let handle = match version {
+            None => handles.last(),
+            Some(v) => handles.iter().find(|h| h.version == v),
+        };
+        match handle {
+            Some(h) => {
+                self.repository.touch(model);
+                Ok(Target(h.clone()))
             }
+            // Loaded, but not the version the request names: its own error.
+            None => self.target(model, version),
         }
-        Err(first)
     }
 
     /// Runs a request on a model that is not decoupled and writes the
@@ -181,6 +187,7 @@ impl Infer {
             inner,
             requested,
             trace,
+            _model: target.0.clone(),
         })
     }
 
@@ -227,6 +234,10 @@ pub struct Answers {
     requested: Vec<RequestedOutput>,
     /// The request's trace, until its last response (`REQUEST_END`).
     trace: Option<Arc<Trace>>,
+    /// The version the stream runs on, held while the stream is open: a
+    /// model with an open stream is in use, never unloaded by idleness or
+    /// the memory budget.
+    _model: Arc<ModelHandle>,
 }
 
 impl Answers {
@@ -287,6 +298,9 @@ impl ModelRouter for Infer {
         }))
     }
 
+    /// A streaming call starts synchronously, so it does not wait for a
+    /// load on demand: a model that is not loaded answers as it would
+    /// without `--model-load-on-demand` (the docs say so).
     fn infer_stream(&self, request: InferRequest) -> Result<Box<dyn ResponseStream>> {
         let target = self.target(&request.model_name, request.model_version)?;
         Ok(Box::new(self.stream(&target, request)?))

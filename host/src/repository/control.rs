@@ -256,6 +256,22 @@ impl Repository {
     /// `POST /v2/repository/models/{name}/load`: loads or reloads a model
     /// from the repository, or from a config and files given in the request.
     pub fn load_model(&self, name: &str, overrides: LoadOverride) -> Result<()> {
+        self.load_model_from(name, overrides)?.map_err(|e| {
+            Error::new(
+                load_code(&e),
+                format!("load failed for model '{name}': {}", e.message),
+            )
+        })
+    }
+
+    /// [`Repository::load_model`], answering the load's own failure (the
+    /// inner error, not yet saying which load failed) apart from a refusal
+    /// before the load (the outer one, complete).
+    pub(super) fn load_model_from(
+        &self,
+        name: &str,
+        overrides: LoadOverride,
+    ) -> Result<std::result::Result<(), Error>> {
         check_model_name(name)?;
         let control = self.control_for_load()?;
         let found = self.scan()?;
@@ -287,13 +303,11 @@ impl Repository {
         control.explicit.insert(name.to_string());
         control.parked.remove(name);
         match failed.remove(name) {
-            Some(e) => Err(Error::new(
-                load_code(&e),
-                format!("load failed for model '{name}': {}", e.message),
-            )),
+            Some(e) => Ok(Err(e)),
             None => {
+                self.forget_failure(name);
                 self.load_parked(control, &found);
-                Ok(())
+                Ok(Ok(()))
             }
         }
     }
@@ -383,14 +397,45 @@ impl Repository {
     }
 
     /// Unloads one model that no ensemble calls, with `reason` as its index
-    /// reason (idleness, the memory budget); in-flight requests finish first.
-    pub(super) fn unload_because(&self, name: &str, reason: &str) {
+    /// reason (idleness, the memory budget), but only if `unused` still
+    /// holds for it: checked under the models' write lock, in the same
+    /// critical section that takes its handles out of service, so no request
+    /// can get one between the check and the unload. A model another change
+    /// is loading or unloading is left alone (its load may be waiting for the
+    /// load this eviction makes room for). Answers whether it unloaded; when
+    /// it does, nothing held the model, so nothing in flight is cut short.
+    pub(super) fn unload_if_unused(
+        &self,
+        name: &str,
+        reason: &str,
+        unused: impl FnOnce(&BTreeMap<String, super::ModelEntry>) -> bool,
+    ) -> bool {
         let mut control = self
             .control
             .lock()
             .expect("control lock poisoned: nothing panics while holding it");
+        if control.busy.contains(name) {
+            return false;
+        }
+        let handles = {
+            let mut models = self
+                .models
+                .write()
+                .expect("models lock poisoned: nothing panics while holding it");
+            if !unused(&models) {
+                return false;
+            }
+            match models.get_mut(name) {
+                Some(entry) if entry.serving() => entry.begin_unload(),
+                _ => return false,
+            }
+        };
         control.explicit.remove(name);
-        drop(self.unload_one(control, name, Some(reason)));
+        let names = [name.to_string()];
+        drop(self.unlocked(control, &names, || {
+            self.finish_unload(name, handles, Some(reason))
+        }));
+        true
     }
 
     /// Unloads one model; its requests drain with the control lock released.
@@ -416,6 +461,12 @@ impl Repository {
             };
             entry.begin_unload()
         };
+        self.finish_unload(name, handles, because);
+    }
+
+    /// Drains and stops the handles an unload took out of service, then
+    /// marks the model unloaded.
+    fn finish_unload(&self, name: &str, handles: Vec<Arc<ModelHandle>>, because: Option<&str>) {
         let deadline = Instant::now() + UNLOAD_DRAIN;
         for h in &handles {
             while Arc::strong_count(h) > 1 && Instant::now() < deadline {
@@ -548,7 +599,7 @@ fn add_implicit_composing(
     }
 }
 
-fn load_code(e: &Error) -> Code {
+pub(super) fn load_code(e: &Error) -> Code {
     match e.code {
         Code::InvalidArg | Code::NotFound | Code::Unsupported => Code::InvalidArg,
         _ => Code::Internal,

@@ -130,6 +130,10 @@ impl Repository {
             });
             control = guard;
             for (job, result) in results {
+                if result.is_ok() {
+                    // Every load, by request or by the API, is a use (idle unloading, LRU eviction).
+                    self.touch(&job.name);
+                }
                 match result {
                     Ok(true) => changed.push(job.name),
                     Ok(false) => {}

@@ -373,6 +373,16 @@ impl ModelHandle {
         self.model_stats().summaries()
     }
 
+    /// Sequences the sequence batcher holds open (started and not yet ended
+    /// or released as idle); 0 for a model without one. Loading on demand
+    /// never unloads a model with an open sequence.
+    pub fn open_sequences(&self) -> usize {
+        match &self.scheduler {
+            Scheduler::Sequence(p) => p.sequences(),
+            _ => 0,
+        }
+    }
+
     /// Requests waiting in the queue (not yet executing).
     pub fn pending(&self) -> usize {
         match &self.scheduler {
