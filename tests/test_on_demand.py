@@ -292,9 +292,10 @@ def test_a_load_that_cannot_fit_is_refused_naming_what_is_loaded(start_tern, tmp
 
 def test_long_requests_and_streams_outlive_the_idle_time(start_tern, tmp_path):
     """A request that runs for 3 s, and a decoupled stream of 6 responses
-    0.5 s apart over HTTP generate_stream (whose frontend keeps no handle of
-    its own while the stream runs), on models idle-unloaded after 1 s: both
-    complete, and each model goes only once it is idle."""
+    0.5 s apart over HTTP generate_stream (whose frontend lets go of the
+    version it resolved once the stream starts), on models idle-unloaded
+    after 1 s: both models keep serving while the work runs, both complete,
+    and each model goes only once it is idle."""
     root = str(tmp_path / "models")
     delay = 'parameters { key: "execute_delay_ms" value { string_value: "3000" } }'
     gen_models.write(f"{root}/slow/config.pbtxt", gen_models.io_config("slow", "TYPE_FP32", [-1], 8, "identity", delay))
@@ -329,15 +330,22 @@ def test_long_requests_and_streams_outlive_the_idle_time(start_tern, tmp_path):
     threads = [threading.Thread(target=slow), threading.Thread(target=stream)]
     for th in threads:
         th.start()
+    # Past the idle time (and a sweep) with both still at work, both still serve.
+    c = httpclient.InferenceServerClient(t.url)
+    wait_for(lambda: {"slow", "stream_count"} <= set(resident(c)), "both models to load")
+    time.sleep(1.8)
+    held = resident(c)
+    working = [th.is_alive() for th in threads]
     for th in threads:
         th.join(60)
     assert failures == [], failures
+    assert working == [True, True], "the work outlasts the check"
+    assert {"slow", "stream_count"} <= set(held), held
     assert results["slow"] >= 3.0, results
     events = results["stream"]
     assert [e.get("OUT") for e in events if "error" not in e] == list(range(6)), events
     assert not [e for e in events if "error" in e], events
     # Idle pressure was there all along: once the work is done, both go.
-    c = httpclient.InferenceServerClient(t.url)
     wait_for(lambda: not {"slow", "stream_count"} & set(resident(c)), "both models to be unloaded as idle", timeout=15)
     for m in ("slow", "stream_count"):
         assert metric(t, "tern_model_evictions_total", model=m, reason="idle") == 1, m
