@@ -349,3 +349,27 @@ def test_long_requests_and_streams_outlive_the_idle_time(start_tern, tmp_path):
     wait_for(lambda: not {"slow", "stream_count"} & set(resident(c)), "both models to be unloaded as idle", timeout=15)
     for m in ("slow", "stream_count"):
         assert metric(t, "tern_model_evictions_total", model=m, reason="idle") == 1, m
+
+
+def test_a_model_with_an_open_sequence_is_not_idle(start_tern, tmp_path):
+    """A sequence started and not ended keeps its model loaded past the idle
+    time (its state lives in the model); once it ends, the model goes."""
+    root = str(tmp_path / "models")
+    gen_models.sequence_onnx(f"{root}/acc/1/model.onnx", gen_models.TensorProto.UINT64)
+    gen_models.write(
+        f"{root}/acc/config.pbtxt",
+        gen_models.SEQUENCE_CONFIG.format(name="acc", corrid="TYPE_UINT64", idle=30000000, strategy="direct { }", initial="zero_data: true"),
+    )
+    t = start_tern(on_demand(root, "--model-idle-unload-secs=1"))
+    c = httpclient.InferenceServerClient(t.url)
+
+    def step(value, **kw):
+        i = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        i.set_data_from_numpy(np.full((1, 1), value, dtype=np.int32))
+        return c.infer("acc", [i], sequence_id=42, **kw).as_numpy("OUTPUT").reshape(-1)[0]
+
+    assert step(5, sequence_start=True) == 5
+    time.sleep(2.5)
+    assert "acc" in resident(c), "the open sequence keeps it"
+    assert step(2, sequence_end=True) == 7, "the sequence's state survived"
+    wait_for(lambda: "acc" not in resident(c), "acc to be unloaded once the sequence ended", timeout=15)
