@@ -19,6 +19,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from conftest import gen_models
+from test_model_control import wait_for
 
 TABLE_MIB = 32
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,16 +68,6 @@ def metric(t, name, **labels):
         if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
             total += float(m.group(2))
     return total
-
-
-def wait_for(check, what, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_burst_over_many_models_loads_each_once_and_waits(start_tern, tmp_path):

@@ -70,12 +70,12 @@ class Server:
         self.log.close()
 
 
-def perf(a, server):
+def perf_grpc(perf_analyzer, url, model, concurrency, duration, extra=()):
+    """perf_analyzer over gRPC (3 windows of `duration` s): (infer/s, p99 ms)."""
     with tempfile.NamedTemporaryFile(suffix=".csv", delete=False) as f:
         report = f.name
-    cmd = [a.perf_analyzer, "-m", "expensive", "-i", "grpc", "-u", f"127.0.0.1:{server.grpc}",
-           "--concurrency-range=4", "--input-data=zero", "--sync", "-p", str(int(a.duration * 1000)), "-s", "1000",
-           "-r", "3", "--percentile=99", "-f", report]
+    cmd = [perf_analyzer, "-m", model, "-i", "grpc", "-u", url, f"--concurrency-range={concurrency}",
+           "-p", str(int(duration * 1000)), "-s", "1000", "-r", "3", "--percentile=99", "-f", report, *extra]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     with open(report) as f:
         rows = list(csv.DictReader(f))
@@ -83,6 +83,11 @@ def perf(a, server):
     if p.returncode != 0 or not rows:
         raise RuntimeError((p.stdout + p.stderr)[-800:])
     return float(rows[0]["Inferences/Second"]), float(rows[0]["p99 latency"]) / 1000
+
+
+def perf(a, server):
+    return perf_grpc(a.perf_analyzer, f"127.0.0.1:{server.grpc}", "expensive", 4, a.duration,
+                     ["--input-data=zero", "--sync"])
 
 
 def misses(server, n):

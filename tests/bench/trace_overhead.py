@@ -10,15 +10,13 @@ that accepts and drops the spans — one run, the setups interleaved.
 """
 
 import argparse
-import csv
 import http.server
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 
-from response_cache import ROOT, Server  # the same server harness
+from response_cache import ROOT, Server, perf_grpc  # the same server harness
 
 
 
@@ -37,18 +35,7 @@ class Sink(http.server.BaseHTTPRequestHandler):
 
 
 def perf(a, server):
-    with tempfile.NamedTemporaryFile(suffix=".csv", delete=False) as f:
-        report = f.name
-    cmd = [a.perf_analyzer, "-m", "simple", "-i", "grpc", "-u", f"127.0.0.1:{server.grpc}",
-           f"--concurrency-range={a.concurrency}", "-p", str(int(a.duration * 1000)), "-s", "1000",
-           "-r", "3", "--percentile=99", "-f", report]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    with open(report) as f:
-        rows = list(csv.DictReader(f))
-    os.unlink(report)
-    if p.returncode != 0 or not rows:
-        raise RuntimeError((p.stdout + p.stderr)[-800:])
-    return float(rows[0]["Inferences/Second"]), float(rows[0]["p99 latency"]) / 1000
+    return perf_grpc(a.perf_analyzer, f"127.0.0.1:{server.grpc}", "simple", a.concurrency, a.duration)
 
 
 def main():

@@ -10,27 +10,15 @@ path) at concurrency 1 and 16, the two transports interleaved.
 """
 
 import argparse
-import csv
 import os
 import shutil
-import subprocess
 import tempfile
 
-from response_cache import ROOT, Server  # the same server harness
+from response_cache import ROOT, Server, perf_grpc  # the same server harness
 
 
 def perf(a, url, conc):
-    with tempfile.NamedTemporaryFile(suffix=".csv", delete=False) as f:
-        report = f.name
-    cmd = [a.perf_analyzer, "-m", "simple", "-i", "grpc", "-u", url, f"--concurrency-range={conc}",
-           "-p", str(int(a.duration * 1000)), "-s", "1000", "-r", "3", "--percentile=99", "-f", report]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    with open(report) as f:
-        rows = list(csv.DictReader(f))
-    os.unlink(report)
-    if p.returncode != 0 or not rows:
-        raise RuntimeError((p.stdout + p.stderr)[-800:])
-    return float(rows[0]["Inferences/Second"]), float(rows[0]["p99 latency"]) / 1000
+    return perf_grpc(a.perf_analyzer, url, "simple", conc, a.duration)
 
 
 def main():
