@@ -16,6 +16,11 @@ ifdef CI
 export CARGO_INCREMENTAL ?= 0
 endif
 export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
+# The servers the tests start cache compiled plugins in the clone, not in
+# the user's cache folder (bounded there too, by --wasm-cache-max-size);
+# pytest.ini has passing tests' temporary folders removed.
+TEST_TARGETS := test-fast unit flavours e2e test-vs-triton test-torch smoke-aarch64 package-check image-check jetson-context
+$(TEST_TARGETS): export TERN_WASM_CACHE_DIR := $(CARGO_TARGET_DIR)/test-wasm-cache
 # LibTorch for the pytorch backend (see `torch`).
 LIBTORCH_DIR := .cache/libtorch
 LIBTORCH_STAMP := $(LIBTORCH_DIR)/build-version

@@ -4,6 +4,7 @@ serving, BLS calls and cycle refusal, and the .cwasm cache."""
 
 import os
 import shutil
+import subprocess
 import threading
 import time
 
@@ -13,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, Tern
+from conftest import ROOT, Tern, tern_bin
 
 import gen_models
 
@@ -269,6 +270,32 @@ def test_cwasm_cache_is_reused(plugin_repo, tmp_path):
     second = Tern([f"--model-repository={plugin_repo}", f"--wasm-cache-dir={cache}"])
     second.stop()
     assert "(Cache)" in second.log() and "(Compiled)" not in second.log(), second.log()
+
+
+def test_cwasm_cache_stays_within_its_bound(plugin_repo, tmp_path):
+    """--wasm-cache-max-size: the least recently used entries go, and a dead writer's leftovers."""
+    measure = tmp_path / "measure"
+    Tern([f"--model-repository={plugin_repo}", f"--wasm-cache-dir={measure}"]).stop()
+    needed = sum(p.stat().st_size for p in measure.iterdir() if ".cwasm" in p.name)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    old_entry = cache / ("0" * 64 + "-x86_64-pooling.cwasm")
+    old_entry.write_bytes(b"\0" * (1 << 20))
+    (cache / (old_entry.name + ".seal")).write_bytes(b"\0" * 32)
+    leftover = cache / f".{old_entry.name}.999.tmp"
+    leftover.write_bytes(b"\0" * 4096)
+    for p in (old_entry, leftover):
+        os.utime(p, (time.time() - 7200, time.time() - 7200))
+    t = Tern([f"--model-repository={plugin_repo}", f"--wasm-cache-dir={cache}",
+              f"--wasm-cache-max-size={needed + (512 << 10)}"])
+    t.stop()
+    left = sorted(p.name for p in cache.iterdir())
+    assert old_entry.name not in left and leftover.name not in left, left
+    assert len([n for n in left if n.endswith(".cwasm")]) == 4, left
+    assert "least recently used" in t.log()
+    e = subprocess.run([tern_bin(), f"--model-repository={plugin_repo}", "--wasm-cache-max-size=lots"],
+                       capture_output=True, text=True, timeout=30)
+    assert e.returncode != 0 and "--wasm-cache-max-size must be bytes" in e.stderr, e.stderr
 
 
 def test_broken_plugin_fails_its_load_only(plugin_repo, tmp_path):

@@ -551,6 +551,17 @@ pub struct Args {
     )]
     pub wasm_cache_dir: Option<PathBuf>,
 
+    /// The most the compiled-plugin cache may hold (bytes, with K/M/G/Ki/Mi/Gi;
+    /// default 2Gi); the least recently used entries are removed to stay within it.
+    #[arg(
+        help_heading = "Backends and plugins",
+        long,
+        env = "TERN_WASM_CACHE_MAX_SIZE",
+        default_value = "2Gi",
+        value_parser = |s: &str| crate::repository::demand::parse_bytes("--wasm-cache-max-size", s)
+    )]
+    pub wasm_cache_max_size: u64,
+
     /// The Python runner component that serves `backend: "python"` models (default: `python-runner.wasm` beside the binary, else `../lib/tern/python-runner.wasm` from it).
     #[arg(
         help_heading = "Backends and plugins",
@@ -856,6 +867,7 @@ impl Args {
                 Some(p) => Some(p.to_path_buf()),
                 None => tern_wasm::cache::default_dir(),
             },
+            wasm_cache_max_bytes: self.wasm_cache_max_size,
             python_runner: self.python_runner.clone(),
         };
         for entry in &self.backend_config {

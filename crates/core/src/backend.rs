@@ -12,7 +12,7 @@ use crate::request::{InferRequest, InferResponse};
 use crate::router::ModelRouter;
 
 /// Backend-wide settings from the command line.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct BackendSettings {
     /// Path of `libonnxruntime.so`; `None` = `ORT_DYLIB_PATH` or the default lookup.
     pub onnxruntime_library: Option<PathBuf>,
@@ -20,9 +20,28 @@ pub struct BackendSettings {
     pub default_max_batch_size: i32,
     /// `--wasm-cache-dir`: where compiled plugins are cached (`None` = no cache).
     pub wasm_cache_dir: Option<PathBuf>,
+    /// `--wasm-cache-max-size`: the most bytes the cache folder's entries
+    /// may take before the least recently used are removed.
+    pub wasm_cache_max_bytes: u64,
     /// `--python-runner`: the prebuilt component that serves `backend:
     /// "python"` models (`None` = look beside the binary).
     pub python_runner: Option<PathBuf>,
+}
+
+/// The default `--wasm-cache-max-size`: room for dozens of compiled Python
+/// plugins (~35 MB each), a small part of a device's storage.
+pub const DEFAULT_WASM_CACHE_MAX_BYTES: u64 = 2 << 30;
+
+impl Default for BackendSettings {
+    fn default() -> Self {
+        Self {
+            onnxruntime_library: None,
+            default_max_batch_size: 0,
+            wasm_cache_dir: None,
+            wasm_cache_max_bytes: DEFAULT_WASM_CACHE_MAX_BYTES,
+            python_runner: None,
+        }
+    }
 }
 
 /// Where a model's files are.

@@ -165,7 +165,13 @@ impl WasmModel {
         let (component, source) = cache::load(
             &runtime,
             &path,
-            ctx.settings.wasm_cache_dir.as_deref(),
+            ctx.settings
+                .wasm_cache_dir
+                .as_deref()
+                .map(|path| cache::Folder {
+                    path,
+                    max_bytes: ctx.settings.wasm_cache_max_bytes,
+                }),
             || {
                 ctx.progress.set(format!(
                     "version {}: compiling the plugin (cached after the first load)",

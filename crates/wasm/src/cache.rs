@@ -12,6 +12,12 @@
 //! with mode 0600), and the entry, its seal and its folder must belong to
 //! this user (or root) and be writable by no one else. An entry that fails
 //! either check is refused with a warning and recompiled.
+//!
+//! The folder is bounded (`--wasm-cache-max-size`): after an entry is
+//! written, the least recently used entries (a cache hit refreshes an
+//! entry's time) are removed until the folder fits, and temporary files
+//! left by writers that died are removed, so a device whose plugins change
+//! does not fill its disk with code it no longer runs.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -111,7 +117,7 @@ fn compile(engine: &Engine, path: &Path, bytes: &[u8]) -> Result<Vec<u8>> {
 pub fn load(
     runtime: &Runtime,
     path: &Path,
-    cache_dir: Option<&Path>,
+    cache: Option<Folder<'_>>,
     compiling: impl FnOnce(),
 ) -> Result<(SharedComponent, Source)> {
     let bytes = std::fs::read(path)
@@ -134,19 +140,29 @@ pub fn load(
     if let Some(component) = slot.upgrade() {
         return Ok((component, Source::Shared));
     }
-    let (component, source) = load_bytes(runtime, path, &bytes, cache_dir, compiling)?;
+    let (component, source) = load_bytes(runtime, path, &bytes, cache, compiling)?;
     let component = Arc::new(component);
     *slot = Arc::downgrade(&component);
     Ok((component, source))
+}
+
+/// A cache folder and the most its entries may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Folder<'a> {
+    /// The folder (`--wasm-cache-dir`).
+    pub path: &'a Path,
+    /// The most bytes its entries and seals may take (`--wasm-cache-max-size`).
+    pub max_bytes: u64,
 }
 
 fn load_bytes(
     runtime: &Runtime,
     path: &Path,
     bytes: &[u8],
-    cache_dir: Option<&Path>,
+    cache: Option<Folder<'_>>,
     compiling: impl FnOnce(),
 ) -> Result<(Component, Source)> {
+    let cache_dir = cache.map(|c| c.path);
     let engine = &runtime.engine;
     let entry: Option<PathBuf> = cache_dir.map(|d| d.join(key(&runtime.cache_tag(), bytes)));
     let seal = match cache_dir.map(seal_key).transpose() {
@@ -166,7 +182,12 @@ fn load_bytes(
                 // root and writable by no one else. Mapping the file (not a copy)
                 // keeps the code in the page cache, shared.
                 Ok(mut file) => match deserialize_open(engine, &mut file) {
-                    Ok(c) => return Ok((c, Source::Cache)),
+                    Ok(c) => {
+                        // Recently used: the last to be pruned. (An entry of
+                        // root's, read by another user, keeps its time.)
+                        let _ = file.set_modified(std::time::SystemTime::now());
+                        return Ok((c, Source::Cache));
+                    }
                     Err(e) => tracing::warn!(
                         "wasm cache entry '{}' is unusable ({e:#}); recompiling",
                         entry.display()
@@ -188,9 +209,10 @@ fn load_bytes(
     let started = Instant::now();
     let compiled = compile(engine, path, bytes)?;
     tracing::info!("compiled '{}' in {:?}", path.display(), started.elapsed());
-    if let (Some(entry), Some(seal)) = (&entry, &seal) {
-        if let Err(e) = store(entry, &compiled, seal) {
-            tracing::warn!("cannot write wasm cache entry '{}': {e}", entry.display());
+    if let (Some(entry), Some(seal), Some(cache)) = (&entry, &seal, cache) {
+        match store(entry, &compiled, seal) {
+            Ok(()) => prune(cache, entry),
+            Err(e) => tracing::warn!("cannot write wasm cache entry '{}': {e}", entry.display()),
         }
     }
     // SAFETY: `compiled` was produced just now by this engine.
@@ -367,6 +389,8 @@ fn store(entry: &Path, compiled: &[u8], key: &[u8; 32]) -> std::io::Result<()> {
     )
 }
 
+/// Writes `bytes` to a temporary file beside `path`, then renames it into
+/// place; on failure (a full disk) the temporary file is removed.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().expect("cache files live in a directory");
     let tmp = dir.join(format!(
@@ -374,15 +398,78 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
         std::process::id()
     ));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(&tmp)?;
-    std::io::Write::write_all(&mut f, bytes)?;
-    drop(f);
-    std::fs::rename(&tmp, path)
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        std::io::Write::write_all(&mut f, bytes)?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// How old a temporary file must be before pruning takes it for the
+/// leftover of a writer that died (a live writer renames it in seconds).
+const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Keeps the folder within its bound after `written` was stored: removes
+/// the least recently used entries (with their seals; never `written`)
+/// until entries and seals fit in `max_bytes`, and temporary files older
+/// than an hour. A server still running an entry's code keeps it mapped,
+/// so removing it only means the next load compiles again.
+fn prune(cache: Folder<'_>, written: &Path) {
+    let Ok(dir) = std::fs::read_dir(cache.path) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    let mut entries = Vec::new();
+    let mut total = 0u64;
+    for item in dir.flatten() {
+        let name = item.file_name();
+        let name = name.to_string_lossy();
+        let Ok(meta) = item.metadata() else { continue };
+        let age = now
+            .duration_since(meta.modified().unwrap_or(now))
+            .unwrap_or_default();
+        if name.starts_with('.') && name.ends_with(".tmp") {
+            if age > STALE_TEMPORARY {
+                let _ = std::fs::remove_file(item.path());
+            }
+        } else if name.ends_with(".cwasm") || name.ends_with(".cwasm.seal") {
+            total += meta.len();
+            if name.ends_with(".cwasm") && item.path() != written {
+                entries.push((meta.modified().unwrap_or(now), item.path(), meta.len()));
+            }
+        }
+    }
+    if total <= cache.max_bytes {
+        return;
+    }
+    entries.sort();
+    for (_, entry, size) in entries {
+        if total <= cache.max_bytes {
+            break;
+        }
+        let seal = seal_path(&entry);
+        let seal_size = std::fs::metadata(&seal).map_or(0, |m| m.len());
+        if std::fs::remove_file(&entry).is_ok() {
+            let _ = std::fs::remove_file(&seal);
+            total = total.saturating_sub(size + seal_size);
+            tracing::info!(
+                "wasm cache: removed '{}' ({} KiB, least recently used) to stay within {} MiB",
+                entry.display(),
+                size / 1024,
+                cache.max_bytes >> 20
+            );
+        }
+    }
 }
 
 /// The default cache directory: `$XDG_CACHE_HOME/tern/wasm` or `~/.cache/tern/wasm`.
@@ -452,7 +539,7 @@ mod tests {
             precompile(&Runtime::for_target(&host, false).unwrap(), &file, &cache).unwrap();
         assert!(entry.is_file() && size > 0);
         assert_eq!(
-            load(&native, &file, Some(&cache), || ()).unwrap().1,
+            load(&native, &file, Some(folder(&cache)), || ()).unwrap().1,
             Source::Cache
         );
         // An entry written for another engine under this machine's name is recompiled, not trusted.
@@ -469,11 +556,11 @@ mod tests {
         .unwrap();
         std::fs::rename(&foreign, &entry).unwrap();
         assert_eq!(
-            load(&native, &file, Some(&cache), || ()).unwrap().1,
+            load(&native, &file, Some(folder(&cache)), || ()).unwrap().1,
             Source::Compiled
         );
         assert_eq!(
-            load(&native, &file, Some(&cache), || ()).unwrap().1,
+            load(&native, &file, Some(folder(&cache)), || ()).unwrap().1,
             Source::Cache
         );
     }
@@ -488,6 +575,107 @@ mod tests {
         bytes.extend(test.as_bytes());
         std::fs::write(&file, bytes).unwrap();
         (file, dir.join("cache"))
+    }
+
+    /// The cache folder at `path` with the default bound.
+    fn folder(path: &Path) -> Folder<'_> {
+        Folder {
+            path,
+            max_bytes: tern_core::backend::DEFAULT_WASM_CACHE_MAX_BYTES,
+        }
+    }
+
+    /// Sets a file's modification time to `secs_ago` seconds ago.
+    fn age(path: &Path, secs_ago: u64) {
+        let t = std::time::SystemTime::now() - std::time::Duration::from_secs(secs_ago);
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+
+    #[test]
+    fn the_folder_keeps_within_its_bound_removing_the_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path();
+        let key = [7u8; 32];
+        // Three entries of 1000 bytes (+32-byte seals), used 300, 200 and 100 s ago.
+        for (name, ago) in [("a", 300), ("b", 200), ("c", 100)] {
+            let entry = cache.join(format!("{name}.cwasm"));
+            store(&entry, &[0u8; 1000], &key).unwrap();
+            age(&entry, ago);
+        }
+        // A writer's leftover from two hours ago, and one writing now.
+        std::fs::write(cache.join(".x.cwasm.1.tmp"), b"old").unwrap();
+        age(&cache.join(".x.cwasm.1.tmp"), 7200);
+        std::fs::write(cache.join(".y.cwasm.2.tmp"), b"new").unwrap();
+        let written = cache.join("d.cwasm");
+        store(&written, &[0u8; 1000], &key).unwrap();
+        let bound = Folder {
+            path: cache,
+            max_bytes: 2 * 1032,
+        };
+        prune(bound, &written);
+        let mut left: Vec<String> = std::fs::read_dir(cache)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".y.cwasm.2.tmp",
+                "c.cwasm",
+                "c.cwasm.seal",
+                "d.cwasm",
+                "d.cwasm.seal"
+            ],
+            "the two least recently used entries and the stale temporary file go; \
+             the entry just written and the live writer's file stay"
+        );
+        // Within the bound, nothing more is removed.
+        prune(bound, &written);
+        assert_eq!(std::fs::read_dir(cache).unwrap().count(), 5);
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // The rename fails: a non-empty folder stands where the entry would go.
+        let entry = dir.path().join("e.cwasm");
+        std::fs::create_dir(&entry).unwrap();
+        std::fs::write(entry.join("x"), b"x").unwrap();
+        assert!(write_atomically(&entry, b"code").is_err());
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["e.cwasm"]);
+    }
+
+    #[test]
+    fn a_cache_hit_refreshes_the_entry_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, cache) = smallest(dir.path(), "a_cache_hit_refreshes_the_entry_time");
+        let native = Runtime::new(false).unwrap();
+        let load = |c: Option<Folder<'_>>| {
+            load_bytes(&native, &file, &std::fs::read(&file).unwrap(), c, || ())
+                .unwrap()
+                .1
+        };
+        assert_eq!(load(Some(folder(&cache))), Source::Compiled);
+        let entry = entry_in(&cache);
+        age(&entry, 1000);
+        assert_eq!(load(Some(folder(&cache))), Source::Cache);
+        let since = std::fs::metadata(&entry)
+            .unwrap()
+            .modified()
+            .unwrap()
+            .elapsed()
+            .unwrap();
+        assert!(since.as_secs() < 100, "{since:?}");
     }
 
     /// The one `.cwasm` entry in a cache folder.
@@ -506,7 +694,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "sealed");
         let native = Runtime::new(false).unwrap();
-        let load = || load(&native, &file, Some(&cache), || ()).unwrap().1;
+        let load = || load(&native, &file, Some(folder(&cache)), || ()).unwrap().1;
         assert_eq!(load(), Source::Compiled);
         assert_eq!(load(), Source::Cache);
         let entry = entry_in(&cache);
@@ -556,7 +744,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "modes");
         let native = Runtime::new(false).unwrap();
-        let load = || load(&native, &file, Some(&cache), || ()).unwrap().1;
+        let load = || load(&native, &file, Some(folder(&cache)), || ()).unwrap().1;
         assert_eq!(load(), Source::Compiled);
         let key = super::key_path(&cache);
         assert_eq!(key, dir.path().join("cache.key"));
@@ -602,7 +790,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "links");
         let native = Runtime::new(false).unwrap();
-        let load = || load(&native, &file, Some(&cache), || ()).unwrap().1;
+        let load = || load(&native, &file, Some(folder(&cache)), || ()).unwrap().1;
         assert_eq!(load(), Source::Compiled);
         let entry = entry_in(&cache);
         let elsewhere = dir.path().join("elsewhere.cwasm");
@@ -627,14 +815,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "shared");
         let native = Runtime::new(false).unwrap();
-        let (first, source) = load(&native, &file, Some(&cache), || ()).unwrap();
+        let (first, source) = load(&native, &file, Some(folder(&cache)), || ()).unwrap();
         assert_eq!(source, Source::Compiled);
         let (second, source) = load(&native, &file, None, || ()).unwrap();
         assert_eq!(source, Source::Shared, "loaded while the first is held");
         assert!(Arc::ptr_eq(&first, &second));
         drop((first, second));
         assert_eq!(
-            load(&native, &file, Some(&cache), || ()).unwrap().1,
+            load(&native, &file, Some(folder(&cache)), || ()).unwrap().1,
             Source::Cache
         );
     }
@@ -646,9 +834,14 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(&file, b"\0asm nonsense").unwrap();
         let cache = dir.join("cache");
-        let e = load(&Runtime::new(false).unwrap(), &file, Some(&cache), || ())
-            .err()
-            .unwrap();
+        let e = load(
+            &Runtime::new(false).unwrap(),
+            &file,
+            Some(folder(&cache)),
+            || (),
+        )
+        .err()
+        .unwrap();
         assert!(
             e.message.contains("is not a valid WebAssembly component"),
             "{e}"

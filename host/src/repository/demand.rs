@@ -880,6 +880,18 @@ pub fn parse_budget(text: &str) -> Result<u64> {
         })?;
         return Ok((total as f64 * pct / 100.0) as u64);
     }
+    parse_bytes("--memory-budget", t).map_err(|_| bad())
+}
+
+/// Parses a size flag: bytes with an optional K/M/G (powers of 1000) or
+/// Ki/Mi/Gi (powers of 1024) suffix, more than zero.
+pub fn parse_bytes(flag: &str, text: &str) -> Result<u64> {
+    let t = text.trim();
+    let bad = || {
+        Error::invalid_arg(format!(
+            "{flag} must be bytes (e.g. 8000000000, 8G, 512Mi), got '{text}'"
+        ))
+    };
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
     let n: u64 = digits.parse().map_err(|_| bad())?;
@@ -1239,6 +1251,12 @@ mod tests {
             assert!(e.message.contains("--memory-budget"), "{bad}: {e}");
         }
         assert!(resident_set() > 0 && memory_in_use() > 0);
+        assert_eq!(parse_bytes("--wasm-cache-max-size", "2Gi").unwrap(), 2 << 30);
+        let e = parse_bytes("--wasm-cache-max-size", "50%").unwrap_err();
+        assert_eq!(
+            e.message,
+            "--wasm-cache-max-size must be bytes (e.g. 8000000000, 8G, 512Mi), got '50%'"
+        );
     }
 
     fn write(root: &Path, path: &str, text: &str) {
