@@ -1251,7 +1251,10 @@ mod tests {
             assert!(e.message.contains("--memory-budget"), "{bad}: {e}");
         }
         assert!(resident_set() > 0 && memory_in_use() > 0);
-        assert_eq!(parse_bytes("--wasm-cache-max-size", "2Gi").unwrap(), 2 << 30);
+        assert_eq!(
+            parse_bytes("--wasm-cache-max-size", "2Gi").unwrap(),
+            2 << 30
+        );
         let e = parse_bytes("--wasm-cache-max-size", "50%").unwrap_err();
         assert_eq!(
             e.message,
