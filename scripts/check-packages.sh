@@ -29,7 +29,7 @@ check() {  # check <binary> <expected libonnxruntime.so, or "none" for the plugi
     if [ "$2" = none ]; then
         grep -q "features: none" <<<"$out" || { echo "FAIL: $1 is not the plugins-only build"; exit 1; }
     else
-        grep -qF "onnxruntime: $(realpath "$2") (ORT Build Info" <<<"$out" || { echo "FAIL: $1 does not load $2"; exit 1; }
+        grep -qF " at $(realpath "$2") (ORT Build Info" <<<"$out" || { echo "FAIL: $1 does not load $2"; exit 1; }
     fi
     local log=$dir/serve.log port=$((20000 + RANDOM % 20000))
     run "$1" --model-repository="$3" --http-port=$port --grpc-port=0 --metrics-port=0 \

@@ -76,28 +76,59 @@ def check_binary(binary, flavour):
         print(f"{binary}: static, no shared libraries needed")
 
 
-def onnxruntime(arch, cache):
-    """libonnxruntime.so and its licence files from the PyPI wheel for `arch`."""
+# ONNX Runtime's PyPI wheels carry libonnxruntime.so from 1.19 on (before, the
+# runtime is linked into the Python module); the npm package onnxruntime-node
+# carries it for older versions, for linux x64 and arm64.
+NPM_ARCH = {"x86_64": "x64", "aarch64": "arm64"}
+
+
+def onnxruntime(arch, cache, version=ORT_VERSION):
+    """libonnxruntime.so and its licence files for `arch` at `version`: from the
+    PyPI wheel, or (versions before 1.19) from the onnxruntime-node npm package."""
+    suffix = "" if version == ORT_VERSION else f"-{version}"
+    out = os.path.join(cache, f"onnxruntime-{arch}{suffix}")
+    if os.path.exists(os.path.join(out, "libonnxruntime.so")):
+        return out
+    os.makedirs(out, exist_ok=True)
+    if tuple(int(p) for p in version.split(".")[:2]) < (1, 19):
+        return onnxruntime_npm(arch, cache, version, out)
     wheels = os.path.join(cache, "wheels")
-    pattern = os.path.join(wheels, f"onnxruntime-{ORT_VERSION}-*_{arch}.whl")
+    pattern = os.path.join(wheels, f"onnxruntime-{version}-*_{arch}.whl")
     if not glob.glob(pattern):
+        platforms = [a for p in ("manylinux_2_28", "manylinux_2_27", "manylinux_2_17", "manylinux2014")
+                     for a in ("--platform", f"{p}_{arch}")]
         run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-             "--platform", f"manylinux_2_28_{arch}", "--python-version", "3.11",
-             f"onnxruntime=={ORT_VERSION}", "-d", wheels])
-    out = os.path.join(cache, f"onnxruntime-{arch}")
-    if not os.path.exists(os.path.join(out, "libonnxruntime.so")):
-        os.makedirs(out, exist_ok=True)
-        with zipfile.ZipFile(glob.glob(pattern)[0]) as z:
-            for name in z.namelist():
-                base = os.path.basename(name)
-                if name == f"onnxruntime/capi/libonnxruntime.so.{ORT_VERSION}":
-                    target = "libonnxruntime.so"
-                elif name in ("onnxruntime/LICENSE", "onnxruntime/ThirdPartyNotices.txt"):
-                    target = base
-                else:
-                    continue
-                with z.open(name) as src, open(os.path.join(out, target), "wb") as dst:
+             *platforms, "--python-version", "3.11", f"onnxruntime=={version}", "-d", wheels])
+    with zipfile.ZipFile(glob.glob(pattern)[0]) as z:
+        for name in z.namelist():
+            base = os.path.basename(name)
+            if name == f"onnxruntime/capi/libonnxruntime.so.{version}":
+                target = "libonnxruntime.so"
+            elif name in ("onnxruntime/LICENSE", "onnxruntime/ThirdPartyNotices.txt"):
+                target = base
+            else:
+                continue
+            with z.open(name) as src, open(os.path.join(out, target), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    return out
+
+
+def onnxruntime_npm(arch, cache, version, out):
+    """libonnxruntime.so from the onnxruntime-node npm package (`npm pack`)."""
+    packs = os.path.join(cache, "npm")
+    tgz = os.path.join(packs, f"onnxruntime-node-{version}.tgz")
+    if not os.path.exists(tgz):
+        os.makedirs(packs, exist_ok=True)
+        run(["npm", "pack", "--silent", f"onnxruntime-node@{version}", "--pack-destination", packs],
+            stdout=subprocess.DEVNULL)
+    want = {f"package/bin/napi-v3/linux/{NPM_ARCH[arch]}/libonnxruntime.so.{version}": "libonnxruntime.so"}
+    with tarfile.open(tgz) as t:
+        for m in t.getmembers():
+            if m.name in want:
+                with t.extractfile(m) as src, open(os.path.join(out, want[m.name]), "wb") as dst:
                     shutil.copyfileobj(src, dst)
+    if not os.path.exists(os.path.join(out, "libonnxruntime.so")):
+        sys.exit(f"onnxruntime-node {version} has no libonnxruntime.so for linux/{NPM_ARCH[arch]}")
     return out
 
 
@@ -236,9 +267,12 @@ def main():
                          "stripped into the package and its glibc needs are not checked")
     ap.add_argument("--onnxruntime-only", action="store_true",
                     help="fetch ONNX Runtime for --arch and print the library's path")
+    ap.add_argument("--onnxruntime-version", default=ORT_VERSION,
+                    help="with --onnxruntime-only: this ONNX Runtime version (1.17 or newer)")
     a = ap.parse_args()
     if a.onnxruntime_only:
-        print(os.path.join(onnxruntime(a.arch, os.path.join(ROOT, ".cache", "dist")), "libonnxruntime.so"))
+        cache = os.path.join(ROOT, ".cache", "dist")
+        print(os.path.join(onnxruntime(a.arch, cache, a.onnxruntime_version), "libonnxruntime.so"))
         return
     ver = version()
     cache = os.path.join(ROOT, ".cache", "dist")

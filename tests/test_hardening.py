@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import threading
 import time
 import urllib.error
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from conftest import ROOT, Tern
+from conftest import ROOT, Tern, tern_bin
 
 
 def io_config(name, extra=""):
@@ -232,8 +233,14 @@ def test_a_slow_load_holds_neither_other_loads_nor_the_server(tmp_path):
     for n in ("fine", "other"):
         (repo / n / "1").mkdir(parents=True)
         (repo / n / "config.pbtxt").write_text(io_config(n))
+    # Compiled beforehand: the 4 s load timeout is for the plugin's initialize,
+    # not for a debug build compiling it on a busy machine.
+    cache = tmp_path / "cache"
+    out = subprocess.run([tern_bin(), "plugin", "compile", str(repo), f"--cache-dir={cache}"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
     t = Tern([f"--model-repository={repo}", "--model-control-mode=explicit", "--load-model=fine",
-              "--model-load-timeout-secs=4"])
+              "--model-load-timeout-secs=4", f"--wasm-cache-dir={cache}"])
     try:
         c = httpclient.InferenceServerClient(t.url)
         failure = []

@@ -70,7 +70,7 @@ pub fn report(settings: &BackendSettings) -> String {
 #[cfg(feature = "onnx")]
 fn onnx_status(settings: &BackendSettings) -> String {
     match tern_onnx::library_status(settings) {
-        Ok((path, info)) => format!("{} ({info})", path.display()),
+        Ok((path, version, info)) => format!("{version} at {} ({info})", path.display()),
         Err(why) => format!("not loaded: {why}"),
     }
 }

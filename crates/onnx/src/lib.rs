@@ -10,7 +10,7 @@
 pub mod device;
 pub mod io;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use ort::session::builder::GraphOptimizationLevel;
@@ -59,10 +59,56 @@ fn library_candidates(settings: &BackendSettings) -> Vec<PathBuf> {
 
 const LIBRARY: &str = "libonnxruntime.so";
 
+/// The oldest ONNX Runtime Tern runs with: the API level its `ort` build
+/// asks for (`api-17`), the newest that JetPack 5's published builds have.
+/// Tern uses nothing a later version added, so every version from this one
+/// on serves the same features.
+pub const OLDEST_VERSION: (u32, u32) = (1, 17);
+
 /// The loaded ONNX Runtime: its environment and the library it came from.
 struct Loaded {
     env: ort::environment::Environment,
     path: PathBuf,
+    version: String,
+}
+
+/// The version of the ONNX Runtime library at `path`
+/// (`OrtGetApiBase()->GetVersionString()`), refused when older than
+/// [`OLDEST_VERSION`]. Opening it here and in `ort` gives one handle.
+fn library_version(path: &Path) -> std::result::Result<String, String> {
+    // SAFETY: loading ONNX Runtime runs its initialisers, as `ort` would.
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+    // SAFETY: `OrtGetApiBase` has this signature in every ONNX Runtime release.
+    let base = unsafe {
+        lib.get::<unsafe extern "C" fn() -> *const ort::sys::OrtApiBase>(b"OrtGetApiBase")
+    }
+    .map_err(|_| "it does not export OrtGetApiBase: not an ONNX Runtime library".to_string())?;
+    // SAFETY: the function takes nothing and returns a static table (or null).
+    let base = unsafe { base() };
+    if base.is_null() {
+        return Err("OrtGetApiBase returned nothing".into());
+    }
+    // SAFETY: `base` points to ONNX Runtime's static API base; the string it returns is static.
+    let version = unsafe { std::ffi::CStr::from_ptr(((*base).GetVersionString)()) }
+        .to_string_lossy()
+        .into_owned();
+    check_version(&version).map(|()| version)
+}
+
+/// Whether Tern runs with ONNX Runtime `version` (`1.17.3`).
+fn check_version(version: &str) -> std::result::Result<(), String> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next()) else {
+        return Err(format!("it reports an unreadable version '{version}'"));
+    };
+    if (major, minor) < OLDEST_VERSION {
+        return Err(format!(
+            "ONNX Runtime {version} is older than {}.{}, the oldest Tern runs with \
+             (docs/deployment.md, \"ONNX Runtime versions\")",
+            OLDEST_VERSION.0, OLDEST_VERSION.1
+        ));
+    }
+    Ok(())
 }
 
 /// The process-wide ORT environment, created on first use. A missing or
@@ -91,6 +137,13 @@ fn loaded(settings: &BackendSettings) -> std::result::Result<&'static Loaded, &'
                 ));
                 continue;
             }
+            let version = match library_version(&path) {
+                Ok(v) => v,
+                Err(why) => {
+                    errors.push(format!("{}: {why}", path.display()));
+                    continue;
+                }
+            };
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ort::init_from(&path))) {
                 Ok(Ok(builder)) => {
                     let env = builder
@@ -98,7 +151,8 @@ fn loaded(settings: &BackendSettings) -> std::result::Result<&'static Loaded, &'
                         .build()
                         .map_err(|e| format!("creating the ONNX Runtime environment: {e}"))?;
                     let path = path.canonicalize().unwrap_or(path);
-                    return Ok(Loaded { env, path });
+                    tracing::info!("ONNX Runtime {version} loaded from '{}'", path.display());
+                    return Ok(Loaded { env, path, version });
                 }
                 Ok(Err(e)) => errors.push(format!("{}: {e}", path.display())),
                 Err(_) => errors.push(format!("{}: loading it panicked", path.display())),
@@ -117,13 +171,13 @@ fn environment(settings: &BackendSettings) -> Result<&'static ort::environment::
     loaded(settings).map(|l| &l.env).map_err(Error::unavailable)
 }
 
-/// The ONNX Runtime library this process uses (loading it if needed) and
-/// ORT's build information, or why none could be loaded.
+/// The ONNX Runtime library this process uses (loading it if needed), its
+/// version and ORT's build information, or why none could be loaded.
 pub fn library_status(
     settings: &BackendSettings,
-) -> std::result::Result<(PathBuf, String), String> {
+) -> std::result::Result<(PathBuf, String, String), String> {
     let l = loaded(settings).map_err(str::to_string)?;
-    Ok((l.path.clone(), ort::info().to_string()))
+    Ok((l.path.clone(), l.version.clone(), ort::info().to_string()))
 }
 
 /// (name, data type, shape with -1 for dynamic dims) of a session input or output.
@@ -819,6 +873,31 @@ impl Instance for OnnxInstance {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_from_1_17_on_are_accepted_and_older_ones_refused() {
+        for ok in ["1.17.0", "1.17.3", "1.18.0", "1.31.1", "2.0.0"] {
+            assert_eq!(check_version(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(
+            check_version("1.16.3").unwrap_err(),
+            "ONNX Runtime 1.16.3 is older than 1.17, the oldest Tern runs with \
+             (docs/deployment.md, \"ONNX Runtime versions\")"
+        );
+        assert!(check_version("banana")
+            .unwrap_err()
+            .contains("unreadable version 'banana'"));
+    }
+
+    #[test]
+    fn the_loaded_library_reports_its_version_and_others_are_not_onnx_runtime() {
+        let lib = std::env::var("ORT_DYLIB_PATH").expect("make sets ORT_DYLIB_PATH");
+        let v = library_version(Path::new(&lib)).unwrap();
+        assert!(check_version(&v).is_ok() && v.starts_with("1."), "{v}");
+        let e = library_version(Path::new("libc.so.6")).unwrap_err();
+        assert!(e.contains("not an ONNX Runtime library"), "{e}");
+        assert!(library_version(Path::new("/nonexistent/libonnxruntime.so")).is_err());
+    }
 
     fn cfg(max_batch_size: i32) -> ModelConfig {
         ModelConfig {
