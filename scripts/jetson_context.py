@@ -15,7 +15,8 @@ DIR is replaced. Its layout (the Containerfile's COPY sources):
     models/                          the example repository
     cwasm/                           its plugins, precompiled for aarch64 (pooling and on-demand)
     cwasm.key                        the key those entries are sealed with (the server loads no entry it cannot verify)
-    ort-prebuilt/                    empty unless --ort-prebuilt: for ORT_SOURCE=prebuilt
+    ort-prebuilt/                    empty unless --ort-prebuilt: for ORT_SOURCE=prebuilt (the default), it
+                                     wins over the JetPack's published build the image takes otherwise
 
 The output is deterministic: the same inputs give the same bytes, names,
 modes and modification times (SOURCE_DATE_EPOCH, else the tarball's binary's),
@@ -93,8 +94,10 @@ def main():
     ap.add_argument("--tarball", required=True, help="tern-<version>-aarch64-linux-gnu.tar.gz (make dist or make package-check)")
     ap.add_argument("--tern-host", required=True, help="a tern binary for this machine, to precompile the plugins")
     ap.add_argument("--out", required=True, help="the context folder to write (replaced)")
-    ap.add_argument("--ort-prebuilt", help="for ORT_SOURCE=prebuilt: an onnxruntime-gpu wheel, or a folder "
-                    "with libonnxruntime.so.<version> and its providers, copied into ort-prebuilt/")
+    ap.add_argument("--ort-prebuilt", help="for ORT_SOURCE=prebuilt (the default): an onnxruntime-gpu wheel "
+                    "(1.19 or newer: older wheels hold no libonnxruntime.so), or a folder with "
+                    "libonnxruntime.so.<version> (>= 1.17) and its providers, copied into ort-prebuilt/; "
+                    "without it the image takes the JetPack's published build (JetPack 6) or stops (JetPack 5)")
     a = ap.parse_args()
 
     if not os.path.isfile(a.tarball):
@@ -157,8 +160,9 @@ def main():
         else:
             # Keeps the folder in the context (an empty folder is not always carried by every tool).
             with open(os.path.join(ort, "README"), "w") as f:
-                f.write("ORT_SOURCE=prebuilt takes ONNX Runtime >= 1.31 from here: an onnxruntime-gpu wheel,\n"
-                        "or libonnxruntime.so.<version> with its libonnxruntime_providers_*.so.\n"
+                f.write("ORT_SOURCE=prebuilt (the default) takes ONNX Runtime >= 1.17 from here: an onnxruntime-gpu\n"
+                        "wheel (1.19 or newer), or libonnxruntime.so.<version> with its libonnxruntime_providers_*.so.\n"
+                        "With nothing here, it takes the JetPack's published build (JP<n>_ORT_WHEEL_URL).\n"
                         "See README.md (scripts/jetson_context.py --ort-prebuilt PATH).\n")
         normalise(stage, mtime)
         shutil.rmtree(out, ignore_errors=True)

@@ -9,8 +9,9 @@ scripts/jetson_context.py assembled (`make jetson-context`).
   and the image's user, ports, entrypoint, command, environment, stop signal
   and labels are the CPU image's (read from scripts/images.py).
 * The shell steps of the recipe: they parse, and the ONNX Runtime version gate
-  (>= 1.31, what Tern needs) and the prebuilt-wheel path run here on stand-in
-  files.
+  (>= 1.17, what Tern needs) and the prebuilt paths (a wheel, the libraries,
+  the JetPack's default wheel, a wheel from before 1.19 without the library)
+  run here on stand-in files.
 * The context's aarch64 binary under qemu-aarch64 with a 39-bit address space
   (as on Jetson kernels), run the way the image runs it (entrypoint, command,
   environment, with the image's paths mapped into the context), on the
@@ -358,9 +359,9 @@ def run_sh(script, env, *args):
     return subprocess.run(["sh", os.path.join(RECIPE, script), *args], capture_output=True, text=True, env=full)
 
 
-@pytest.mark.parametrize("ver,ok", [("1.24.0", False), ("1.30.2", False), ("1.31.0", True), ("1.31.1", True),
-                                    ("1.32.0", True), ("2.0.0", True)])
-def test_the_onnx_runtime_gate_wants_1_31_or_newer(tmp_path, ver, ok):
+@pytest.mark.parametrize("ver,ok", [("1.16.0", False), ("1.16.3", False), ("1.17.0", True), ("1.17.3", True),
+                                    ("1.18.0", True), ("1.23.0", True), ("1.31.1", True), ("2.0.0", True)])
+def test_the_onnx_runtime_gate_wants_1_17_or_newer(tmp_path, ver, ok):
     (tmp_path / f"libonnxruntime.so.{ver}").write_bytes(b"stand-in")
     (tmp_path / "libonnxruntime_providers_shared.so").write_bytes(b"")
     (tmp_path / "libonnxruntime_providers_cuda.so").write_bytes(b"")
@@ -370,7 +371,8 @@ def test_the_onnx_runtime_gate_wants_1_31_or_newer(tmp_path, ver, ok):
         assert os.readlink(tmp_path / "libonnxruntime.so") == f"libonnxruntime.so.{ver}"
         assert f"ONNX Runtime {ver}" in out.stdout and "providers beside it: cuda" in out.stdout, out.stdout
     else:
-        assert "C API level 31" in out.stderr, out.stderr
+        assert "C API level 17" in out.stderr and f"{ver} is older than 1.17" in out.stderr, out.stderr
+        assert "ONNX Runtime versions" in out.stderr, out.stderr
 
 
 def test_the_onnx_runtime_gate_wants_a_versioned_name(tmp_path):
@@ -379,9 +381,13 @@ def test_the_onnx_runtime_gate_wants_a_versioned_name(tmp_path):
     assert out.returncode == 1 and "libonnxruntime.so.<version>" in out.stderr, out.stderr
 
 
-def fake_wheel(path, ver):
+def fake_wheel(path, ver, library=True):
+    """A stand-in onnxruntime-gpu wheel: from 1.19 on ONNX Runtime's wheels hold
+    libonnxruntime.so.<version>; before (library=False) only the Python module."""
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr(f"onnxruntime/capi/libonnxruntime.so.{ver}", b"stand-in")
+        if library:
+            z.writestr(f"onnxruntime/capi/libonnxruntime.so.{ver}", b"stand-in")
+        z.writestr("onnxruntime/capi/onnxruntime_pybind11_state.so", b"stand-in")
         for p in ("shared", "cuda", "tensorrt"):
             z.writestr(f"onnxruntime/capi/libonnxruntime_providers_{p}.so", b"")
         z.writestr("onnxruntime/LICENSE", "MIT")
@@ -391,26 +397,125 @@ def fake_wheel(path, ver):
 def test_a_prebuilt_wheel_is_unpacked_and_gated(tmp_path):
     src, out = tmp_path / "in", tmp_path / "out"
     src.mkdir()
-    fake_wheel(src / "onnxruntime_gpu-1.31.1-cp310-cp310-linux_aarch64.whl", "1.31.1")
+    fake_wheel(src / "onnxruntime_gpu-1.23.0-cp310-cp310-linux_aarch64.whl", "1.23.0")
     r = run_sh("ort-prebuilt.sh", {"ORT_IN": str(src), "ORT_OUT": str(out)})
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(os.listdir(out / "lib")) == sorted([
-        "libonnxruntime.so", "libonnxruntime.so.1.31.1", "libonnxruntime_providers_cuda.so",
+        "libonnxruntime.so", "libonnxruntime.so.1.23.0", "libonnxruntime_providers_cuda.so",
         "libonnxruntime_providers_shared.so", "libonnxruntime_providers_tensorrt.so"])
     assert sorted(os.listdir(out / "licenses")) == ["onnxruntime-LICENSE", "onnxruntime-ThirdPartyNotices.txt"]
     assert "providers beside it: cuda tensorrt" in r.stdout, r.stdout
-    # What Jetson AI Lab's JetPack 6 index served when this was written is too old for Tern.
+    # A build older than the oldest Tern runs with.
     shutil.rmtree(src), shutil.rmtree(out)
     src.mkdir()
-    fake_wheel(src / "onnxruntime_gpu-1.24.0-cp310-cp310-linux_aarch64.whl", "1.24.0")
+    fake_wheel(src / "onnxruntime_gpu-1.16.3-cp38-cp38-linux_aarch64.whl", "1.16.3")
     r = run_sh("ort-prebuilt.sh", {"ORT_IN": str(src), "ORT_OUT": str(out)})
-    assert r.returncode == 1 and "1.24.0 is older than 1.31" in r.stderr, r.stderr
+    assert r.returncode == 1 and "1.16.3 is older than 1.17" in r.stderr, r.stderr
+
+
+def test_a_wheel_from_before_1_19_has_no_library_and_says_so(tmp_path):
+    """Jetson Zoo's JetPack 5 wheels (1.17.0, 1.18.0) are from before ONNX
+    Runtime put libonnxruntime.so into its wheels: the runtime is inside the
+    Python module, which Tern cannot load."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    src.mkdir()
+    fake_wheel(src / "onnxruntime_gpu-1.17.0-cp38-cp38-linux_aarch64.whl", "1.17.0", library=False)
+    r = run_sh("ort-prebuilt.sh", {"ORT_IN": str(src), "ORT_OUT": str(out), "JETPACK": "5"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "before 1.19" in r.stderr and "--build_shared_lib" in r.stderr, r.stderr
+    assert not os.listdir(out / "lib")
+
+
+def test_the_prebuilt_libraries_are_taken(tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    src.mkdir()
+    for f in ("libonnxruntime.so.1.17.3", "libonnxruntime_providers_shared.so", "libonnxruntime_providers_cuda.so"):
+        (src / f).write_bytes(b"stand-in")
+    (src / "LICENSE").write_text("MIT")
+    r = run_sh("ort-prebuilt.sh", {"ORT_IN": str(src), "ORT_OUT": str(out), "JETPACK": "5"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ONNX Runtime 1.17.3 (>= 1.17)" in r.stdout and "providers beside it: cuda" in r.stdout, r.stdout
+    assert os.readlink(out / "lib" / "libonnxruntime.so") == "libonnxruntime.so.1.17.3"
+    assert os.listdir(out / "licenses") == ["onnxruntime-LICENSE"]
+
+
+def wheel_url(path):
+    return "file://" + str(path), hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_jetpacks_default_wheel_is_taken_when_nothing_else_is_given(tmp_path):
+    """JP<n>_ORT_WHEEL_URL (the Containerfile's default for JetPack 6: Jetson AI
+    Lab's onnxruntime-gpu) is downloaded and checked against its SHA-256 when
+    neither ORT_WHEEL_URL nor the context's ort-prebuilt/ gives one; both of
+    those win over it."""
+    if not (shutil.which("curl") or shutil.which("wget")):
+        pytest.skip("neither curl nor wget to fetch a file:// URL")
+    served = tmp_path / "index"
+    served.mkdir()
+    fake_wheel(served / "onnxruntime_gpu-1.23.0-cp310-cp310-linux_aarch64.whl", "1.23.0")
+    url, sha = wheel_url(served / "onnxruntime_gpu-1.23.0-cp310-cp310-linux_aarch64.whl")
+    default = {"JETPACK": "6", "JP6_ORT_WHEEL_URL": url, "JP6_ORT_WHEEL_SHA256": sha}
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    src.mkdir()
+    r = run_sh("ort-prebuilt.sh", {"ORT_IN": str(src), "ORT_OUT": str(out), **default})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "JetPack 6's default ONNX Runtime" in r.stdout and "ONNX Runtime 1.23.0" in r.stdout, r.stdout
+    # A wrong checksum stops the build.
+    shutil.rmtree(src), shutil.rmtree(out)
+    src.mkdir()
+    r = run_sh("ort-prebuilt.sh", {"ORT_IN": str(src), "ORT_OUT": str(out), **default,
+                                   "JP6_ORT_WHEEL_SHA256": "0" * 64})
+    assert r.returncode != 0 and not os.path.exists(out / "lib" / "libonnxruntime.so"), r.stdout + r.stderr
+    # The context's ort-prebuilt/ wins over the default.
+    shutil.rmtree(src), shutil.rmtree(out)
+    src.mkdir()
+    fake_wheel(src / "onnxruntime_gpu-1.20.1-cp310-cp310-linux_aarch64.whl", "1.20.1")
+    r = run_sh("ort-prebuilt.sh", {"ORT_IN": str(src), "ORT_OUT": str(out), **default})
+    assert r.returncode == 0 and "ONNX Runtime 1.20.1" in r.stdout and "default ONNX Runtime" not in r.stdout, r.stdout
+    # ORT_WHEEL_URL wins over both.
+    shutil.rmtree(out)
+    fake_wheel(served / "onnxruntime_gpu-1.31.1-cp310-cp310-linux_aarch64.whl", "1.31.1")
+    url, sha = wheel_url(served / "onnxruntime_gpu-1.31.1-cp310-cp310-linux_aarch64.whl")
+    r = run_sh("ort-prebuilt.sh", {"ORT_IN": str(src), "ORT_OUT": str(out), **default,
+                                   "ORT_WHEEL_URL": url, "ORT_WHEEL_SHA256": sha})
+    assert r.returncode == 0 and "ONNX Runtime 1.31.1" in r.stdout, r.stdout + r.stderr
 
 
 def test_prebuilt_with_nothing_to_take_says_what_to_give(tmp_path):
     (tmp_path / "in").mkdir()
     r = run_sh("ort-prebuilt.sh", {"ORT_IN": str(tmp_path / "in"), "ORT_OUT": str(tmp_path / "out")})
     assert r.returncode == 1 and "ORT_WHEEL_URL" in r.stderr and "--ort-prebuilt" in r.stderr, r.stderr
+    # JetPack 5 has no default wheel: the message says why and what to give.
+    r = run_sh("ort-prebuilt.sh", {"ORT_IN": str(tmp_path / "in"), "ORT_OUT": str(tmp_path / "out"), "JETPACK": "5"})
+    assert r.returncode == 1 and "JetPack 5 has no default" in r.stderr and "--build_shared_lib" in r.stderr, r.stderr
+
+
+def test_the_default_is_the_jetpacks_published_onnx_runtime():
+    """ORT_SOURCE defaults to prebuilt; JetPack 6's default wheel is Jetson AI
+    Lab's onnxruntime-gpu for CUDA 12.6 (JetPack 6.1/6.2), pinned by SHA-256,
+    and reaches the prebuilt stage; JetPack 5 has none."""
+    text = containerfile()
+    for jetpack in sorted(JETPACK):
+        stages = parse(text, {"JETPACK": jetpack})
+        names = by_name(stages)
+        assert names["ort"].base == "ort-prebuilt", names["ort"].base
+        runs = [args for _, word, rest, args in names["ort-prebuilt"].items if word == "RUN"]
+        assert len(runs) == 1, runs
+        args = runs[0]
+        assert args["JETPACK"] == jetpack, args
+        if jetpack == "6":
+            assert re.fullmatch(r"https://pypi\.jetson-ai-lab\.io/jp6/cu126/\+f/[0-9a-f]{3}/[0-9a-f]{13}/"
+                                r"onnxruntime_gpu-(\d+\.\d+\.\d+)-cp310-cp310-linux_aarch64\.whl",
+                                args["JP6_ORT_WHEEL_URL"]), args["JP6_ORT_WHEEL_URL"]
+            sha = args["JP6_ORT_WHEEL_SHA256"]
+            assert re.fullmatch(r"[0-9a-f]{64}", sha), sha
+            # The index's path names the file by the first 16 digits of its SHA-256.
+            assert args["JP6_ORT_WHEEL_URL"].split("/+f/")[1].replace("/", "").startswith(sha[:16]), args
+            ver = re.search(r"onnxruntime_gpu-([\d.]+)-", args["JP6_ORT_WHEEL_URL"]).group(1)
+            assert tuple(map(int, ver.split("."))) >= (1, 19), f"{ver}: wheels before 1.19 hold no libonnxruntime.so"
+        else:
+            assert not args["JP5_ORT_WHEEL_URL"], args
 
 
 def test_a_base_without_cuda_fails_the_build_naming_the_library(tmp_path):

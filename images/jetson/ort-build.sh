@@ -1,12 +1,13 @@
 #!/bin/sh
 # Builds ONNX Runtime from source against the JetPack of this image (the
-# `ort-build` stage of images/jetson/Containerfile): CUDA from /usr/local/cuda,
+# `ort-build` stage of images/jetson/Containerfile, ORT_SOURCE=build; the
+# default, ORT_SOURCE=prebuilt, takes JetPack's published build instead): CUDA from /usr/local/cuda,
 # cuDNN and TensorRT from /usr/lib/aarch64-linux-gnu, as ONNX Runtime's build
 # docs give for Jetson. Leaves the libraries in $ORT_OUT/lib and the licences in
 # $ORT_OUT/licenses.
 #
-# Before the hours-long build it checks what ONNX Runtime >= 1.31 needs and
-# stops with the reason when the image lacks it:
+# Before the hours-long build it checks what current ONNX Runtime (the default
+# ORT_VERSION) needs and stops with the reason when the image lacks it:
 #   * Python >= 3.10 (ONNX Runtime's build.py uses `match`);
 #   * nvcc >= 11.8 and GCC >= 11 (ONNX Runtime's Jetson build docs: "For
 #     JetPack 5.x users, CUDA 11.8 and GCC 11 are required");
@@ -15,7 +16,8 @@
 # JetPack 6 (Ubuntu 22.04, CUDA 12.x, GCC 11, TensorRT 10) meets all of them;
 # JetPack 5 (Ubuntu 20.04, Python 3.8, CUDA 11.4, GCC 9, TensorRT 8.5) meets
 # none, so on JetPack 5 use ORT_SOURCE=prebuilt (see images/jetson/README.md).
-# ORT_FORCE=1 skips the checks.
+# ORT_FORCE=1 skips the checks (an older ORT_VERSION, down to 1.17, may need
+# less; which versions build on JetPack 5's own toolchain is not checked here).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -37,8 +39,8 @@ at_least() {  # at_least <have> <need>: version <have> >= <need>
 }
 fail() {
     echo "ort-build: $*" >&2
-    echo "ort-build: build ONNX Runtime >= 1.31 elsewhere and pass it with --build-arg ORT_SOURCE=prebuilt" \
-        "(images/jetson/README.md), or set ORT_FORCE=1 to try anyway." >&2
+    echo "ort-build: take an ONNX Runtime >= 1.17 built elsewhere with --build-arg ORT_SOURCE=prebuilt" \
+        "(the default; images/jetson/README.md), or set ORT_FORCE=1 to try anyway." >&2
     exit 1
 }
 
