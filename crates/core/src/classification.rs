@@ -36,6 +36,38 @@ fn value_at(t: &Tensor, i: usize) -> f64 {
     }
 }
 
+/// Element `i` of an integer (or BOOL) tensor, exactly: `value_at`'s f64
+/// rounds 64-bit integers past 2^53, which would misorder and misprint them.
+fn integer_at(t: &Tensor, i: usize) -> Option<i128> {
+    let d = &t.data;
+    macro_rules! read {
+        ($ty:ty, $n:expr) => {{
+            let mut b = [0u8; $n];
+            b.copy_from_slice(&d[i * $n..(i + 1) * $n]);
+            i128::from(<$ty>::from_le_bytes(b))
+        }};
+    }
+    Some(match t.dtype {
+        DataType::Bool | DataType::Uint8 => i128::from(d[i]),
+        DataType::Int8 => i128::from(d[i] as i8),
+        DataType::Uint16 => read!(u16, 2),
+        DataType::Int16 => read!(i16, 2),
+        DataType::Uint32 => read!(u32, 4),
+        DataType::Int32 => read!(i32, 4),
+        DataType::Uint64 => read!(u64, 8),
+        DataType::Int64 => read!(i64, 8),
+        _ => return None,
+    })
+}
+
+/// Orders elements `x` and `y` by value, integers exactly.
+fn compare_at(t: &Tensor, x: usize, y: usize) -> std::cmp::Ordering {
+    match (integer_at(t, x), integer_at(t, y)) {
+        (Some(a), Some(b)) => a.cmp(&b),
+        _ => value_at(t, x).total_cmp(&value_at(t, y)),
+    }
+}
+
 fn is_float(dt: DataType) -> bool {
     matches!(
         dt,
@@ -71,17 +103,13 @@ pub fn classify(t: &Tensor, k: usize, labels: Option<&[String]>, batched: bool) 
     for b in 0..batch {
         let base = b * per_item;
         let mut idx: Vec<usize> = (0..per_item).collect();
-        idx.sort_by(|&x, &y| {
-            value_at(t, base + y)
-                .total_cmp(&value_at(t, base + x))
-                .then(x.cmp(&y))
-        });
+        idx.sort_by(|&x, &y| compare_at(t, base + y, base + x).then(x.cmp(&y)));
         for &i in idx.iter().take(k) {
-            let v = value_at(t, base + i);
-            let mut s = if is_float(t.dtype) {
-                format!("{v:.6}:{i}")
-            } else {
-                format!("{}:{i}", v as i64)
+            // As Triton's `std::to_string` of the element: six decimals for
+            // floats, integers exactly.
+            let mut s = match integer_at(t, base + i) {
+                Some(n) if !is_float(t.dtype) => format!("{n}:{i}"),
+                _ => format!("{:.6}:{i}", value_at(t, base + i)),
             };
             if let Some(label) = labels.and_then(|l| l.get(i)) {
                 s.push(':');
@@ -128,6 +156,39 @@ mod tests {
                 "0.900000:0:cat",
                 "0.500000:2:fox"
             ]
+        );
+    }
+
+    /// Found by the `labels` fuzz target: 64-bit integers were read through
+    /// f64, so 217020518514230019 printed as 217020518514230016 and values
+    /// that differ past 2^53 tied.
+    #[test]
+    fn large_integers_are_exact_and_ordered() {
+        let vals: Vec<u8> = [217020518514230019i64, 217020518514230020, -1]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let t = Tensor::new("score", DataType::Int64, vec![3], vals);
+        let c = classify(&t, 3, None, false).unwrap();
+        let got: Vec<&[u8]> = bytes_tensor::decode(&c.data).unwrap();
+        assert_eq!(
+            got,
+            [
+                &b"217020518514230020:1"[..],
+                b"217020518514230019:0",
+                b"-1:2"
+            ]
+        );
+        let t = Tensor::new(
+            "u",
+            DataType::Uint64,
+            vec![1],
+            u64::MAX.to_le_bytes().to_vec(),
+        );
+        let c = classify(&t, 1, None, false).unwrap();
+        assert_eq!(
+            bytes_tensor::decode(&c.data).unwrap(),
+            [&b"18446744073709551615:0"[..]]
         );
     }
 
