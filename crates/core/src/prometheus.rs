@@ -38,7 +38,10 @@ pub fn labels<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> String {
 
 /// Writes `# HELP` and `# TYPE` for a family.
 pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {}", help.replace('\n', " "));
+    // The text format's HELP escapes: a backslash is `\\` (a lone one
+    // makes Prometheus refuse the page); lines are joined.
+    let help = help.replace('\\', "\\\\").replace('\n', " ");
+    let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 

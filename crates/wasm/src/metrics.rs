@@ -145,6 +145,20 @@ impl MetricRegistry {
             .ok_or_else(|| Error::not_found(format!("no metric family with handle {id}")))?;
         let mut labels = labels;
         labels.sort();
+        // The text format allows a label name once per sample, and a
+        // histogram's buckets add `le` themselves.
+        if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(Error::invalid_arg(format!(
+                "metric '{}': label '{}' is given more than once",
+                fam.name, w[0].0
+            )));
+        }
+        if fam.kind == Kind::Histogram && labels.iter().any(|(k, _)| k == "le") {
+            return Err(Error::invalid_arg(format!(
+                "metric '{}': the label 'le' is reserved for a histogram's buckets",
+                fam.name
+            )));
+        }
         let n = fam.bounds.len();
         let (mut series, new) = match fam.series.remove(&labels) {
             Some(s) => (s, false),
@@ -298,6 +312,31 @@ mod tests {
         assert!(e.message.contains("max_metric_series"), "{e}");
         r.set(a, l("k", "0"), 2.0, caps.series).unwrap();
         assert!(!r.render().contains("k=\"3\""));
+    }
+
+    /// Found by the `plugin_metrics` fuzz target: a label name given twice,
+    /// or `le` on a histogram, rendered a sample with a label twice, which
+    /// Prometheus refuses (the whole page fails to scrape); a backslash in
+    /// HELP was an invalid escape.
+    #[test]
+    fn samples_never_repeat_a_label_and_help_is_escaped() {
+        let r = MetricRegistry::default();
+        let caps = Caps::default();
+        let h = r
+            .family("p", caps, "lat", "a\\b", Kind::Histogram, &[1.0])
+            .unwrap();
+        let c = r.family("p", caps, "n", "", Kind::Counter, &[]).unwrap();
+        let e = r.record(h, l("le", "x"), 0.5, 10).unwrap_err();
+        assert!(e.message.contains("'le' is reserved"), "{}", e.message);
+        let twice = [l("a", "1"), l("a", "2")].concat();
+        let e = r.record(c, twice, 1.0, 10).unwrap_err();
+        assert!(e.message.contains("more than once"), "{}", e.message);
+        let page = r.render();
+        assert!(page.contains("# HELP lat a\\\\b\n"), "{page}");
+        assert!(
+            !page.contains("n{"),
+            "refused values create no series: {page}"
+        );
     }
 
     #[test]
