@@ -890,6 +890,21 @@ mod tests {
         )
     }
 
+    /// Found by the `http_infer` fuzz target: FP64 data written as JSON (the
+    /// shortest text that reads back as the same double) was read one ulp
+    /// off by serde_json's default float parser.
+    #[test]
+    fn fp64_json_data_reads_back_exactly() {
+        let x = f64::from_bits(0x7e34_e43c_8800_759c);
+        let body = format!(
+            r#"{{"inputs":[{{"name":"X","shape":[1],"datatype":"FP64","data":[{}]}}]}}"#,
+            serde_json::to_string(&x).unwrap()
+        );
+        let (req, _) = decode(Bytes::from(body), None).unwrap();
+        let got = f64::from_le_bytes(req.inputs[0].data[..].try_into().unwrap());
+        assert_eq!(got.to_bits(), x.to_bits());
+    }
+
     #[test]
     fn json_nested_and_flat() {
         let body = br#"{"id":"7","inputs":[{"name":"X","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4.5]]}],
