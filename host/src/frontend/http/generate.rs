@@ -101,8 +101,9 @@ fn take(cfg: &ModelConfig, request: &mut InferRequest, key: &str, v: &Value) -> 
     Ok(())
 }
 
-/// The inference request a generate body describes.
-fn decode(
+/// The inference request a generate body describes (public for the fuzz
+/// targets, `fuzz/`).
+pub fn decode(
     model: &str,
     version: Option<i64>,
     cfg: &ModelConfig,
@@ -194,8 +195,9 @@ fn output_json(t: &Tensor) -> Value {
     }
 }
 
-/// A response as generate writes it (keys sorted; the first of equal keys wins).
-fn response_json(r: &InferResponse) -> Value {
+/// A response as generate writes it (keys sorted; the first of equal keys
+/// wins; public for the fuzz targets).
+pub fn response_json(r: &InferResponse) -> Value {
     let mut m = Map::new();
     let mut put = |k: &str, v: Value| {
         m.entry(k.to_string()).or_insert(v);

@@ -6,7 +6,7 @@
 mod body;
 pub mod codec;
 pub mod compression;
-mod generate;
+pub mod generate;
 mod nonfinite;
 mod service;
 mod shm;
