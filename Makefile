@@ -30,7 +30,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace bench-unix
+.PHONY: fuzz fuzz-build fuzz-long python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace bench-unix
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 	@rustup which clippy-driver >/dev/null 2>&1 || rustup component add clippy
@@ -175,6 +175,51 @@ unit: setup
 	cd plugins && $(CARGO) test -p wordpiece -p prep_rust -p magika_prep -p magika_post
 	$(call mark,unit)
 
+# Coverage-guided fuzzing (fuzz/README.md): libFuzzer through libfuzzer-sys
+# on stable Rust; the coverage instrumentation is passed here in RUSTFLAGS
+# with an explicit --target, which keeps it off build scripts and proc
+# macros. The crate is its own workspace (fuzz/Cargo.lock), built into
+# target/fuzz at opt-level 1 (linted by clippy like the workspace).
+# `make fuzz` runs every target from the committed corpus for FUZZ_SECONDS
+# each (new inputs go to a scratch folder, not the corpus); `make fuzz-long
+# TARGET=<t> SECONDS=<n>` runs one, then minimises fuzz/corpus/<t> with
+# what it found (-merge=1).
+FUZZ_TARGETS := http_infer http_generate grpc_infer shm_region config_pbtxt config_json labels warmup plugin_outputs plugin_metrics image
+FUZZ_SECONDS ?= 4
+FUZZ_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
+FUZZ_DIR := $(CARGO_TARGET_DIR)/fuzz
+FUZZ_BIN := $(FUZZ_DIR)/$(FUZZ_TRIPLE)/release
+FUZZ_RUSTFLAGS := --cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+	-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+	-Cllvm-args=-sanitizer-coverage-trace-compares
+# A hang is an input taking over 1 s; an allocation over 1 GiB or 2 GiB resident fails too.
+FUZZ_LIMITS := -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb=1024
+fuzz-build:
+	cd fuzz && RUSTFLAGS="$(FUZZ_RUSTFLAGS)" CARGO_TARGET_DIR=$(FUZZ_DIR) $(LINTED) \
+		$(CARGO) build --release --locked --target $(FUZZ_TRIPLE) --bins
+fuzz: fuzz-build
+	@mkdir -p $(FUZZ_DIR)/logs
+	@for t in $(FUZZ_TARGETS); do \
+		rm -rf $(FUZZ_DIR)/scratch/$$t && mkdir -p $(FUZZ_DIR)/scratch/$$t $(FUZZ_DIR)/artifacts/$$t fuzz/corpus/$$t && \
+		$(FUZZ_BIN)/$$t $(FUZZ_LIMITS) -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=$(FUZZ_DIR)/artifacts/$$t/ $(FUZZ_DIR)/scratch/$$t fuzz/corpus/$$t \
+			> $(FUZZ_DIR)/logs/$$t.log 2>&1 \
+			|| { tail -n 40 $(FUZZ_DIR)/logs/$$t.log; echo "fuzz $$t failed (log: $(FUZZ_DIR)/logs/$$t.log)"; exit 1; }; \
+		echo "fuzz $$t: $$(grep -E '^#[0-9]+[[:space:]]+DONE' $(FUZZ_DIR)/logs/$$t.log | head -n 1)"; \
+	done
+	$(call mark,fuzz)
+SECONDS ?= 600
+fuzz-long: fuzz-build
+	@test -n "$(TARGET)" || { echo "usage: make fuzz-long TARGET=<target> SECONDS=<n>"; exit 2; }
+	rm -rf $(FUZZ_DIR)/long/$(TARGET) $(FUZZ_DIR)/merged/$(TARGET)
+	mkdir -p $(FUZZ_DIR)/long/$(TARGET) $(FUZZ_DIR)/merged/$(TARGET) $(FUZZ_DIR)/artifacts/$(TARGET) fuzz/corpus/$(TARGET) fuzz/seeds/$(TARGET)
+	$(FUZZ_BIN)/$(TARGET) $(FUZZ_LIMITS) -max_total_time=$(SECONDS) -print_final_stats=1 \
+		-artifact_prefix=$(FUZZ_DIR)/artifacts/$(TARGET)/ $(FUZZ_DIR)/long/$(TARGET) fuzz/corpus/$(TARGET) fuzz/seeds/$(TARGET)
+	$(FUZZ_BIN)/$(TARGET) $(FUZZ_LIMITS) -merge=1 $(FUZZ_DIR)/merged/$(TARGET) \
+		fuzz/corpus/$(TARGET) fuzz/seeds/$(TARGET) $(FUZZ_DIR)/long/$(TARGET)
+	rm -rf fuzz/corpus/$(TARGET) && cp -r $(FUZZ_DIR)/merged/$(TARGET) fuzz/corpus/$(TARGET)
+	@echo "fuzz/corpus/$(TARGET): $$(ls fuzz/corpus/$(TARGET) | wc -l) files, $$(du -sk --apparent-size fuzz/corpus/$(TARGET) | cut -f1) KB"
+
 # The build without default features (WebAssembly plugins + identity, no
 # ONNX Runtime, no CUDA): its binary for tests/test_build_flavours.py,
 # linted by clippy as it builds (its unit tests are the default build's).
@@ -263,7 +308,7 @@ e2e: setup flavours test-audio redis-server
 		$(PY) -m pytest tests -q -rs --durations=15 -n 2 --dist loadfile --no-loadscope-reorder $(E2E_OWN_TARGETS)
 	$(call mark,e2e)
 
-test: stage-clock setup lint unit e2e test-vs-triton test-torch smoke-aarch64 package-check image-check
+test: stage-clock setup lint unit fuzz e2e test-vs-triton test-torch smoke-aarch64 package-check image-check
 	@$(MAKE) --no-print-directory stage-times
 
 # Cross builds with cargo-zigbuild (the ziglang wheel is the C toolchain and
