@@ -19,7 +19,7 @@ export ORT_DYLIB_PATH ?= $(CURDIR)/$(ORT_LIB)
 # The servers the tests start cache compiled plugins in the clone, not in
 # the user's cache folder (bounded there too, by --wasm-cache-max-size);
 # pytest.ini has passing tests' temporary folders removed.
-TEST_TARGETS := test-fast unit flavours e2e test-vs-triton test-torch smoke-aarch64 package-check image-check jetson-context
+TEST_TARGETS := test-fast unit flavours e2e ort-oldest test-ort-versions test-vs-triton test-torch smoke-aarch64 package-check image-check jetson-context
 $(TEST_TARGETS): export TERN_WASM_CACHE_DIR := $(CARGO_TARGET_DIR)/test-wasm-cache
 # LibTorch for the pytorch backend (see `torch`).
 LIBTORCH_DIR := .cache/libtorch
@@ -30,7 +30,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: fuzz fuzz-build fuzz-long python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace bench-unix
+.PHONY: ort-oldest test-ort-versions fuzz fuzz-build fuzz-long python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace bench-unix
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 	@rustup which clippy-driver >/dev/null 2>&1 || rustup component add clippy
@@ -308,7 +308,37 @@ e2e: setup flavours test-audio redis-server
 		$(PY) -m pytest tests -q -rs --durations=15 -n 2 --dist loadfile --no-loadscope-reorder $(E2E_OWN_TARGETS)
 	$(call mark,e2e)
 
-test: stage-clock setup lint unit fuzz e2e test-vs-triton test-torch smoke-aarch64 package-check image-check
+# The ONNX Runtime versions Tern runs with (docs/deployment.md, "ONNX Runtime
+# versions"): the ONNX end-to-end tests against older libraries (PyPI wheels
+# from 1.19, the onnxruntime-node npm package before), then, with
+# test-ort-versions, the device smoke test under qemu on aarch64 too.
+# `make test` runs the oldest (the API level Tern asks for) on
+# x86_64 here and on aarch64 in smoke-aarch64.
+ORT_OLDEST := 1.17.3
+ORT_VERSIONS ?= 1.17.3 1.18.0 1.19.2 1.20.1 1.22.1
+ORT_VERSION_TESTS := tests/test_http.py tests/test_grpc.py tests/test_accelerators.py tests/test_batching.py \
+	tests/test_sequences.py tests/test_ensembles.py tests/test_shm.py tests/test_errors.py
+ort-lib = $$($(PY) scripts/dist.py --arch $(1) --onnxruntime-only --onnxruntime-version $(2))
+define ort-version-tests
+	set -e; for v in $(1); do echo "== ONNX Runtime $$v (x86_64)"; \
+		TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) \
+		ORT_DYLIB_PATH=$(call ort-lib,x86_64,$$v) \
+		$(PY) -m pytest $(ORT_VERSION_TESTS) -q -n 2 --dist loadfile; done
+endef
+ort-oldest: setup flavours
+	$(CLIPPY) build --workspace
+	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
+	$(call ort-version-tests,$(ORT_OLDEST))
+	$(call mark,ort-oldest)
+
+test-ort-versions: smoke-aarch64 flavours
+	$(call ort-version-tests,$(ORT_VERSIONS))
+	set -e; for v in $(ORT_VERSIONS); do echo "== ONNX Runtime $$v (aarch64, qemu)"; \
+		TERN_BIN=$(QEMU_DIR)/tern TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_SMOKE_TARGET=aarch64-unknown-linux-gnu \
+		ORT_DYLIB_PATH=$(call ort-lib,aarch64,$$v) TERN_PLUGINS_DIR=$(WASM_OUT) \
+		$(PY) -m pytest tests/test_device_smoke.py -q; done
+
+test: stage-clock setup lint unit fuzz e2e ort-oldest test-vs-triton test-torch smoke-aarch64 package-check image-check
 	@$(MAKE) --no-print-directory stage-times
 
 # Cross builds with cargo-zigbuild (the ziglang wheel is the C toolchain and
@@ -331,6 +361,9 @@ smoke-aarch64: setup $(ZIG_STAMP)
 	bash scripts/qemu-aarch64.sh $(QEMU_DIR) $(AARCH64_BIN)
 	TERN_BIN=$(QEMU_DIR)/tern TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_SMOKE_TARGET=aarch64-unknown-linux-gnu \
 		ORT_DYLIB_PATH=$$($(PY) scripts/dist.py --arch aarch64 --onnxruntime-only) TERN_PLUGINS_DIR=$(WASM_OUT) \
+		$(PY) -m pytest tests/test_device_smoke.py -q
+	TERN_BIN=$(QEMU_DIR)/tern TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_SMOKE_TARGET=aarch64-unknown-linux-gnu \
+		ORT_DYLIB_PATH=$(call ort-lib,aarch64,$(ORT_OLDEST)) TERN_PLUGINS_DIR=$(WASM_OUT) \
 		$(PY) -m pytest tests/test_device_smoke.py -q
 	$(call mark,smoke-aarch64)
 

@@ -60,9 +60,11 @@ fn library_candidates(settings: &BackendSettings) -> Vec<PathBuf> {
 const LIBRARY: &str = "libonnxruntime.so";
 
 /// The oldest ONNX Runtime Tern runs with: the API level its `ort` build
-/// asks for (`api-17`), the newest that JetPack 5's published builds have.
-/// Tern uses nothing a later version added, so every version from this one
-/// on serves the same features.
+/// asks for (`api-17`), low enough for the versions JetPack 5's CUDA 11.4
+/// gets GPU builds of (Jetson Zoo's are 1.17 and 1.18). Tern uses nothing a
+/// later version added, so every version from this one on serves the same
+/// features (docs/PERFORMANCE.md, "ONNX Runtime API level 17", for what the
+/// level costs per call).
 pub const OLDEST_VERSION: (u32, u32) = (1, 17);
 
 /// The loaded ONNX Runtime: its environment and the library it came from.
