@@ -124,13 +124,21 @@ fn reader(data: &[u8]) -> Result<image::ImageReader<Cursor<&[u8]>>> {
 /// applied (as OpenCV's `IMREAD_UNCHANGED`).
 pub fn decode(data: &[u8], color: Color, budget: usize) -> Result<Array> {
     let mut reader = reader(data)?;
+    let format = reader.format();
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(budget as u64);
     reader.limits(limits);
     let decoder = reader.into_decoder().map_err(bad_image)?;
     let (w, h) = decoder.dimensions();
     let out = (w as u64) * (h as u64) * color.channels() as u64;
-    let need = decoder.total_bytes().saturating_add(out);
+    let need = decoder
+        .total_bytes()
+        .saturating_add(out)
+        .saturating_add(decoder_buffers(
+            format,
+            w,
+            data.get(12..16) == Some(b"VP8L"),
+        ));
     if need > budget as u64 {
         return Err(Error::unavailable(format!(
             "decoding a {w}x{h} image needs {need} bytes, more than the {budget} bytes left under the plugin's memory cap (max_memory_bytes)"
@@ -154,6 +162,23 @@ pub fn decode(data: &[u8], color: Color, budget: usize) -> Result<Array> {
             let rgba = image(h, w, 4, img.into_rgba8().into_raw())?;
             convert_color(&rgba, Color::Rgba, color)
         }
+    }
+}
+
+/// What the decoders allocate besides the pixels, which their allocation
+/// limits do not bound: zune-jpeg's buffers for one row of MCUs grow with
+/// the width (up to ~220 bytes per column: 3.3 MB for a 15105x1 image);
+/// image-webp allocates the first VP8 partition (< 512 KiB) and then each
+/// DCT partition (< 16 MiB) at the size the file declares, before reading
+/// it, so a 61-byte file can make it allocate 16 MiB. Found by the `image`
+/// fuzz target (fuzz/README.md).
+fn decoder_buffers(format: Option<ImageFormat>, width: u32, lossless_webp: bool) -> u64 {
+    match format {
+        Some(ImageFormat::Jpeg) => u64::from(width) * 256,
+        // Lossy ("VP8 ") or extended ("VP8X", which may hold lossy data);
+        // lossless ("VP8L") has no partitions.
+        Some(ImageFormat::WebP) if !lossless_webp => (1 << 24) + (1 << 19),
+        _ => 0,
     }
 }
 
@@ -457,6 +482,40 @@ mod tests {
         for (a, b) in back.data().iter().zip(img.data().iter()) {
             assert!((*a as i32 - *b as i32).abs() <= 3);
         }
+    }
+
+    #[test]
+    fn the_budget_counts_the_decoders_own_buffers() {
+        // zune-jpeg's MCU-row buffers grow with the width: 15105 x 1 pixels
+        // (45 KB) took 3.3 MB of them.
+        let wide = encode(&rgb(1, 15105, |_, _| [9, 9, 9]), ImageFormat::Jpeg);
+        let e = decode(&wide, Color::Rgb, 1 << 20).unwrap_err();
+        assert_eq!(e.code, tern_core::error::Code::Unavailable, "{}", e.message);
+        assert_eq!(
+            decode(&wide, Color::Rgb, 8 << 20).unwrap().shape(),
+            &[1, 15105, 3]
+        );
+        // A 61-byte lossy WebP (the fuzzer's) whose VP8 header declares a
+        // ~16 MiB partition: image-webp allocates it before reading, so the
+        // decode is refused unless the budget holds a partition.
+        let lying = [
+            0x52, 0x49, 0x46, 0x46, 0x30, 0x00, 0x00, 0x00, 0x57, 0x45, 0x42, 0x50, 0x56, 0x50,
+            0x38, 0x20, 0x24, 0x00, 0x00, 0x00, 0x30, 0x01, 0x00, 0x9d, 0x01, 0x2a, 0x01, 0x00,
+            0x81, 0x00, 0x01, 0x40, 0x26, 0x25, 0xa0, 0x00, 0x03, 0x70, 0x00, 0xfe, 0xfb, 0x8d,
+            0x4b, 0xff, 0xac, 0x66, 0x8f, 0xfe, 0x48, 0xff, 0xd8, 0x1e, 0x66, 0x3f, 0xff, 0xff,
+            0xfe, 0xe0, 0x00, 0x00, 0x00,
+        ];
+        for budget in [16 << 10, 256 << 10, 4 << 20] {
+            let e = decode(&lying, Color::Rgb, budget).unwrap_err();
+            assert_eq!(e.code, tern_core::error::Code::Unavailable, "{}", e.message);
+        }
+        // Lossless WebP has no partitions: only its pixels count.
+        let lossless = encode(&rgb(8, 8, |_, _| [1, 2, 3]), ImageFormat::WebP);
+        assert_eq!(&lossless[12..16], b"VP8L");
+        assert_eq!(
+            decode(&lossless, Color::Rgb, 64 << 10).unwrap().shape(),
+            &[8, 8, 3]
+        );
     }
 
     #[test]
