@@ -176,9 +176,8 @@ unit: setup
 	$(call mark,unit)
 
 # Coverage-guided fuzzing (fuzz/README.md): libFuzzer through libfuzzer-sys
-# on stable Rust; the coverage instrumentation is passed here in RUSTFLAGS
-# with an explicit --target, which keeps it off build scripts and proc
-# macros. The crate is its own workspace (fuzz/Cargo.lock), built into
+# on stable Rust; the coverage instrumentation is added by
+# scripts/fuzz-rustc.sh to Tern's own crates and the targets only. The crate is its own workspace (fuzz/Cargo.lock), built into
 # target/fuzz at opt-level 1 (linted by clippy like the workspace).
 # `make fuzz` runs every target from the committed corpus for FUZZ_SECONDS
 # each (new inputs go to a scratch folder, not the corpus); `make fuzz-long
@@ -195,7 +194,8 @@ FUZZ_RUSTFLAGS := --cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-co
 # A hang is an input taking over 1 s; an allocation over 1 GiB or 2 GiB resident fails too.
 FUZZ_LIMITS := -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb=1024
 fuzz-build:
-	cd fuzz && RUSTFLAGS="$(FUZZ_RUSTFLAGS)" CARGO_TARGET_DIR=$(FUZZ_DIR) $(LINTED) \
+	cd fuzz && RUSTC_WRAPPER=$(CURDIR)/scripts/fuzz-rustc.sh FUZZ_RUSTFLAGS="$(FUZZ_RUSTFLAGS)" \
+		CARGO_TARGET_DIR=$(FUZZ_DIR) $(LINTED) \
 		$(CARGO) build --release --locked --target $(FUZZ_TRIPLE) --bins
 fuzz: fuzz-build
 	@mkdir -p $(FUZZ_DIR)/logs
@@ -360,11 +360,8 @@ smoke-aarch64: setup $(ZIG_STAMP)
 	$(ZIG_PATH) $(PY) scripts/dist.py --arch aarch64 --profile cross --build-only
 	bash scripts/qemu-aarch64.sh $(QEMU_DIR) $(AARCH64_BIN)
 	TERN_BIN=$(QEMU_DIR)/tern TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_SMOKE_TARGET=aarch64-unknown-linux-gnu \
-		ORT_DYLIB_PATH=$$($(PY) scripts/dist.py --arch aarch64 --onnxruntime-only) TERN_PLUGINS_DIR=$(WASM_OUT) \
-		$(PY) -m pytest tests/test_device_smoke.py -q
-	TERN_BIN=$(QEMU_DIR)/tern TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_SMOKE_TARGET=aarch64-unknown-linux-gnu \
-		ORT_DYLIB_PATH=$(call ort-lib,aarch64,$(ORT_OLDEST)) TERN_PLUGINS_DIR=$(WASM_OUT) \
-		$(PY) -m pytest tests/test_device_smoke.py -q
+		TERN_SMOKE_ORT_LIBS=$$($(PY) scripts/dist.py --arch aarch64 --onnxruntime-only),$(call ort-lib,aarch64,$(ORT_OLDEST)) \
+		TERN_PLUGINS_DIR=$(WASM_OUT) $(PY) -m pytest tests/test_device_smoke.py -q
 	$(call mark,smoke-aarch64)
 
 # The aarch64 tarball and .deb from that build: lintian, then the packaged

@@ -13,6 +13,7 @@ native binary that precompiles)."""
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 
@@ -36,8 +37,16 @@ def target():
     return os.environ.get("TERN_SMOKE_TARGET", f"{platform.machine()}-unknown-linux-gnu")
 
 
+def ort_libraries():
+    """The ONNX Runtime libraries the device serves with, one server each:
+    TERN_SMOKE_ORT_LIBS (comma-separated; `make smoke-aarch64` gives the
+    shipped version and the oldest Tern runs with), else ORT_DYLIB_PATH's."""
+    libs = os.environ.get("TERN_SMOKE_ORT_LIBS")
+    return libs.split(",") if libs else [os.environ.get("ORT_DYLIB_PATH")]
+
+
 @pytest.fixture(scope="module")
-def device(tmp_path_factory):
+def precompiled(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("device") / "models")
     gen_models.plugin_repo(root, plugins_dir())
     os.makedirs(f"{root}/prep_python/1")
@@ -51,9 +60,17 @@ def device(tmp_path_factory):
     )
     assert out.returncode == 0, out.stderr
     assert f"{len(PLUGINS)} plugin(s) compiled for {target()}" in out.stderr, out.stderr
+    return root, cache
+
+
+@pytest.fixture(scope="module", params=ort_libraries(), ids=lambda lib: os.path.basename(os.path.dirname(lib or "")))
+def device(precompiled, request):
+    root, cache = precompiled
     # Under qemu the wrapper reserves the small guest address space itself.
     wrapper = [] if "TERN_SMOKE_TARGET" in os.environ else ["prlimit", f"--as={SMALL_ADDRESS_SPACE}"]
-    t = Tern([f"--model-repository={root}", f"--wasm-cache-dir={cache}"], wrapper=wrapper)
+    t = Tern([f"--model-repository={root}", f"--wasm-cache-dir={cache}"], wrapper=wrapper,
+             env={"ORT_DYLIB_PATH": request.param})
+    t.ort_library = request.param
     yield t
     t.stop()
 
@@ -65,6 +82,8 @@ def test_the_pool_falls_back_and_every_plugin_comes_from_the_precompiled_cache(d
         # From the cache, or sharing the code of a model with the same component that was.
         assert f"(Cache) model={m} " in log or f"(Shared) model={m} " in log, (m, log)
     assert "(Compiled)" not in log and "recompiling" not in log, log
+    # The ONNX Runtime asked for, by its own version.
+    assert re.search(r"ONNX Runtime 1\.\d+\.\d+ loaded from '" + re.escape(os.path.realpath(device.ort_library)), log), log
 
 
 @pytest.mark.parametrize("mod", [httpclient, grpcclient], ids=["http", "grpc"])
