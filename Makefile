@@ -338,7 +338,7 @@ test-ort-versions: smoke-aarch64 flavours
 		ORT_DYLIB_PATH=$(call ort-lib,aarch64,$$v) TERN_PLUGINS_DIR=$(WASM_OUT) \
 		$(PY) -m pytest tests/test_device_smoke.py -q; done
 
-test: stage-clock setup lint unit fuzz e2e ort-oldest test-vs-triton test-torch smoke-aarch64 package-check image-check
+test: stage-clock setup lint unit e2e ort-oldest test-vs-triton test-torch smoke-aarch64 package-check image-check
 	@$(MAKE) --no-print-directory stage-times
 
 # Cross builds with cargo-zigbuild (the ziglang wheel is the C toolchain and

@@ -1,12 +1,21 @@
 #!/bin/sh
 # RUSTC_WRAPPER of the fuzz build (`make fuzz-build`): libFuzzer's coverage
-# instrumentation ($FUZZ_RUSTFLAGS) on Tern's own crates and the fuzz
-# targets only. Third-party crates (wasmtime and Cranelift among them) are
-# compiled plainly: instrumenting them made a clean build ~19 min on 2
-# cores, and the fuzzers are after Tern's code. Build scripts and proc
-# macros run on the build machine and are never instrumented.
+# instrumentation ($FUZZ_RUSTFLAGS) on Tern's own crates, the fuzz targets
+# and the third-party parsers they drive (JSON, protobuf, the image
+# decoders). Other crates (wasmtime and Cranelift among them) are compiled
+# plainly: the fuzzers are after the parsers, not after them. Only the
+# target's code is instrumented (cargo passes --target to it, as make does):
+# what runs on the build machine (build scripts, proc macros and their
+# dependencies) never is.
 case " $* " in
   *" --crate-name build_script_"*|*" --crate-type proc-macro "*) exec "$@" ;;
+  *" --target "*) ;;
+  *) exec "$@" ;;
+esac
+case " $* " in
+  *" --crate-name serde_json "*|*" --crate-name prost "*|*" --crate-name image "*|\
+  *" --crate-name zune_jpeg "*|*" --crate-name zune_core "*|*" --crate-name image_webp "*|\
+  *" --crate-name png "*) exec "$@" $FUZZ_RUSTFLAGS ;;
   *"/.cargo/registry/"*|*"/.cargo/git/"*) exec "$@" ;;
   *" --crate-name "*) exec "$@" $FUZZ_RUSTFLAGS ;;
   *) exec "$@" ;;
