@@ -319,11 +319,15 @@ ORT_VERSIONS ?= 1.17.3 1.18.0 1.19.2 1.20.1 1.22.1
 ORT_VERSION_TESTS := tests/test_http.py tests/test_grpc.py tests/test_accelerators.py tests/test_batching.py \
 	tests/test_sequences.py tests/test_ensembles.py tests/test_shm.py tests/test_errors.py
 ort-lib = $$($(PY) scripts/dist.py --arch $(1) --onnxruntime-only --onnxruntime-version $(2))
+# Each library is checked to be the version asked for (by what `tern
+# --version` reads from it) before the tests run on it.
 define ort-version-tests
 	set -e; for v in $(1); do echo "== ONNX Runtime $$v (x86_64)"; \
+		lib=$(call ort-lib,x86_64,$$v); \
+		ORT_DYLIB_PATH=$$lib $(CARGO_TARGET_DIR)/debug/tern --version | grep -F "onnxruntime: $$v at "; \
 		TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) \
-		ORT_DYLIB_PATH=$(call ort-lib,x86_64,$$v) \
-		$(PY) -m pytest $(ORT_VERSION_TESTS) -q -n 2 --dist loadfile; done
+		TERN_STRICT_SKIPS=1 ORT_DYLIB_PATH=$$lib \
+		$(PY) -m pytest $(ORT_VERSION_TESTS) -q -rs -n 2 --dist loadfile; done
 endef
 ort-oldest: setup flavours
 	$(CLIPPY) build --workspace
@@ -334,9 +338,10 @@ ort-oldest: setup flavours
 test-ort-versions: smoke-aarch64 flavours
 	$(call ort-version-tests,$(ORT_VERSIONS))
 	set -e; for v in $(ORT_VERSIONS); do echo "== ONNX Runtime $$v (aarch64, qemu)"; \
+		lib=$(call ort-lib,aarch64,$$v); \
 		TERN_BIN=$(QEMU_DIR)/tern TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_SMOKE_TARGET=aarch64-unknown-linux-gnu \
-		ORT_DYLIB_PATH=$(call ort-lib,aarch64,$$v) TERN_PLUGINS_DIR=$(WASM_OUT) \
-		$(PY) -m pytest tests/test_device_smoke.py -q; done
+		TERN_SMOKE_ORT_LIBS=$$lib TERN_PLUGINS_DIR=$(WASM_OUT) \
+		$(PY) -m pytest tests/test_device_smoke.py -q -rs; done
 
 test: stage-clock setup lint unit e2e ort-oldest test-vs-triton test-torch smoke-aarch64 package-check image-check
 	@$(MAKE) --no-print-directory stage-times

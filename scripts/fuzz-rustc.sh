@@ -6,7 +6,8 @@
 # plainly: the fuzzers are after the parsers, not after them. Only the
 # target's code is instrumented (cargo passes --target to it, as make does):
 # what runs on the build machine (build scripts, proc macros and their
-# dependencies) never is.
+# dependencies) never is. The flags added here are not in cargo's
+# fingerprints: after changing them, remove target/fuzz.
 case " $* " in
   *" --crate-name build_script_"*|*" --crate-type proc-macro "*) exec "$@" ;;
   *" --target "*) ;;
@@ -16,7 +17,7 @@ case " $* " in
   *" --crate-name serde_json "*|*" --crate-name prost "*|*" --crate-name image "*|\
   *" --crate-name zune_jpeg "*|*" --crate-name zune_core "*|*" --crate-name image_webp "*|\
   *" --crate-name png "*) exec "$@" $FUZZ_RUSTFLAGS ;;
-  *"/.cargo/registry/"*|*"/.cargo/git/"*) exec "$@" ;;
+  *"/registry/src/"*|*"/git/checkouts/"*) exec "$@" ;;
   *" --crate-name "*) exec "$@" $FUZZ_RUSTFLAGS ;;
   *) exec "$@" ;;
 esac

@@ -76,25 +76,28 @@ struct Loaded {
 
 /// The version of the ONNX Runtime library at `path`
 /// (`OrtGetApiBase()->GetVersionString()`), refused when older than
-/// [`OLDEST_VERSION`]. Opening it here and in `ort` gives one handle.
-fn library_version(path: &Path) -> std::result::Result<String, String> {
+/// [`OLDEST_VERSION`], with the library kept open: `ort` opening the same
+/// path while it is gets the same handle, not a second load.
+fn library_version(path: &Path) -> std::result::Result<(String, libloading::Library), String> {
     // SAFETY: loading ONNX Runtime runs its initialisers, as `ort` would.
     let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
-    // SAFETY: `OrtGetApiBase` has this signature in every ONNX Runtime release.
-    let base = unsafe {
-        lib.get::<unsafe extern "C" fn() -> *const ort::sys::OrtApiBase>(b"OrtGetApiBase")
-    }
-    .map_err(|_| "it does not export OrtGetApiBase: not an ONNX Runtime library".to_string())?;
-    // SAFETY: the function takes nothing and returns a static table (or null).
-    let base = unsafe { base() };
-    if base.is_null() {
-        return Err("OrtGetApiBase returned nothing".into());
-    }
-    // SAFETY: `base` points to ONNX Runtime's static API base; the string it returns is static.
-    let version = unsafe { std::ffi::CStr::from_ptr(((*base).GetVersionString)()) }
-        .to_string_lossy()
-        .into_owned();
-    check_version(&version).map(|()| version)
+    let version = {
+        // SAFETY: `OrtGetApiBase` has this signature in every ONNX Runtime release.
+        let get_base = unsafe {
+            lib.get::<unsafe extern "C" fn() -> *const ort::sys::OrtApiBase>(b"OrtGetApiBase")
+        }
+        .map_err(|_| "it does not export OrtGetApiBase: not an ONNX Runtime library".to_string())?;
+        // SAFETY: the function takes nothing and returns a static table (or null).
+        let base = unsafe { get_base() };
+        if base.is_null() {
+            return Err("OrtGetApiBase returned nothing".into());
+        }
+        // SAFETY: `base` points to ONNX Runtime's static API base; the string it returns is static.
+        unsafe { std::ffi::CStr::from_ptr(((*base).GetVersionString)()) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    check_version(&version).map(|()| (version, lib))
 }
 
 /// Whether Tern runs with ONNX Runtime `version` (`1.17.3`).
@@ -103,7 +106,13 @@ fn check_version(version: &str) -> std::result::Result<(), String> {
     let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next()) else {
         return Err(format!("it reports an unreadable version '{version}'"));
     };
-    if (major, minor) < OLDEST_VERSION {
+    if major != OLDEST_VERSION.0 {
+        return Err(format!(
+            "ONNX Runtime {version} is not a {}.x release, which Tern's C API level needs",
+            OLDEST_VERSION.0
+        ));
+    }
+    if minor < OLDEST_VERSION.1 {
         return Err(format!(
             "ONNX Runtime {version} is older than {}.{}, the oldest Tern runs with \
              (docs/deployment.md, \"ONNX Runtime versions\")",
@@ -139,7 +148,7 @@ fn loaded(settings: &BackendSettings) -> std::result::Result<&'static Loaded, &'
                 ));
                 continue;
             }
-            let version = match library_version(&path) {
+            let (version, _open) = match library_version(&path) {
                 Ok(v) => v,
                 Err(why) => {
                     errors.push(format!("{}: {why}", path.display()));
@@ -878,7 +887,7 @@ mod tests {
 
     #[test]
     fn versions_from_1_17_on_are_accepted_and_older_ones_refused() {
-        for ok in ["1.17.0", "1.17.3", "1.18.0", "1.31.1", "2.0.0"] {
+        for ok in ["1.17.0", "1.17.3", "1.18.0", "1.31.1"] {
             assert_eq!(check_version(ok), Ok(()), "{ok}");
         }
         assert_eq!(
@@ -894,7 +903,7 @@ mod tests {
     #[test]
     fn the_loaded_library_reports_its_version_and_others_are_not_onnx_runtime() {
         let lib = std::env::var("ORT_DYLIB_PATH").expect("make sets ORT_DYLIB_PATH");
-        let v = library_version(Path::new(&lib)).unwrap();
+        let (v, _open) = library_version(Path::new(&lib)).unwrap();
         assert!(check_version(&v).is_ok() && v.starts_with("1."), "{v}");
         let e = library_version(Path::new("libc.so.6")).unwrap_err();
         assert!(e.contains("not an ONNX Runtime library"), "{e}");

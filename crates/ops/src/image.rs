@@ -134,12 +134,7 @@ pub fn decode(data: &[u8], color: Color, budget: usize) -> Result<Array> {
     let need = decoder
         .total_bytes()
         .saturating_add(out)
-        .saturating_add(decoder_buffers(
-            format,
-            data,
-            (w, h),
-            decoder.color_type().channel_count(),
-        ));
+        .saturating_add(decoder_buffers(format, data, (w, h)));
     if need > budget as u64 {
         return Err(Error::unavailable(format!(
             "decoding a {w}x{h} image needs {need} bytes, more than the {budget} bytes left under the plugin's memory cap (max_memory_bytes)"
@@ -170,45 +165,21 @@ pub fn decode(data: &[u8], color: Color, budget: usize) -> Result<Array> {
 /// limits do not bound: zune-jpeg's buffers for one row of MCUs grow with
 /// the width (up to ~220 bytes per column: 3.3 MB for a 15105x1 image),
 /// and a progressive JPEG keeps every coefficient until its last scan (2
-/// bytes per sample, padded to whole MCUs); image-webp allocates the first
-/// VP8 partition (< 512 KiB) and then each DCT partition (< 16 MiB) at the
-/// size the file declares, before reading it, so a 61-byte file can make it
-/// allocate 16 MiB. Found by the `image` fuzz target (fuzz/README.md).
-fn decoder_buffers(
-    format: Option<ImageFormat>,
-    data: &[u8],
-    (w, h): (u32, u32),
-    channels: u8,
-) -> u64 {
+/// bytes per sample, padded to whole MCUs; counted for every JPEG, with 4
+/// components, as the file's markers cannot be trusted to say which it
+/// is); image-webp allocates the first VP8 partition (< 512 KiB) and then
+/// each DCT partition (< 16 MiB) at the size the file declares, before
+/// reading it, so a 61-byte file can make it allocate 16 MiB. Found by the
+/// `image` fuzz target (fuzz/README.md).
+fn decoder_buffers(format: Option<ImageFormat>, data: &[u8], (w, h): (u32, u32)) -> u64 {
     let (w, h) = (u64::from(w), u64::from(h));
     match format {
-        Some(ImageFormat::Jpeg) if baseline_jpeg(data) => w * 256,
-        Some(ImageFormat::Jpeg) => w * 256 + (w + 32) * (h + 32) * u64::from(channels) * 2,
+        Some(ImageFormat::Jpeg) => w * 256 + (w + 32) * (h + 32) * 4 * 2,
         // Lossy ("VP8 ") or extended ("VP8X", which may hold lossy data);
         // lossless ("VP8L") has no partitions.
         Some(ImageFormat::WebP) if data.get(12..16) != Some(b"VP8L") => (1 << 24) + (1 << 19),
         _ => 0,
     }
-}
-
-/// Whether a JPEG's frame header (SOF) says baseline or extended
-/// sequential; false for progressive and wherever the markers before it
-/// cannot be walked (the decoder's needs are then counted as progressive).
-fn baseline_jpeg(data: &[u8]) -> bool {
-    let mut i = 2;
-    while i + 4 <= data.len() {
-        if data[i] != 0xff {
-            return false;
-        }
-        match data[i + 1] {
-            0xff => i += 1,
-            0xc0 | 0xc1 => return true,
-            0xc2 | 0xc3 | 0xc5..=0xc7 | 0xc9..=0xcb | 0xcd..=0xcf | 0xda => return false,
-            0xd0..=0xd7 | 0x01 => i += 2,
-            _ => i += 2 + usize::from(u16::from_be_bytes([data[i + 2], data[i + 3]])),
-        }
-    }
-    false
 }
 
 /// OpenCV's fixed-point ITU-R 601 luma (`cvtColor(..., COLOR_RGB2GRAY)`).
@@ -539,21 +510,16 @@ mod tests {
             assert_eq!(e.code, tern_core::error::Code::Unavailable, "{}", e.message);
         }
         // A progressive JPEG keeps every coefficient until its last scan
-        // (the fuzzer's 42 x 19789 image took 5.3 MB under a 4 MiB budget).
-        let tall = rgb(2000, 42, |y, x| [(x * 6) as u8, (y % 256) as u8, 7]);
-        let baseline = encode(&tall, ImageFormat::Jpeg);
-        assert!(baseline_jpeg(&baseline));
-        let mut progressive = baseline.clone();
-        let sof = progressive
-            .windows(2)
-            .position(|w| w == [0xff, 0xc0])
-            .unwrap();
-        progressive[sof + 1] = 0xc2;
-        assert!(!baseline_jpeg(&progressive) && !baseline_jpeg(b"\xff\xd8garbage"));
-        let e = decode(&progressive, Color::Gray, 700 << 10).unwrap_err();
+        // (the fuzzer's 42 x 19789 image took 5.3 MB under a 4 MiB budget):
+        // counted for every JPEG, whatever its markers say.
+        let tall = encode(
+            &rgb(2000, 42, |y, x| [(x * 6) as u8, (y % 256) as u8, 7]),
+            ImageFormat::Jpeg,
+        );
+        let e = decode(&tall, Color::Gray, 700 << 10).unwrap_err();
         assert_eq!(e.code, tern_core::error::Code::Unavailable, "{}", e.message);
         assert_eq!(
-            decode(&baseline, Color::Gray, 700 << 10).unwrap().shape(),
+            decode(&tall, Color::Gray, 2 << 20).unwrap().shape(),
             &[2000, 42, 1]
         );
         // Lossless WebP has no partitions: only its pixels count.

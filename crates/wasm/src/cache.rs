@@ -210,9 +210,11 @@ fn load_bytes(
     let compiled = compile(engine, path, bytes)?;
     tracing::info!("compiled '{}' in {:?}", path.display(), started.elapsed());
     if let (Some(entry), Some(seal), Some(cache)) = (&entry, &seal, cache) {
-        match store(entry, &compiled, seal) {
-            Ok(()) => prune(cache, entry),
-            Err(e) => tracing::warn!("cannot write wasm cache entry '{}': {e}", entry.display()),
+        // Room first, so that the folder holds the new entry within its
+        // bound, and a full disk gets space back before the write.
+        prune(cache, entry, compiled.len() as u64 + 32);
+        if let Err(e) = store(entry, &compiled, seal) {
+            tracing::warn!("cannot write wasm cache entry '{}': {e}", entry.display());
         }
     }
     // SAFETY: `compiled` was produced just now by this engine.
@@ -387,6 +389,10 @@ fn store(entry: &Path, compiled: &[u8], key: &[u8; 32]) -> std::io::Result<()> {
         &seal_path(entry),
         blake3::keyed_hash(key, compiled).as_bytes(),
     )
+    .inspect_err(|_| {
+        // An entry without its seal would only ever be refused.
+        let _ = std::fs::remove_file(entry);
+    })
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it into
@@ -419,12 +425,12 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// leftover of a writer that died (a live writer renames it in seconds).
 const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Keeps the folder within its bound after `written` was stored: removes
-/// the least recently used entries (with their seals; never `written`)
-/// until entries and seals fit in `max_bytes`, and temporary files older
-/// than an hour. A server still running an entry's code keeps it mapped,
-/// so removing it only means the next load compiles again.
-fn prune(cache: Folder<'_>, written: &Path) {
+/// Makes room for `incoming` bytes before `written` is stored: removes the
+/// least recently used entries (with their seals; never `written`) until
+/// entries, seals and the newcomer fit in `max_bytes`, and temporary files
+/// older than an hour. A server still running an entry's code keeps it
+/// mapped, so removing it only means the next load compiles again.
+fn prune(cache: Folder<'_>, written: &Path, incoming: u64) {
     let Ok(dir) = std::fs::read_dir(cache.path) else {
         return;
     };
@@ -449,12 +455,13 @@ fn prune(cache: Folder<'_>, written: &Path) {
             }
         }
     }
-    if total <= cache.max_bytes {
+    let limit = cache.max_bytes.saturating_sub(incoming);
+    if total <= limit {
         return;
     }
     entries.sort();
     for (_, entry, size) in entries {
-        if total <= cache.max_bytes {
+        if total <= limit {
             break;
         }
         let seal = seal_path(&entry);
@@ -617,7 +624,7 @@ mod tests {
             path: cache,
             max_bytes: 2 * 1032,
         };
-        prune(bound, &written);
+        prune(bound, &written, 0);
         let mut left: Vec<String> = std::fs::read_dir(cache)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -636,8 +643,12 @@ mod tests {
              the entry just written and the live writer's file stay"
         );
         // Within the bound, nothing more is removed.
-        prune(bound, &written);
+        prune(bound, &written, 0);
         assert_eq!(std::fs::read_dir(cache).unwrap().count(), 5);
+        // Room for a newcomer of 1032 bytes: the least recently used goes.
+        prune(bound, &cache.join("e.cwasm"), 1032);
+        assert!(!cache.join("c.cwasm").exists() && cache.join("d.cwasm").exists());
+        assert_eq!(std::fs::read_dir(cache).unwrap().count(), 3);
     }
 
     #[test]
