@@ -130,7 +130,8 @@ def assert_one_cancelled(t, model="slow"):
     s = model_stats(t, model)
     assert s == {"executions": 1, "inferences": 1, "success": 1, "fail": 1}, s
     assert canceled_metric(t, model) == 1
-    assert "request cancelled by its client before it executed" in t.log()
+    # The statistics are counted before the line reaches the log file.
+    assert wait_for(lambda: "request cancelled by its client before it executed" in t.log()), t.log()
 
 
 def test_grpc_async_infer_cancelled_while_queued(tern, held):
