@@ -13,9 +13,9 @@
 //! this user (or root) and be writable by no one else. An entry that fails
 //! either check is refused with a warning and recompiled.
 //!
-//! The folder is bounded (`--wasm-cache-max-size`): after an entry is
+//! The folder is bounded (`--wasm-cache-max-size`): before an entry is
 //! written, the least recently used entries (a cache hit refreshes an
-//! entry's time) are removed until the folder fits, and temporary files
+//! entry's time) are removed until the folder has room, and temporary files
 //! left by writers that died are removed, so a device whose plugins change
 //! does not fill its disk with code it no longer runs.
 
