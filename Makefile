@@ -426,6 +426,7 @@ dashboard-png: setup plugins
 # of the Containerfile, the ONNX Runtime steps, the binary under qemu on the cache).
 JETSON_TARBALL := .cache/package-check/tern-$(VERSION)-aarch64-linux-gnu.tar.gz
 jetson-context: package-check
+	@command -v curl >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends curl >/dev/null)
 	$(PY) scripts/jetson_context.py --tarball $(JETSON_TARBALL) --tern-host $(CARGO_TARGET_DIR)/debug/tern --out .cache/jetson-context
 	TERN_JETSON_CONTEXT=.cache/jetson-context TERN_JETSON_TARBALL=$(JETSON_TARBALL) TERN_HOST_BIN=$(CARGO_TARGET_DIR)/debug/tern \
 		$(PY) -m pytest tests/test_jetson_recipe.py -q

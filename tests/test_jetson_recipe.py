@@ -448,8 +448,7 @@ def test_the_jetpacks_default_wheel_is_taken_when_nothing_else_is_given(tmp_path
     Lab's onnxruntime-gpu) is downloaded and checked against its SHA-256 when
     neither ORT_WHEEL_URL nor the context's ort-prebuilt/ gives one; both of
     those win over it."""
-    if not shutil.which("curl"):
-        pytest.skip("no curl to fetch a file:// URL (wget cannot)")
+    assert shutil.which("curl"), "no curl to fetch a file:// URL (wget cannot); `make jetson-context` installs it"
     served = tmp_path / "index"
     served.mkdir()
     fake_wheel(served / "onnxruntime_gpu-1.23.0-cp310-cp310-linux_aarch64.whl", "1.23.0")

@@ -24,21 +24,9 @@ struct Input {
     labels: String,
 }
 
-const DTYPES: [DataType; 13] = [
-    DataType::Bool,
-    DataType::Uint8,
-    DataType::Uint16,
-    DataType::Uint32,
-    DataType::Uint64,
-    DataType::Int8,
-    DataType::Int16,
-    DataType::Int32,
-    DataType::Int64,
-    DataType::Fp16,
-    DataType::Fp32,
-    DataType::Fp64,
-    DataType::Bf16,
-];
+/// Every numeric data type (the table's, without BYTES).
+static DTYPES: std::sync::LazyLock<Vec<DataType>> =
+    std::sync::LazyLock::new(|| DataType::all().filter(|d| *d != DataType::Bytes).collect());
 
 /// Element `i` as the exact text Triton writes (`std::to_string` of the
 /// integer; floats are checked by order only).

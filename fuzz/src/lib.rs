@@ -9,9 +9,7 @@
 use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
-use tern::proto::{
-    infer_parameter::ParameterChoice, model_infer_request, InferParameter, ModelInferRequest,
-};
+use tern::proto::{model_infer_request, ModelInferRequest};
 use tern_core::config::{parse_pbtxt, ModelConfig};
 use tern_core::{DataType, InferRequest, Parameter, Parameters, RequestedOutput, Tensor};
 use tern_memory::shm::SharedMemory;
@@ -207,18 +205,6 @@ pub fn http_body(req: &InferRequest, binary_default: bool) -> (Vec<u8>, usize) {
     (body, header_len)
 }
 
-fn wire_parameter(p: &Parameter) -> InferParameter {
-    let choice = match p {
-        Parameter::Bool(b) => ParameterChoice::BoolParam(*b),
-        Parameter::Int(i) => ParameterChoice::Int64Param(*i),
-        Parameter::Double(d) => ParameterChoice::DoubleParam(*d),
-        Parameter::String(s) => ParameterChoice::StringParam(s.clone()),
-    };
-    InferParameter {
-        parameter_choice: Some(choice),
-    }
-}
-
 /// A decoded request as a gRPC `ModelInferRequest` again, every input's data
 /// in `raw_input_contents`.
 pub fn grpc_request(req: &InferRequest) -> ModelInferRequest {
@@ -230,7 +216,7 @@ pub fn grpc_request(req: &InferRequest) -> ModelInferRequest {
                     Value::String(s) => Parameter::String(s.clone()),
                     n => Parameter::Int(n.as_i64().expect("an integer")),
                 };
-                (k.clone(), wire_parameter(&p))
+                (k.clone(), tern::frontend::grpc::codec::to_wire(&p))
             })
             .collect()
     };
@@ -241,7 +227,7 @@ pub fn grpc_request(req: &InferRequest) -> ModelInferRequest {
         parameters: req
             .parameters
             .iter()
-            .map(|(k, v)| (k.clone(), wire_parameter(v)))
+            .map(|(k, v)| (k.clone(), tern::frontend::grpc::codec::to_wire(v)))
             .collect(),
         inputs: req
             .inputs

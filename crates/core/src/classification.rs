@@ -15,15 +15,10 @@ fn value_at(t: &Tensor, i: usize) -> f64 {
             <$ty>::from_le_bytes(b) as f64
         }};
     }
+    if let Some(v) = integer_at(t, i) {
+        return v as f64;
+    }
     match t.dtype {
-        DataType::Bool | DataType::Uint8 => d[i] as f64,
-        DataType::Int8 => d[i] as i8 as f64,
-        DataType::Uint16 => read!(u16, 2),
-        DataType::Int16 => read!(i16, 2),
-        DataType::Uint32 => read!(u32, 4),
-        DataType::Int32 => read!(i32, 4),
-        DataType::Uint64 => read!(u64, 8),
-        DataType::Int64 => read!(i64, 8),
         DataType::Fp32 => read!(f32, 4),
         DataType::Fp64 => read!(f64, 8),
         DataType::Fp16 => {
@@ -32,7 +27,7 @@ fn value_at(t: &Tensor, i: usize) -> f64 {
         DataType::Bf16 => {
             half::bf16::from_bits(u16::from_le_bytes([d[2 * i], d[2 * i + 1]])).to_f64()
         }
-        DataType::Bytes => 0.0,
+        _ => 0.0,
     }
 }
 

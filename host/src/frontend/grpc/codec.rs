@@ -46,7 +46,8 @@ fn parameters(
     Ok(out)
 }
 
-fn to_wire(p: &Parameter) -> InferParameter {
+/// A request or response parameter in gRPC's wire form.
+pub fn to_wire(p: &Parameter) -> InferParameter {
     let choice = match p {
         Parameter::Bool(b) => ParameterChoice::BoolParam(*b),
         Parameter::Int(i) => ParameterChoice::Int64Param(*i),
