@@ -117,6 +117,22 @@ def repo(tmp_path_factory):
                     sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return None
     """)
+    add_model(root, "completes_forever", """
+        name: "completes_forever" backend: "python"
+        parameters { key: "execution_timeout_ms" value { string_value: "300" } }
+    """, """
+        class TritonPythonModel:
+            @staticmethod
+            def auto_complete_config(config):
+                while True:
+                    pass
+    """)
+    add_model(root, "completes_nothing", 'name: "completes_nothing" backend: "python"', """
+        class TritonPythonModel:
+            @staticmethod
+            def auto_complete_config(config):
+                config.set_max_batch_size(4)
+    """)
     return root
 
 
@@ -195,8 +211,49 @@ def test_models_that_cannot_run_fail_their_own_load_clearly(server):
     assert state == "UNAVAILABLE" and "model.py line 5: expected ':'" in why, why
     state, why = r["fails_init"]
     assert state == "UNAVAILABLE" and "the weights file is missing" in why, why
-    for ok in ("add_sub", "strings", "uses_stdlib", "bls", "counter", "loops", "hog"):
+    for ok in ("add_sub", "strings", "uses_stdlib", "bls", "counter", "loops", "hog", "auto_complete"):
         assert r[ok][0] == "READY", (ok, r[ok])
+
+
+def test_auto_complete_config_failures_fail_that_model_alone(server):
+    r = reasons(server)
+    state, why = r["auto_complete_conflict"]
+    assert state == "UNAVAILABLE" and "auto_complete_config failed: ValueError: model 'auto_complete_conflict', " \
+        "tensor 'INPUT0': the model expects dims [8] but the model configuration specifies dims [4] " \
+        "(at model.py:9 in auto_complete_config)" in why, why
+    state, why = r["completes_forever"]
+    assert state == "UNAVAILABLE" and "exceeded its execution deadline of 300 ms" in why, why
+    state, why = r["completes_nothing"]
+    assert state == "UNAVAILABLE" and \
+        "auto_complete_config function in model 'completes_nothing' must return a valid pb.ModelConfig object" in why, why
+    # The failure is the version's, as in Triton.
+    index = httpclient.InferenceServerClient(server.url).get_model_repository_index()
+    assert {m["name"]: m.get("version") for m in index}["auto_complete_conflict"] == "1"
+
+
+def test_auto_complete_config_fills_the_config(server):
+    c = httpclient.InferenceServerClient(server.url)
+    config = c.get_model_config("auto_complete")
+    assert config["max_batch_size"] == 8 and "dynamic_batching" in config, config
+    assert [(t["name"], t["data_type"], t["dims"]) for t in config["input"]] == [
+        ("INPUT0", "TYPE_FP32", [4]), ("INPUT1", "TYPE_FP32", [4])]
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    r = c.infer("auto_complete", [tensor(httpclient, "INPUT0", x, "FP32"), tensor(httpclient, "INPUT1", x, "FP32")])
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), x * x + 1)
+
+
+def test_strict_config_runs_no_auto_complete(tmp_path):
+    root = str(tmp_path / "models")
+    shutil.copytree(os.path.join(MODELS, "auto_complete"), os.path.join(root, "auto_complete"))
+    t = Tern([f"--model-repository={root}", "--exit-on-error=false", f"--python-runner={runner()}",
+              "--strict-model-config=true", f"--wasm-cache-dir={tmp_path / 'cache'}"])
+    try:
+        # As Triton 2.51: the model loads as config.pbtxt has it, with no tensors.
+        assert reasons(t)["auto_complete"][0] == "READY"
+        meta = httpclient.InferenceServerClient(t.url).get_model_metadata("auto_complete")
+        assert (meta["inputs"], meta["outputs"]) == ([], []), meta
+    finally:
+        assert t.stop() == 0, t.log()
 
 
 def test_runaway_models_are_stopped_and_the_rest_keeps_serving(server):

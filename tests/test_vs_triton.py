@@ -40,8 +40,8 @@ REF_VENV_BIN = os.path.join(REF, "venv", "bin")
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 MESSAGES_FILE = os.path.join(TARGET, "test-vs-triton", "messages.json")
 
-GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess", "request_info")
-BAD = ("fails_init", "imports_torch", "syntax_error")
+GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess", "request_info", "auto_complete")
+BAD = ("fails_init", "imports_torch", "syntax_error", "auto_complete_conflict")
 PROTOCOLS = ("http-binary", "http-json", "grpc")
 
 # Differences found in Tern's answers, by test id: each is an xfail(strict=True)
@@ -339,6 +339,33 @@ STDLIB = {
 def test_uses_stdlib_answers_as_triton(servers, case, proto):
     ok = compare(servers, proto, "uses_stdlib", [("IN", case["values"], "INT64")], ["OUT"])
     assert json.loads(ok.outputs["OUT"][2][0])["count"] == len(case["values"])
+
+
+# auto_complete: config.pbtxt names only the backend; auto_complete_config
+# declares the tensors, max_batch_size 8 and dynamic batching.
+AUTO_COMPLETE = {
+    "one": {"a": f32(1, 2, 3, 4).reshape(1, 4), "b": f32(1, 2, 3, 4).reshape(1, 4)},
+    "batch_of_3": {"a": rng.standard_normal((3, 4)).astype(np.float32), "b": rng.standard_normal((3, 4)).astype(np.float32)},
+}
+
+
+@pytest.mark.parametrize("case,proto", case_params(AUTO_COMPLETE))
+def test_auto_completed_model_answers_as_triton(servers, case, proto):
+    ok = compare(servers, proto, "auto_complete", [("INPUT0", case["a"], "FP32"), ("INPUT1", case["b"], "FP32")],
+                 ["OUTPUT0", "CONFIG"])
+    seen = json.loads(ok.outputs["CONFIG"][2][0][0])  # what initialize was given
+    assert seen == {"dynamic_batching": True, "inputs": ["INPUT0", "INPUT1"], "max_batch_size": 8,
+                    "outputs": ["OUTPUT0", "CONFIG"]}
+
+
+def test_auto_completed_config_is_triton_s(servers):
+    def config(server):
+        c = httpclient.InferenceServerClient(server.url).get_model_config("auto_complete")
+        return {k: c.get(k) for k in ("max_batch_size", "input", "output", "dynamic_batching", "backend", "platform")}
+
+    got = {k: config(s) for k, s in servers.items()}
+    assert got["tern"] == got["triton"]
+    assert got["triton"]["max_batch_size"] == 8 and len(got["triton"]["input"]) == 2
 
 
 @pytest.mark.parametrize("proto", ["http", "grpc"])

@@ -786,6 +786,11 @@ def _context_args(ctx):
     }
 
 
+# The SDK's own files, and the Python runner's `pb_utils` and numpy: an
+# error's place is the innermost frame of the model's code.
+_SDK_FILES = ("tern_plugin.py", "tern_ops.py", "triton_python_backend_utils.py", "numpy.py")
+
+
 def _where(exc):
     """`file:line in function` of the innermost frame of `exc` outside this SDK."""
     try:
@@ -793,7 +798,7 @@ def _where(exc):
     except Exception:  # noqa: BLE001 (where is a nicety: never fail on it)
         return None
     for frame in reversed(frames):
-        if not frame.filename.endswith("tern_plugin.py"):
+        if frame.filename.rsplit("/", 1)[-1] not in _SDK_FILES:
             return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} in {frame.name}"
     return None
 

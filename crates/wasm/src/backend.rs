@@ -230,6 +230,89 @@ impl WasmModel {
 
     /// A fresh store and component instance, initialised.
     fn instantiate(&self, spec: &InstanceSpec) -> Result<(Store<HostState>, Plugin)> {
+        let (mut store, plugin) = self.fresh_instance(spec)?;
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            Error::internal(format!(
+                "model '{}' instance '{}': {what}: {e}",
+                self.name, spec.name
+            ))
+        };
+        let (kind, device) = match spec.device {
+            DeviceKind::Cpu => (wit::InstanceKind::Cpu, 0),
+            DeviceKind::Gpu(i) => (wit::InstanceKind::Gpu, i),
+        };
+        let ctx = wit::ModelContext {
+            model_name: self.name.clone(),
+            model_version: self.version,
+            config_json: self.config_json.clone(),
+            instance_name: spec.name.clone(),
+            instance_kind: kind,
+            device_id: device,
+            repository_path: GUEST_MODEL_DIR.into(),
+        };
+        store.data_mut().deadline = Some(Instant::now() + self.sandbox.timeout);
+        store.set_epoch_deadline(ticks(self.sandbox.timeout));
+        let _ticking = Ticking::start();
+        match plugin.tern_plugin_model().call_initialize(&mut store, &ctx) {
+            Ok(Ok(())) => Ok((store, plugin)),
+            Ok(Err(e)) => Err(Error::new(
+                error_from_wit(e.clone()).code,
+                format!(
+                    "model '{}' instance '{}': initialize failed: {}",
+                    self.name, spec.name, e.message
+                ),
+            )),
+            Err(e) => Err(fail(
+                "initialize trapped",
+                &describe(&store, &e, self.sandbox),
+            )),
+        }
+    }
+
+    /// Runs the Python runner's `auto_complete_config` request on a fresh
+    /// instance (never initialised) and returns the completed config's JSON.
+    pub(crate) fn auto_complete_config(&self, request: wit::Request) -> Result<String> {
+        let spec = InstanceSpec {
+            name: format!("{}_auto_complete", self.name),
+            device: DeviceKind::Cpu,
+        };
+        let (mut store, plugin) = self.fresh_instance(&spec)?;
+        let fail = |e: String| {
+            Error::internal(format!(
+                "model '{}': auto_complete_config failed: {e}",
+                self.name
+            ))
+        };
+        store.data_mut().deadline = Some(Instant::now() + self.sandbox.timeout);
+        store.set_epoch_deadline(ticks(self.sandbox.timeout));
+        let ticking = Ticking::start();
+        let answer = plugin
+            .tern_plugin_model()
+            .call_execute(&mut store, std::slice::from_ref(&request));
+        drop(ticking);
+        let answer = answer.map_err(|e| fail(describe(&store, &e, self.sandbox)))?;
+        match answer.into_iter().next() {
+            Some(Ok(response)) => response
+                .parameters
+                .into_iter()
+                .find_map(|p| match (p.key.as_str(), p.value) {
+                    ("config", wit::ParameterValue::String(json)) => Some(json),
+                    _ => None,
+                })
+                .ok_or_else(|| fail("the runner returned no config".into())),
+            Some(Err(e)) => Err(Error::new(
+                error_from_wit(e.clone()).code,
+                format!(
+                    "model '{}': auto_complete_config failed: {}",
+                    self.name, e.message
+                ),
+            )),
+            None => Err(fail("the runner returned no answer".into())),
+        }
+    }
+
+    /// A fresh store and component instance, not initialised.
+    fn fresh_instance(&self, spec: &InstanceSpec) -> Result<(Store<HostState>, Plugin)> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             Error::internal(format!(
                 "model '{}' instance '{}': {what}: {e}",
@@ -283,35 +366,7 @@ impl WasmModel {
             .pre
             .instantiate(&mut store)
             .map_err(|e| fail("instantiation failed", &describe(&store, &e, self.sandbox)))?;
-        let (kind, device) = match spec.device {
-            DeviceKind::Cpu => (wit::InstanceKind::Cpu, 0),
-            DeviceKind::Gpu(i) => (wit::InstanceKind::Gpu, i),
-        };
-        let ctx = wit::ModelContext {
-            model_name: self.name.clone(),
-            model_version: self.version,
-            config_json: self.config_json.clone(),
-            instance_name: spec.name.clone(),
-            instance_kind: kind,
-            device_id: device,
-            repository_path: GUEST_MODEL_DIR.into(),
-        };
-        store.data_mut().deadline = Some(Instant::now() + self.sandbox.timeout);
-        store.set_epoch_deadline(ticks(self.sandbox.timeout));
-        match plugin.tern_plugin_model().call_initialize(&mut store, &ctx) {
-            Ok(Ok(())) => Ok((store, plugin)),
-            Ok(Err(e)) => Err(Error::new(
-                error_from_wit(e.clone()).code,
-                format!(
-                    "model '{}' instance '{}': initialize failed: {}",
-                    self.name, spec.name, e.message
-                ),
-            )),
-            Err(e) => Err(fail(
-                "initialize trapped",
-                &describe(&store, &e, self.sandbox),
-            )),
-        }
+        Ok((store, plugin))
     }
 }
 

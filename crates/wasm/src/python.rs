@@ -8,13 +8,17 @@
 //! Python models). As in Triton there is no execution deadline unless the
 //! model sets `execution_timeout_ms`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::{loaded, WasmModel};
+use crate::tern::plugin::types as wit;
 use crate::PluginTelemetry;
-use tern_core::backend::{model_file, Backend, BackendSettings, LoadContext, Model, ModelFiles};
+use tern_core::backend::{
+    model_file, Backend, BackendSettings, LoadContext, Model, ModelFiles, Progress,
+};
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
 
@@ -24,15 +28,43 @@ pub const RUNNER_FILE: &str = "python-runner.wasm";
 /// Triton's Python backend has no execution deadline: a year stands for none.
 const NO_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// How long `auto_complete_config` may run unless the model sets
+/// `execution_timeout_ms`: it runs while the repository reads configs, so
+/// unlike `initialize` (bounded by `--model-load-timeout-secs`) it must end.
+const AUTO_COMPLETE_DEADLINE: Duration = Duration::from_secs(30);
+
 /// The `python` backend; its models count into the plugins' telemetry.
 pub struct PythonBackend {
     telemetry: Arc<PluginTelemetry>,
+    /// What `auto_complete_config` left for the version's load, by version
+    /// folder.
+    auto_completed: Mutex<HashMap<PathBuf, AutoCompleted>>,
+}
+
+/// What running `auto_complete_config` leaves for the version's load.
+enum AutoCompleted {
+    /// It failed: the load fails with it (as in Triton, where auto-complete
+    /// runs while the backend initialises the model, so the version shows
+    /// the failure).
+    Failed(Error),
+    /// It ran: the runner it ran in is held until the load has the runner
+    /// too, so the compiled runner is shared, not read again.
+    Ran(Box<WasmModel>),
 }
 
 impl PythonBackend {
     /// A backend counting into `telemetry`.
     pub fn new(telemetry: Arc<PluginTelemetry>) -> Self {
-        PythonBackend { telemetry }
+        PythonBackend {
+            telemetry,
+            auto_completed: Mutex::default(),
+        }
+    }
+
+    fn auto_completed(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, AutoCompleted>> {
+        self.auto_completed
+            .lock()
+            .expect("auto-complete failures lock poisoned: nothing panics while holding it")
     }
 }
 
@@ -88,16 +120,21 @@ impl Backend for PythonBackend {
 
     fn auto_complete(
         &self,
-        _: &ModelFiles,
+        files: &ModelFiles,
         cfg: &mut ModelConfig,
-        _: &BackendSettings,
+        settings: &BackendSettings,
     ) -> Result<()> {
-        if cfg.input.is_empty() || cfg.output.is_empty() {
-            return Err(Error::unsupported(
-                "a Python model's config.pbtxt must declare its inputs and outputs: \
-                 auto_complete_config in model.py is not run by this version of Tern",
-            )
-            .for_model(&cfg.name));
+        if let Some(version_dir) = files.version_dir.as_deref() {
+            self.auto_completed().remove(version_dir);
+            if names_auto_complete(version_dir) {
+                // On failure the version's load fails with it, the config as it is.
+                let outcome = match self.run_auto_complete(version_dir, cfg, settings) {
+                    Ok(runner) => AutoCompleted::Ran(Box::new(runner)),
+                    Err(e) => AutoCompleted::Failed(e),
+                };
+                self.auto_completed()
+                    .insert(version_dir.to_path_buf(), outcome);
+            }
         }
         Ok(())
     }
@@ -105,10 +142,117 @@ impl Backend for PythonBackend {
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
         // The model file must be there (Triton's error when it is not).
         model_file(ctx.config, ctx.version_dir, "model.py")?;
+        let _held_runner = match self.auto_completed().remove(ctx.version_dir) {
+            Some(AutoCompleted::Failed(e)) => return Err(e),
+            Some(AutoCompleted::Ran(runner)) => Some(runner),
+            None => None,
+        };
         let runner = runner_path(ctx.settings).map_err(|e| e.for_model(&ctx.config.name))?;
         let model = WasmModel::load_component(ctx, &self.telemetry, &runner, NO_DEADLINE)?;
         Ok(loaded(model))
     }
+}
+
+impl PythonBackend {
+    /// Runs the model's `auto_complete_config` in a fresh runner instance (as
+    /// Triton's auto-complete stub does), takes the config it returns and
+    /// returns the runner.
+    fn run_auto_complete(
+        &self,
+        version_dir: &Path,
+        cfg: &mut ModelConfig,
+        settings: &BackendSettings,
+    ) -> Result<WasmModel> {
+        let version = version_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.parse::<i64>().ok())
+            .unwrap_or(1);
+        let runner = runner_path(settings).map_err(|e| e.for_model(&cfg.name))?;
+        let progress = Progress::default();
+        let ctx = LoadContext {
+            config: cfg,
+            version,
+            version_dir,
+            settings,
+            models: tern_core::router::unrouted(),
+            progress: &progress,
+        };
+        let model =
+            WasmModel::load_component(&ctx, &self.telemetry, &runner, AUTO_COMPLETE_DEADLINE)?;
+        let text = |key: &str, value: String| wit::Parameter {
+            key: key.into(),
+            value: wit::ParameterValue::String(value),
+        };
+        let request = wit::Request {
+            id: String::new(),
+            inputs: Vec::new(),
+            requested_outputs: Vec::new(),
+            parameters: vec![
+                text(
+                    AUTO_COMPLETE,
+                    tern_core::config::json::to_json(cfg).to_string(),
+                ),
+                text("tern.model_repository", format!("/models/{}", cfg.name)),
+                text("tern.model_version", version.to_string()),
+            ],
+            correlation_id: wit::CorrelationId::None,
+            flags: 0,
+        };
+        let completed = model.auto_complete_config(request)?;
+        let mut completed = tern_core::config::json::from_json(&completed).map_err(|e| {
+            e.context(format!(
+                "model '{}': the config auto_complete_config returned",
+                cfg.name
+            ))
+        })?;
+        completed.name = cfg.name.clone();
+        *cfg = completed;
+        Ok(model)
+    }
+}
+
+/// The runner's request parameter that asks for `auto_complete_config`.
+const AUTO_COMPLETE: &str = "tern.auto_complete_config";
+
+/// Whether a Python file of the version folder names `auto_complete_config`
+/// (the model class or a base class beside it defines it): only then is an
+/// instance started to run it, so other models load as fast as before.
+fn names_auto_complete(version_dir: &Path) -> bool {
+    walkdir_py(version_dir, 3).any(|path| {
+        std::fs::read(&path)
+            .map(|text| text.windows(20).any(|w| w == b"auto_complete_config"))
+            .unwrap_or(false)
+    })
+}
+
+/// The `.py` files under `dir`, at most `depth` folders deep (a bounded walk:
+/// at most 1,000 entries are looked at).
+fn walkdir_py(dir: &Path, depth: usize) -> impl Iterator<Item = PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), 0usize)];
+    let mut seen = 0usize;
+    while let Some((folder, level)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > 1000 {
+                return found.into_iter();
+            }
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() && level < depth {
+                stack.push((path, level + 1));
+            } else if kind.is_file() && path.extension().is_some_and(|e| e == "py") {
+                found.push(path);
+            }
+        }
+    }
+    found.into_iter()
 }
 
 #[cfg(test)]
@@ -131,5 +275,27 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(runner_path(&settings).unwrap(), file);
+    }
+
+    #[test]
+    fn only_models_naming_auto_complete_config_run_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("model.py"),
+            "class TritonPythonModel: pass\n",
+        )
+        .unwrap();
+        assert!(!names_auto_complete(dir.path()));
+        std::fs::create_dir(dir.path().join("helpers")).unwrap();
+        std::fs::write(
+            dir.path().join("helpers/base.py"),
+            "class Base:\n    @staticmethod\n    def auto_complete_config(c):\n        return c\n",
+        )
+        .unwrap();
+        assert!(names_auto_complete(dir.path()));
+        // Not Python: not looked at.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::write(other.path().join("notes.txt"), "auto_complete_config").unwrap();
+        assert!(!names_auto_complete(other.path()));
     }
 }

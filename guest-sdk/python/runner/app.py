@@ -87,6 +87,60 @@ def _explain_import(e, path):
                                    tern_plugin.TritonError.UNSUPPORTED)
 
 
+def _model_class(args):
+    """Imports the model file named by the config from the version folder
+    and returns its `TritonPythonModel` class."""
+    config = json.loads(args["model_config"])
+    filename = config.get("default_model_filename") or "model.py"
+    folder = os.path.join(args["model_repository"], args["model_version"])
+    path = os.path.join(folder, filename)
+    if not os.path.isfile(path):
+        raise tern_plugin.TritonError(
+            f"'{filename}' is not in the version folder {args['model_version']}/ (backend \"python\")",
+            tern_plugin.TritonError.NOT_FOUND)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # sibling modules and packages of model.py
+    spec = importlib.util.spec_from_file_location("model", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = module
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as e:
+        raise _explain_import(e, path) from None
+    except SyntaxError as e:
+        raise tern_plugin.TritonError(
+            f"{filename} line {e.lineno}: {e.msg}", tern_plugin.TritonError.INVALID_ARG) from None
+    model_class = getattr(module, "TritonPythonModel", None)
+    if model_class is None:
+        raise tern_plugin.TritonError(f"{filename} defines no class TritonPythonModel",
+                                      tern_plugin.TritonError.INVALID_ARG)
+    return model_class
+
+
+# The parameter of the one request the host sends, before any `initialize`,
+# to run `auto_complete_config`: the config as JSON; the answer carries the
+# completed config in its `config` parameter.
+AUTO_COMPLETE = "tern.auto_complete_config"
+
+
+def _auto_complete(request):
+    """Runs `TritonPythonModel.auto_complete_config` (a static method, as in
+    Triton) on the config the host sent and returns the completed config."""
+    params = {p.key: tern_plugin._param_value(p.value) for p in request.parameters}
+    config_json = params[AUTO_COMPLETE]
+    args = {"model_config": config_json, "model_repository": params["tern.model_repository"],
+            "model_version": str(params["tern.model_version"])}
+    model_class = _model_class(args)
+    model_config = triton_python_backend_utils.ModelConfig(config_json)
+    if hasattr(model_class, "auto_complete_config"):
+        model_config = model_class.auto_complete_config(model_config)
+        if not isinstance(model_config, triton_python_backend_utils.ModelConfig):
+            name = json.loads(config_json).get("name", "")
+            raise tern_plugin.TritonError(
+                f"auto_complete_config function in model '{name}' must return a valid pb.ModelConfig object.")
+    return json.dumps(model_config.as_dict())
+
+
 class _Runner:
     """Forwards to the model file's `TritonPythonModel`."""
 
@@ -94,30 +148,7 @@ class _Runner:
         self._model = None
 
     def initialize(self, args):
-        config = json.loads(args["model_config"])
-        filename = config.get("default_model_filename") or "model.py"
-        folder = os.path.join(args["model_repository"], args["model_version"])
-        path = os.path.join(folder, filename)
-        if not os.path.isfile(path):
-            raise tern_plugin.TritonError(
-                f"'{filename}' is not in the version folder {args['model_version']}/ (backend \"python\")",
-                tern_plugin.TritonError.NOT_FOUND)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)  # sibling modules and packages of model.py
-        spec = importlib.util.spec_from_file_location("model", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["model"] = module
-        try:
-            spec.loader.exec_module(module)
-        except ModuleNotFoundError as e:
-            raise _explain_import(e, path) from None
-        except SyntaxError as e:
-            raise tern_plugin.TritonError(
-                f"{filename} line {e.lineno}: {e.msg}", tern_plugin.TritonError.INVALID_ARG) from None
-        model_class = getattr(module, "TritonPythonModel", None)
-        if model_class is None:
-            raise tern_plugin.TritonError(f"{filename} defines no class TritonPythonModel",
-                                          tern_plugin.TritonError.INVALID_ARG)
+        model_class = _model_class(args)
         self._model = model_class()
         if hasattr(self._model, "initialize"):
             return self._model.initialize(args)
@@ -132,4 +163,23 @@ class _Runner:
         return None
 
 
-Model = tern_plugin.export(_Runner)
+_Exported = tern_plugin.export(_Runner)
+_initialized = []
+
+
+class Model(_Exported):
+    """The exported model: `_Runner` behind Tern's SDK, plus the
+    auto-complete request the host sends before `initialize`."""
+
+    def initialize(self, ctx):
+        _initialized.append(True)
+        return super().initialize(ctx)
+
+    def execute(self, requests):
+        if not _initialized and len(requests) == 1 and any(p.key == AUTO_COMPLETE for p in requests[0].parameters):
+            try:
+                config = _auto_complete(requests[0])
+            except Exception as e:  # noqa: BLE001 (every failure fails the load)
+                return [tern_plugin.Err(tern_plugin._as_error(e))]
+            return [tern_plugin.InferenceResponse(parameters={"config": config})._wit()]
+        return super().execute(requests)
