@@ -373,6 +373,8 @@ smoke-aarch64: setup $(ZIG_STAMP)
 # binary extracted and run (it must find ONNX Runtime where the package put it).
 package-check: smoke-aarch64
 	@command -v lintian >/dev/null || (apt-get update -qq && apt-get install -y -qq lintian)
+	$(CLIPPY) build --workspace
+	$(MAKE) python-runner TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	$(ZIG_PATH) $(PY) scripts/dist.py --arch aarch64 --profile cross --out .cache/package-check
 	bash scripts/check-packages.sh .cache/package-check $(QEMU_DIR)/root
 	$(call mark,package-check)
@@ -391,6 +393,7 @@ images: dist
 	@$(IMAGE_TOOLS)
 	$(PY) scripts/images.py --tarballs dist --out dist
 	TERN_IMAGE_LAYOUT=dist/oci TERN_IMAGE_TAG=$(VERSION)-cpu $(PY) -m pytest tests/test_images.py -q
+	TERN_IMAGE_LAYOUT=dist/oci TERN_IMAGE_TAG=$(VERSION)-cpu-python $(PY) -m pytest tests/test_images.py -q -k "index or entrypoint"
 	$(PY) scripts/images.py --flavour cuda --tarballs dist --out dist
 	TERN_IMAGE_LAYOUT=dist/oci-cuda TERN_IMAGE_TAG=$(VERSION)-cuda $(PY) -m pytest tests/test_images.py -q
 
@@ -407,6 +410,7 @@ image-check: package-check jetson-context
 	$(PY) scripts/dist.py --arch x86_64 --binary $(CARGO_TARGET_DIR)/debug/tern --out .cache/package-check --no-deb
 	$(PY) scripts/images.py --tarballs .cache/package-check --out .cache/image-check
 	TERN_IMAGE_LAYOUT=.cache/image-check/oci TERN_IMAGE_TAG=$(VERSION)-cpu $(PY) -m pytest tests/test_images.py -q
+	TERN_IMAGE_LAYOUT=.cache/image-check/oci TERN_IMAGE_TAG=$(VERSION)-cpu-python $(PY) -m pytest tests/test_images.py -q -k "index or entrypoint"
 	$(PY) scripts/images.py --flavour cuda --from-manifest --tarballs .cache/package-check --out .cache/image-check --no-archive
 	TERN_IMAGE_LAYOUT=.cache/image-check/oci-cuda TERN_IMAGE_TAG=$(VERSION)-cuda $(PY) -m pytest tests/test_images.py -q
 	$(call mark,image-check)
@@ -439,6 +443,8 @@ dist: setup $(ZIG_STAMP)
 	@for t in aarch64-unknown-linux-gnu x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do \
 		rustup target list --installed | grep -qx $$t || rustup target add $$t; done
 	@command -v lintian >/dev/null || (apt-get update -qq && apt-get install -y -qq lintian)
+	$(CLIPPY) build --workspace
+	$(MAKE) python-runner TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	rm -rf dist
 	for a in x86_64 aarch64; do $(ZIG_PATH) $(PY) scripts/dist.py --arch $$a --flavour gnu && \
 		$(ZIG_PATH) $(PY) scripts/dist.py --arch $$a --flavour musl || exit 1; done

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Checks the packages scripts/dist.py wrote in <dir>: lintian on each .deb,
 # then the binary of each .deb and tarball, extracted, must report the ONNX
-# Runtime library the package ships and serve the example repository.
+# Runtime library the package ships and serve the example repository; with the
+# Python runner add-on (its .deb, or its tarball unpacked into the Tern
+# tarball) a binary of this machine must also serve a Triton Python model
+# (tests/python_models/add_sub); under qemu compiling the 39 MB runner takes
+# over ten minutes, so an aarch64 package's runner is only checked for being
+# where its binary looks (tests/test_images.py serves it natively on amd64).
 #   scripts/check-packages.sh <dir> [<aarch64 sysroot for qemu>]
 set -euo pipefail
 shopt -s nullglob
@@ -57,14 +62,51 @@ check() {  # check <binary> <expected libonnxruntime.so, or "none" for the plugi
     server=
     echo "ok: $1 serves the example repository"
 }
+python_repo=$dir/python-models
+rm -rf "$python_repo" && mkdir -p "$python_repo"
+cp -r "$(dirname "$0")/../tests/python_models/add_sub" "$python_repo/"
+check_python() {  # check_python <binary> <runner>: it finds the runner where the add-on put it
+    [ -f "$2" ] || { echo "FAIL: the add-on did not put the runner at $2"; exit 1; }
+    if file -L "$1" | grep -q aarch64 && [ "$(uname -m)" != aarch64 ]; then
+        echo "ok: $2 is where $1 looks (not served under qemu)"
+        return
+    fi
+    local log=$dir/serve-python.log port=$((20000 + RANDOM % 20000))
+    run "$1" --model-repository="$python_repo" --http-port=$port --grpc-port=0 --metrics-port=0 \
+        --wasm-cache-dir="$dir/wasm-cache" >"$log" 2>&1 &
+    local pid=$!
+    server=$pid
+    for _ in $(seq 600); do
+        curl -sf "localhost:$port/v2/health/ready" >/dev/null && break
+        kill -0 $pid 2>/dev/null || { cat "$log"; echo "FAIL: server exited"; exit 1; }
+        sleep 1
+    done
+    curl -sf "localhost:$port/v2/health/ready" >/dev/null || { cat "$log"; echo "FAIL: not ready"; exit 1; }
+    curl -sf -X POST "localhost:$port/v2/models/add_sub/infer" -d \
+        '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[4],"data":[1,2,3,4]},
+          {"name":"INPUT1","datatype":"FP32","shape":[4],"data":[1,1,1,1]}]}' \
+        | grep -qE '"data":\[2(\.0)?,3(\.0)?,4(\.0)?,5(\.0)?\]' || { cat "$log"; echo "FAIL: wrong answer from the Python add_sub"; exit 1; }
+    kill -TERM $pid && wait $pid || true
+    server=
+    echo "ok: $1 serves a Triton Python model with the runner add-on"
+}
+runner_deb=$(echo "$dir"/tern-python-runner_*_all.deb)
+runner_tgz=$(echo "$dir"/tern-python-runner-*.tar.gz)
 for deb in "$dir"/*.deb; do
     echo "== lintian $(basename "$deb")"
     lintian --fail-on error "$deb"
+    [ "$deb" = "$runner_deb" ] && continue
     x=$dir/extract-$(basename "$deb" .deb)
     rm -rf "$x" && dpkg-deb -x "$deb" "$x"
+    [ -e "$x/usr/lib/tern/python-runner.wasm" ] && { echo "FAIL: $deb carries the Python runner"; exit 1; }
     check "$x/usr/bin/tern" "$x/usr/lib/tern/libonnxruntime.so" "$x/usr/share/tern/examples/model_repository"
+    if [ -n "$runner_deb" ]; then
+        dpkg-deb -x "$runner_deb" "$x"
+        check_python "$x/usr/bin/tern" "$x/usr/lib/tern/python-runner.wasm"
+    fi
 done
 for tgz in "$dir"/*.tar.gz; do
+    [ "$tgz" = "$runner_tgz" ] && continue
     x=$dir/extract-$(basename "$tgz" .tar.gz)
     rm -rf "$x" && mkdir -p "$x" && tar -xzf "$tgz" -C "$x"
     top=$(echo "$x"/*)
@@ -74,4 +116,8 @@ for tgz in "$dir"/*.tar.gz; do
         check "$top/bin/tern" none "$top/share/tern/model_repository" ;;
     *) check "$top/bin/tern" "$top/lib/libonnxruntime.so" "$top/share/tern/model_repository" ;;
     esac
+    if [ -n "$runner_tgz" ]; then
+        tar -xzf "$runner_tgz" -C "$top"
+        check_python "$top/bin/tern" "$top/lib/tern/python-runner.wasm"
+    fi
 done

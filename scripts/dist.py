@@ -5,6 +5,13 @@ Runtime for that architecture (from the `onnxruntime` PyPI wheel), the
 licences of everything bundled, the systemd unit and an example repository,
 and for gnu a Debian package. `make dist` runs it for every target.
 
+The Python runner (`backend: "python"`, ~39 MB of WebAssembly with CPython and
+its standard library) is an add-on, not in those: one architecture-independent
+tarball, `tern-python-runner-<version>.tar.gz`, unpacked into an unpacked Tern
+tarball (it holds `lib/tern/python-runner.wasm`, where the binary looks), and
+for gnu a `tern-python-runner_<version>_all.deb` that puts it in
+/usr/lib/tern. `--no-python-runner` leaves it out.
+
     dist.py --arch aarch64 --flavour gnu --profile dist --out dist
 """
 
@@ -233,6 +240,98 @@ Description: Triton-compatible inference server with WebAssembly plugins
     return path
 
 
+def python_runner(wasm_dir):
+    path = os.path.join(wasm_dir, "python-runner.wasm")
+    if not os.path.isfile(path):
+        sys.exit(f"{path} is missing: run `make python-runner` first (or pass --no-python-runner)")
+    return path
+
+
+def python_runner_licences(dest):
+    """The licences of what the runner bundles: CPython and its standard
+    library (PSF), componentize-py's runtime (Apache-2.0), Tern's SDK."""
+    os.makedirs(dest, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "LICENSE"), os.path.join(dest, "tern-LICENSE"))
+    import sysconfig
+    cpython = os.path.join(sysconfig.get_paths()["stdlib"], "LICENSE.txt")
+    if not os.path.isfile(cpython):
+        sys.exit(f"CPython's licence text is not at {cpython}")
+    shutil.copy(cpython, os.path.join(dest, "cpython-LICENSE.txt"))
+    venv_site = glob.glob(os.path.join(ROOT, ".venv", "lib", "python3*", "site-packages", "componentize_py-*.dist-info"))
+    found = [os.path.join(d, "licenses", "LICENSE") for d in venv_site if os.path.isfile(os.path.join(d, "licenses", "LICENSE"))]
+    if not found:
+        sys.exit("componentize-py's licence is not in .venv: run `make setup`")
+    shutil.copy(found[0], os.path.join(dest, "componentize-py-LICENSE"))
+    return dest
+
+
+def python_runner_addon(ver, wasm_dir, out, work, make_deb):
+    """The add-on tarball (`lib/tern/python-runner.wasm` and its licences,
+    to unpack into an unpacked Tern tarball) and, with `make_deb`, its .deb."""
+    runner = python_runner(wasm_dir)
+    stage = os.path.join(work, "python-runner")
+    shutil.rmtree(stage, ignore_errors=True)
+    os.makedirs(os.path.join(stage, "lib", "tern"))
+    shutil.copy(runner, os.path.join(stage, "lib", "tern", "python-runner.wasm"))
+    python_runner_licences(os.path.join(stage, "LICENSES", "python-runner"))
+    path = os.path.join(out, f"tern-python-runner-{ver}.tar.gz")
+    with tarfile.open(path, "w:gz", compresslevel=9) as tar:
+        for entry in ("lib", "LICENSES"):
+            tar.add(os.path.join(stage, entry), arcname=entry,
+                    filter=lambda ti: (setattr(ti, "uname", "root"), setattr(ti, "gname", "root"), ti)[2])
+    made = [path]
+    if make_deb:
+        root = os.path.join(work, "deb-python-runner")
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(os.path.join(root, "usr/lib/tern"))
+        shutil.copy(runner, os.path.join(root, "usr/lib/tern/python-runner.wasm"))
+        os.chmod(os.path.join(root, "usr/lib/tern/python-runner.wasm"), 0o644)
+        doc = os.path.join(root, "usr/share/doc/tern-python-runner")
+        os.makedirs(doc)
+        licences = python_runner_licences(os.path.join(work, "python-runner-licences"))
+        psf = "".join(f" {l}\n" if l.strip() else " .\n"
+                      for l in open(os.path.join(licences, "cpython-LICENSE.txt")).read().splitlines())
+        with open(os.path.join(doc, "copyright"), "w") as f:
+            f.write("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
+                    "Upstream-Name: tern\n\n"
+                    "Files: *\nCopyright: Tern authors\nLicense: Apache-2.0\n"
+                    "Comment: usr/lib/tern/python-runner.wasm is a WebAssembly component built with\n"
+                    " componentize-py (Apache-2.0, Copyright: Fermyon, Inc. and contributors), which\n"
+                    " embeds CPython and its standard library (PSF-2.0 below).\n\n"
+                    "License: Apache-2.0\n On Debian systems the full text is in /usr/share/common-licenses/Apache-2.0.\n\n"
+                    "License: PSF-2.0\n" + psf)
+        with gzip.GzipFile(os.path.join(doc, "changelog.gz"), "wb", mtime=0) as f:
+            f.write(f"tern-python-runner ({ver}) stable; urgency=medium\n\n  * Release {ver}.\n\n"
+                    f" -- Tern maintainers <maintainers@tern.invalid>  Tue, 24 Nov 2026 00:00:00 +0000\n".encode())
+        overrides = os.path.join(root, "usr/share/lintian/overrides")
+        os.makedirs(overrides)
+        shutil.copy(os.path.join(ROOT, "packaging", "debian", "python-runner-lintian-overrides"),
+                    os.path.join(overrides, "tern-python-runner"))
+        control = os.path.join(root, "DEBIAN")
+        os.makedirs(control)
+        size_kb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs) // 1024
+        with open(os.path.join(control, "control"), "w") as f:
+            f.write(f"""Package: tern-python-runner
+Version: {ver}
+Architecture: all
+Maintainer: Tern maintainers <maintainers@tern.invalid>
+Installed-Size: {size_kb}
+Depends: tern (= {ver})
+Section: net
+Priority: optional
+Homepage: https://github.com/tern-inference/tern
+Description: Python runner for the Tern inference server
+ Lets Tern serve Triton Python-backend models (backend: "python",
+ <version>/model.py) as they are: CPython and its standard library compiled
+ to one WebAssembly component, with triton_python_backend_utils and a numpy
+ subset, run in Tern's sandbox instead of a stub process per model.
+""")
+        deb_path = os.path.join(out, f"tern-python-runner_{ver}_all.deb")
+        run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", root, deb_path])
+        made.append(deb_path)
+    return made
+
+
 def debian_copyright(ort):
     """Tern's licence, ONNX Runtime's; the crates' licence texts and ORT's
     third-party notices are files beside it (named here)."""
@@ -259,6 +358,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "dist"))
     ap.add_argument("--wasm-dir", default=os.path.join(ROOT, "target", "wasm32-wasip2", "release"))
     ap.add_argument("--no-deb", action="store_true")
+    ap.add_argument("--no-python-runner", action="store_true",
+                    help="do not package the Python runner add-on")
     ap.add_argument("--build-only", action="store_true",
                     help="build and check the binary, print its path; no packages")
     ap.add_argument("--binary", metavar="PATH",
@@ -318,6 +419,8 @@ def main():
     if a.flavour == "gnu" and not a.no_deb:
         made.append(deb(a.arch, ver, binary, ort, os.path.join(licences_dir, "rust-crates.txt"),
                         a.wasm_dir, a.out, work))
+    if not a.no_python_runner:
+        made += python_runner_addon(ver, a.wasm_dir, a.out, work, a.flavour == "gnu" and not a.no_deb)
     for p in [binary] + made:
         print(f"{os.path.getsize(p) / 1e6:8.1f} MB  {p}")
 

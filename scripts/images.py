@@ -28,6 +28,11 @@ search path. Both cuda builds run the same check: every library the manifest
 lists is placed, and every DT_NEEDED and run-time-opened library resolves inside
 the image (but the host's driver and TensorRT, which the image leaves out).
 
+`cpu` also gets a `-python` variant: the same image plus one layer with the
+Python runner add-on (`tern-python-runner-<version>.tar.gz` from the
+tarballs folder): /usr/lib/tern/python-runner.wasm and its licences, so
+`backend: "python"` models load; the base image stays without it.
+
     images.py --tarballs dist --out dist                  # after make dist
     images.py --flavour cuda --tarballs dist --out dist   # verifies the manifest
     images.py --flavour cuda --from-manifest --tarballs .cache/package-check --out .cache/image-check --no-archive
@@ -590,6 +595,26 @@ def configure(layout, arch_tag, platform, config):
         sys.exit(f"umoci wrote the config {json.dumps(written['config'])}, not {json.dumps(config)}")
 
 
+def python_layer(layout, arch_tag, runner_tarball, version):
+    """Adds the tag `<arch_tag>`-python: the image `arch_tag` plus a layer with
+    the Python runner add-on. Returns the tag and the layer's compressed size."""
+    python_tag = arch_tag.replace("-cpu-", "-cpu-python-")
+    with tempfile.TemporaryDirectory() as t:
+        with tarfile.open(runner_tarball) as tar:
+            tar.extractall(os.path.join(t, "addon"))
+        usr = os.path.join(t, "usr")
+        os.makedirs(os.path.join(usr, "lib", "tern"))
+        shutil.copy(os.path.join(t, "addon", "lib", "tern", "python-runner.wasm"), os.path.join(usr, "lib", "tern"))
+        shutil.copytree(os.path.join(t, "addon", "LICENSES", "python-runner"),
+                        os.path.join(usr, "share", "licenses", "tern", "python-runner"))
+        for d, _, files in os.walk(usr):
+            for f in files:
+                os.chmod(os.path.join(d, f), 0o644)
+        run(["umoci", "insert", "--image", f"{layout}:{arch_tag}", "--tag", python_tag, "--history.comment",
+             f"tern {version}: the Python runner (backend \"python\")", usr, "/usr"])
+    return python_tag, sizes(layout, python_tag) - sizes(layout, arch_tag)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tarballs", default=os.path.join(ROOT, "dist"), help="folder with the gnu tarballs")
@@ -628,7 +653,11 @@ def main():
     tag = f"{version}-{a.flavour}"
     config = image_config(a.flavour, version)
     per_arch = []
+    per_arch_python = []
     report = []
+    runner = glob.glob(os.path.join(a.tarballs, f"tern-python-runner-{version}.tar.gz"))
+    if a.flavour == "cpu" and not runner:
+        sys.exit(f"no tern-python-runner-{version}.tar.gz in {a.tarballs}: run `make dist` (or dist.py) first")
     for arch in archs:
         platform = PLATFORMS[arch]
         tarballs = glob.glob(os.path.join(a.tarballs, f"tern-{version}-{arch}-linux-gnu.tar.gz"))
@@ -658,21 +687,32 @@ def main():
         configure(layout, arch_tag, platform, config)
         per_arch.append((arch_tag, platform))
         report.append((platform, sizes(layout, arch_tag), unpacked))
+        if a.flavour == "cpu":
+            python_tag, layer = python_layer(layout, arch_tag, runner[0], version)
+            per_arch_python.append((python_tag, platform))
+            report.append((f"{platform} -python", layer, None))
     index(layout, tag, per_arch)
+    if per_arch_python:
+        index(layout, f"{tag}-python", per_arch_python)
     run(["umoci", "gc", "--layout", layout])
     kind = "multi-architecture index" if len(per_arch) > 1 else "index"
     if a.from_manifest:
         kind += ", placeholders from the manifest: for tests only"
-    archive = os.path.join(a.out, f"tern-{tag}.oci.tar")
-    if os.path.exists(archive):
-        os.remove(archive)
-    if a.no_archive or a.from_manifest:
-        print(f"image tern:{tag} in {layout} ({kind})")
-    else:
-        run(["skopeo", "copy", "--all", f"oci:{layout}:{tag}", f"oci-archive:{archive}:tern:{tag}"])
-        print(f"image tern:{tag} in {layout} ({kind}) and {archive} ({os.path.getsize(archive) / 1e6:.1f} MB)")
+    tags = [tag] + ([f"{tag}-python"] if per_arch_python else [])
+    for t in tags:
+        archive = os.path.join(a.out, f"tern-{t}.oci.tar")
+        if os.path.exists(archive):
+            os.remove(archive)
+        if a.no_archive or a.from_manifest:
+            print(f"image tern:{t} in {layout} ({kind})")
+        else:
+            run(["skopeo", "copy", "--all", f"oci:{layout}:{t}", f"oci-archive:{archive}:tern:{t}"])
+            print(f"image tern:{t} in {layout} ({kind}) and {archive} ({os.path.getsize(archive) / 1e6:.1f} MB)")
     for platform, compressed, unpacked in report:
-        print(f"  linux/{platform}: {compressed / 1e6:.1f} MB compressed, {unpacked / 1e6:.1f} MB unpacked")
+        if unpacked is None:
+            print(f"  linux/{platform}: + {compressed / 1e6:.1f} MB compressed (the Python runner layer)")
+        else:
+            print(f"  linux/{platform}: {compressed / 1e6:.1f} MB compressed, {unpacked / 1e6:.1f} MB unpacked")
 
 
 if __name__ == "__main__":

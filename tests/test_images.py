@@ -51,7 +51,13 @@ def index_manifests():
 
 
 def flavour():
-    return layout()[1].rsplit("-", 1)[1]
+    """`cpu` or `cuda` (the `-python` variant of cpu is cpu)."""
+    return layout()[1].removesuffix("-python").rsplit("-", 1)[1]
+
+
+def python_variant():
+    """The `-cpu-python` image: the cpu image plus the Python runner layer."""
+    return layout()[1].endswith("-python")
 
 
 def test_the_index_holds_the_flavours_architectures():
@@ -104,8 +110,28 @@ def test_the_entrypoint_serves_the_shipped_repository(unpacked):
         args = [a.replace("=/", f"={rootfs}/", 1) if a.startswith("--model-repository=") else a for a in args]
         for k in ("TERN_WASM_CACHE_DIR", "TERN_ONNXRUNTIME_LIBRARY"):
             env[k] = rootfs + env[k]
+    runner = os.path.join(rootfs, "usr", "lib", "tern", "python-runner.wasm")
+    assert os.path.isfile(runner) == python_variant(), "only the -python image carries the Python runner"
+    # A Triton Python model beside the examples, served natively (compiling
+    # the runner under qemu takes over ten minutes).
+    serve_python = python_variant() and platform == "amd64"
+    if serve_python:
+        dest = os.path.join(rootfs, "models", "add_sub_python")
+        shutil.copytree(os.path.join(ROOT, "tests", "python_models", "add_sub"), dest)
+        with open(os.path.join(dest, "config.pbtxt")) as f:
+            text = f.read().replace('name: "add_sub"', 'name: "add_sub_python"')
+        with open(os.path.join(dest, "config.pbtxt"), "w") as f:
+            f.write(text)
     t = Tern(args, env=env, binary=binary, wrapper=wrapper)
     try:
+        if serve_python:
+            x = np.arange(4, dtype=np.float32)
+            for mod, url in ((httpclient, t.url), (grpcclient, t.grpc_url)):
+                ins = [mod.InferInput("INPUT0", [4], "FP32"), mod.InferInput("INPUT1", [4], "FP32")]
+                ins[0].set_data_from_numpy(x)
+                ins[1].set_data_from_numpy(x)
+                r = mod.InferenceServerClient(url).infer("add_sub_python", ins)
+                np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), x + x)
         a = np.arange(16, dtype=np.int32).reshape(1, 16)
         b = np.ones((1, 16), dtype=np.int32)
         for mod, url in ((httpclient, t.url), (grpcclient, t.grpc_url)):

@@ -80,8 +80,11 @@ pub fn runner_path(settings: &BackendSettings) -> Result<PathBuf> {
             p.display()
         )));
     }
+    // Beside the binary, `../lib/tern` from it (tarball and .deb), and the
+    // .deb's and image's fixed place (for when /proc, which names the
+    // binary, is not mounted).
     let exe = std::env::current_exe().ok();
-    let candidates = exe
+    let mut candidates: Vec<PathBuf> = exe
         .as_deref()
         .and_then(Path::parent)
         .map(|dir| {
@@ -91,6 +94,7 @@ pub fn runner_path(settings: &BackendSettings) -> Result<PathBuf> {
             ]
         })
         .unwrap_or_default();
+    candidates.push(Path::new("/usr/lib/tern").join(RUNNER_FILE));
     candidates
         .iter()
         .find(|p| p.is_file())
@@ -98,10 +102,12 @@ pub fn runner_path(settings: &BackendSettings) -> Result<PathBuf> {
         .ok_or_else(|| {
             let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
             Error::unavailable(format!(
-            "backend \"python\" needs the Python runner ({RUNNER_FILE}), which is not installed \
-             (looked in {}); build it with `make python-runner` or give --python-runner",
-            looked.join(", ")
-        ))
+                "backend \"python\" needs the Python runner ({RUNNER_FILE}), which is not installed \
+                 (looked in {}): install the tern-python-runner package, unpack the \
+                 tern-python-runner tarball into Tern's folder, use the -python image, or build \
+                 it with `make python-runner`; --python-runner names another place",
+                looked.join(", ")
+            ))
         })
 }
 
