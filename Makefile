@@ -30,7 +30,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: ort-oldest test-ort-versions fuzz fuzz-build fuzz-long python-runner bench-python stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace bench-unix
+.PHONY: ort-oldest test-ort-versions fuzz fuzz-build fuzz-long python-runner bench-python bench-python-interpreter stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace bench-unix
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 	@rustup which clippy-driver >/dev/null 2>&1 || rustup component add clippy
@@ -585,6 +585,12 @@ test-vs-triton: $(VENV)/.stamp $(TRITON_REF)
 # backend (tests/bench/python_models.py): add_sub, strings and preprocess,
 # one instance each, perf_analyzer over gRPC at concurrency 1 and 16, time to
 # READY and resident memory, 2 interleaved rounds (~6 min).
+# The interpreter's cost alone: the same model.py's execute() in a loop in
+# plain CPython and in the Python runner (tests/bench/python_interpreter.py).
+bench-python-interpreter: release toolchains
+	$(MAKE) python-runner TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
+	$(PY) tests/bench/python_interpreter.py --tern $(CARGO_TARGET_DIR)/release/tern --runner $(WASM_OUT)/python-runner.wasm $(BENCH_ARGS)
+
 bench-python: release $(PERF_ANALYZER) $(TRITON_REF)
 	$(MAKE) python-runner TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	$(PY) tests/bench/python_models.py --tern $(CARGO_TARGET_DIR)/release/tern --triton-ref $(TRITON_REF_DIR) --perf-analyzer $(PERF_ANALYZER) $(BENCH_ARGS)
