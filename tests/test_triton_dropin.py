@@ -461,3 +461,42 @@ def test_auto_complete_of_a_config_giving_only_max_batch_size(tmp_path, start_te
     cfg = httpclient.InferenceServerClient(t.url).get_model_config("mbs8")
     assert cfg["max_batch_size"] == 8 and cfg["dynamic_batching"]["preferred_batch_size"] == [8]
     assert [i["name"] for i in cfg["input"]] == ["INPUT0", "INPUT1"] and cfg["default_model_filename"] == "model.onnx"
+
+
+def test_the_checksum_repository_agent_guards_the_model_files(tmp_path, start_tern):
+    """Triton's `checksum` agent: `MD5:<path in the model folder>` must match
+    on every load; a mismatch fails the load with the agent's message, an
+    agent Tern does not have fails it too, the rest serves."""
+    import hashlib
+    import shutil
+
+    from conftest import ROOT
+
+    root = tmp_path / "models"
+    onnx = f"{ROOT}/model_repository/simple_autocomplete/1/model.onnx"
+    digest = hashlib.md5(open(onnx, "rb").read()).hexdigest()
+
+    def model(name, agents):
+        (root / name / "1").mkdir(parents=True)
+        shutil.copy(onnx, root / name / "1" / "model.onnx")
+        (root / name / "config.pbtxt").write_text(
+            f'max_batch_size: 8\nmodel_repository_agents {{ agents [ {agents} ] }}\n')
+
+    model("verified", f'{{ name: "checksum" parameters {{ key: "MD5:1/model.onnx" value: "{digest}" }} }}')
+    model("tampered", '{ name: "checksum" parameters { key: "MD5:1/model.onnx" value: "0123456789abcdef0123456789abcdef" } }')
+    model("agentless", '{ name: "decrypt" }')
+    t = start_tern([f"--model-repository={root}", "--exit-on-error=false", "--model-control-mode=explicit",
+                    "--load-model=*"])
+    c = httpclient.InferenceServerClient(t.url)
+    rows = {m["name"]: m for m in c.get_model_repository_index()}
+    assert rows["verified"]["state"] == "READY", rows
+    assert rows["tampered"]["state"] == "UNAVAILABLE"
+    assert rows["tampered"]["reason"] == ("model 'tampered': Mismatched MD5 hash for file 1/model.onnx, expect: "
+                                          f"0123456789abcdef0123456789abcdef, got: {digest}"), rows["tampered"]
+    assert "repository agent 'decrypt' is not available" in rows["agentless"]["reason"], rows["agentless"]
+    # Every load checks again: a file changed after the first load is refused by a reload.
+    with open(root / "verified" / "1" / "model.onnx", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(InferenceServerException, match="Mismatched MD5 hash for file 1/model.onnx"):
+        c.load_model("verified")
+    assert c.is_model_ready("verified")  # the loaded version keeps serving

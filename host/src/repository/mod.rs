@@ -4,6 +4,7 @@
 //! repository index. A model that fails to load is reported and never stops
 //! the others.
 
+mod agents;
 pub mod control;
 pub mod demand;
 mod entry;
@@ -260,6 +261,8 @@ impl Repository {
         if cfg.name.is_empty() {
             cfg.name = name.to_string();
         }
+        // Before any backend reads a model file (auto-complete does).
+        agents::run(&cfg, dir)?;
         let available = list_versions(dir);
         normalize(&mut cfg, self.options.gpu_count);
         let versions = select_versions(&cfg, &available);

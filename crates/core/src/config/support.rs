@@ -29,10 +29,6 @@ pub fn not_acted_on(cfg: &ModelConfig) -> Vec<&'static str> {
     note(!cfg.batch_input.is_empty(), "batch_input");
     note(!cfg.batch_output.is_empty(), "batch_output");
     note(cfg.model_operations.is_some(), "model_operations");
-    note(
-        cfg.model_repository_agents.is_some(),
-        "model_repository_agents",
-    );
     note(cfg.model_metrics.is_some(), "model_metrics");
     note(!cfg.runtime.is_empty(), "runtime");
     note(
