@@ -581,16 +581,16 @@ test-vs-triton: $(VENV)/.stamp $(TRITON_REF)
 		$(PY) -m pytest tests/test_vs_triton.py tests/test_vs_triton_sequences.py -q -rxs
 	$(call mark,test-vs-triton)
 
-# Triton Python models on Tern's Python runner vs Triton 2.51's Python
-# backend (tests/bench/python_models.py): add_sub, strings and preprocess,
-# one instance each, perf_analyzer over gRPC at concurrency 1 and 16, time to
-# READY and resident memory, 2 interleaved rounds (~6 min).
 # The interpreter's cost alone: the same model.py's execute() in a loop in
 # plain CPython and in the Python runner (tests/bench/python_interpreter.py).
 bench-python-interpreter: release toolchains
 	$(MAKE) python-runner TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	$(PY) tests/bench/python_interpreter.py --tern $(CARGO_TARGET_DIR)/release/tern --runner $(WASM_OUT)/python-runner.wasm $(BENCH_ARGS)
 
+# Triton Python models on Tern's Python runner vs Triton 2.51's Python
+# backend (tests/bench/python_models.py): add_sub, strings and preprocess,
+# one instance each, perf_analyzer over gRPC at concurrency 1 and 16, time to
+# READY and resident memory, 2 interleaved rounds (~6 min).
 bench-python: release $(PERF_ANALYZER) $(TRITON_REF)
 	$(MAKE) python-runner TERN_TOOL=$(CARGO_TARGET_DIR)/release/tern
 	$(PY) tests/bench/python_models.py --tern $(CARGO_TARGET_DIR)/release/tern --triton-ref $(TRITON_REF_DIR) --perf-analyzer $(PERF_ANALYZER) $(BENCH_ARGS)

@@ -90,8 +90,11 @@ check_python() {  # check_python <binary> <runner>: it finds the runner where th
     server=
     echo "ok: $1 serves a Triton Python model with the runner add-on"
 }
-runner_deb=$(echo "$dir"/tern-python-runner_*_all.deb)
-runner_tgz=$(echo "$dir"/tern-python-runner-*.tar.gz)
+runner_debs=("$dir"/tern-python-runner_*_all.deb)
+runner_tgzs=("$dir"/tern-python-runner-*.tar.gz)
+[ ${#runner_debs[@]} -le 1 ] && [ ${#runner_tgzs[@]} -le 1 ] || { echo "FAIL: more than one Python runner add-on in $dir"; exit 1; }
+runner_deb=${runner_debs[0]:-}
+runner_tgz=${runner_tgzs[0]:-}
 for deb in "$dir"/*.deb; do
     echo "== lintian $(basename "$deb")"
     lintian --fail-on error "$deb"

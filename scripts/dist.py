@@ -294,19 +294,18 @@ def python_runner_addon(ver, wasm_dir, out, work, make_deb):
         with open(os.path.join(doc, "copyright"), "w") as f:
             f.write("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
                     "Upstream-Name: tern\n\n"
-                    "Files: *\nCopyright: Tern authors\nLicense: Apache-2.0\n"
-                    "Comment: usr/lib/tern/python-runner.wasm is a WebAssembly component built with\n"
-                    " componentize-py (Apache-2.0, Copyright: Fermyon, Inc. and contributors), which\n"
-                    " embeds CPython and its standard library (PSF-2.0 below).\n\n"
+                    "Files: *\nCopyright: Tern authors\nLicense: Apache-2.0\n\n"
+                    "Files: usr/lib/tern/python-runner.wasm\n"
+                    "Copyright: Tern authors; Fermyon, Inc. and contributors (componentize-py);\n"
+                    " Python Software Foundation (CPython and its standard library)\n"
+                    "License: Apache-2.0 and PSF-2.0\n"
+                    "Comment: a WebAssembly component built with componentize-py, embedding CPython\n"
+                    " and its standard library.\n\n"
                     "License: Apache-2.0\n On Debian systems the full text is in /usr/share/common-licenses/Apache-2.0.\n\n"
                     "License: PSF-2.0\n" + psf)
         with gzip.GzipFile(os.path.join(doc, "changelog.gz"), "wb", mtime=0) as f:
             f.write(f"tern-python-runner ({ver}) stable; urgency=medium\n\n  * Release {ver}.\n\n"
                     f" -- Tern maintainers <maintainers@tern.invalid>  Tue, 24 Nov 2026 00:00:00 +0000\n".encode())
-        overrides = os.path.join(root, "usr/share/lintian/overrides")
-        os.makedirs(overrides)
-        shutil.copy(os.path.join(ROOT, "packaging", "debian", "python-runner-lintian-overrides"),
-                    os.path.join(overrides, "tern-python-runner"))
         control = os.path.join(root, "DEBIAN")
         os.makedirs(control)
         size_kb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs) // 1024
@@ -356,7 +355,8 @@ def main():
     ap.add_argument("--flavour", choices=["gnu", "musl"], default="gnu")
     ap.add_argument("--profile", default="dist")
     ap.add_argument("--out", default=os.path.join(ROOT, "dist"))
-    ap.add_argument("--wasm-dir", default=os.path.join(ROOT, "target", "wasm32-wasip2", "release"))
+    ap.add_argument("--wasm-dir", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")),
+                                                       "wasm32-wasip2", "release"))
     ap.add_argument("--no-deb", action="store_true")
     ap.add_argument("--no-python-runner", action="store_true",
                     help="do not package the Python runner add-on")

@@ -242,6 +242,20 @@ def test_auto_complete_config_fills_the_config(server):
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), x * x + 1)
 
 
+def test_a_failed_auto_complete_config_fails_every_load_attempt(tmp_path):
+    """Retries of the load (--model-load-retry-count) fail the same way; they
+    never load the version with the config auto_complete_config left unfinished."""
+    root = str(tmp_path / "models")
+    shutil.copytree(os.path.join(MODELS, "auto_complete_conflict"), os.path.join(root, "auto_complete_conflict"))
+    t = Tern([f"--model-repository={root}", "--exit-on-error=false", f"--python-runner={runner()}",
+              "--model-load-retry-count=2", f"--wasm-cache-dir={tmp_path / 'cache'}"])
+    try:
+        state, why = reasons(t)["auto_complete_conflict"]
+        assert state == "UNAVAILABLE" and "the model expects dims [8]" in why, why
+    finally:
+        assert t.stop() == 0, t.log()
+
+
 def test_strict_config_runs_no_auto_complete(tmp_path):
     root = str(tmp_path / "models")
     shutil.copytree(os.path.join(MODELS, "auto_complete"), os.path.join(root, "auto_complete"))

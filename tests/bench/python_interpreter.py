@@ -16,7 +16,7 @@ running Python in the sandbox costs by itself; the full request path is
 
     make bench-python-interpreter      # release build + runner
     python_interpreter.py --tern target/release/tern --runner target/release/python-runner.wasm \
-        [--iterations 2000] [--rounds 3]
+        [--iterations 1000] [--rounds 3]
 """
 
 import argparse
@@ -155,7 +155,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tern", required=True)
     ap.add_argument("--runner", required=True)
-    ap.add_argument("--iterations", type=int, default=2000)
+    ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="add_sub,strings,preprocess")
     a = ap.parse_args()

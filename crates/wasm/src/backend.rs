@@ -270,8 +270,13 @@ impl WasmModel {
     }
 
     /// Runs the Python runner's `auto_complete_config` request on a fresh
-    /// instance (never initialised) and returns the completed config's JSON.
-    pub(crate) fn auto_complete_config(&self, request: wit::Request) -> Result<String> {
+    /// instance (never initialised), within the model's deadline but at most
+    /// `longest`, and returns the completed config's JSON.
+    pub(crate) fn auto_complete_config(
+        &self,
+        request: wit::Request,
+        longest: Duration,
+    ) -> Result<String> {
         let spec = InstanceSpec {
             name: format!("{}_auto_complete", self.name),
             device: DeviceKind::Cpu,
@@ -283,14 +288,18 @@ impl WasmModel {
                 self.name
             ))
         };
-        store.data_mut().deadline = Some(Instant::now() + self.sandbox.timeout);
-        store.set_epoch_deadline(ticks(self.sandbox.timeout));
+        let sandbox = Sandbox {
+            timeout: self.sandbox.timeout.min(longest),
+            ..self.sandbox
+        };
+        store.data_mut().deadline = Some(Instant::now() + sandbox.timeout);
+        store.set_epoch_deadline(ticks(sandbox.timeout));
         let ticking = Ticking::start();
         let answer = plugin
             .tern_plugin_model()
             .call_execute(&mut store, std::slice::from_ref(&request));
         drop(ticking);
-        let answer = answer.map_err(|e| fail(describe(&store, &e, self.sandbox)))?;
+        let answer = answer.map_err(|e| fail(describe(&store, &e, sandbox)))?;
         match answer.into_iter().next() {
             Some(Ok(response)) => response
                 .parameters

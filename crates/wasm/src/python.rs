@@ -28,28 +28,24 @@ pub const RUNNER_FILE: &str = "python-runner.wasm";
 /// Triton's Python backend has no execution deadline: a year stands for none.
 const NO_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// How long `auto_complete_config` may run unless the model sets
-/// `execution_timeout_ms`: it runs while the repository reads configs, so
-/// unlike `initialize` (bounded by `--model-load-timeout-secs`) it must end.
+/// The longest `auto_complete_config` may run (less when the model's
+/// `execution_timeout_ms` is less): it runs while the repository reads
+/// configs, holding model control, so unlike `initialize` (bounded by
+/// `--model-load-timeout-secs`) it must end soon.
 const AUTO_COMPLETE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The `python` backend; its models count into the plugins' telemetry.
 pub struct PythonBackend {
     telemetry: Arc<PluginTelemetry>,
-    /// What `auto_complete_config` left for the version's load, by version
-    /// folder.
-    auto_completed: Mutex<HashMap<PathBuf, AutoCompleted>>,
-}
-
-/// What running `auto_complete_config` leaves for the version's load.
-enum AutoCompleted {
-    /// It failed: the load fails with it (as in Triton, where auto-complete
-    /// runs while the backend initialises the model, so the version shows
-    /// the failure).
-    Failed(Error),
-    /// It ran: the runner it ran in is held until the load has the runner
-    /// too, so the compiled runner is shared, not read again.
-    Ran(Box<WasmModel>),
+    /// `auto_complete_config` failures by model name: every load of the
+    /// model's versions fails with it (retries too), as in Triton, where
+    /// auto-complete runs while the backend initialises the model, so the
+    /// versions show the failure. The model's next config read replaces it.
+    auto_complete_failures: Mutex<HashMap<String, Error>>,
+    /// The runner the last successful `auto_complete_config` ran in, held
+    /// until that model's load has the runner too, so the compiled runner is
+    /// shared, not read again. One at most: a newer one replaces it.
+    held_runner: Mutex<Option<(String, Box<WasmModel>)>>,
 }
 
 impl PythonBackend {
@@ -57,14 +53,21 @@ impl PythonBackend {
     pub fn new(telemetry: Arc<PluginTelemetry>) -> Self {
         PythonBackend {
             telemetry,
-            auto_completed: Mutex::default(),
+            auto_complete_failures: Mutex::default(),
+            held_runner: Mutex::default(),
         }
     }
 
-    fn auto_completed(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, AutoCompleted>> {
-        self.auto_completed
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, Error>> {
+        self.auto_complete_failures
             .lock()
             .expect("auto-complete failures lock poisoned: nothing panics while holding it")
+    }
+
+    fn held_runner(&self) -> std::sync::MutexGuard<'_, Option<(String, Box<WasmModel>)>> {
+        self.held_runner
+            .lock()
+            .expect("held runner lock poisoned: nothing panics while holding it")
     }
 }
 
@@ -130,16 +133,16 @@ impl Backend for PythonBackend {
         cfg: &mut ModelConfig,
         settings: &BackendSettings,
     ) -> Result<()> {
+        self.failures().remove(&cfg.name);
         if let Some(version_dir) = files.version_dir.as_deref() {
-            self.auto_completed().remove(version_dir);
-            if names_auto_complete(version_dir) {
-                // On failure the version's load fails with it, the config as it is.
-                let outcome = match self.run_auto_complete(version_dir, cfg, settings) {
-                    Ok(runner) => AutoCompleted::Ran(Box::new(runner)),
-                    Err(e) => AutoCompleted::Failed(e),
-                };
-                self.auto_completed()
-                    .insert(version_dir.to_path_buf(), outcome);
+            if names_auto_complete(version_dir, &cfg.default_model_filename) {
+                // On failure the versions' loads fail with it, the config as it is.
+                match self.run_auto_complete(version_dir, cfg, settings) {
+                    Ok(runner) => *self.held_runner() = Some((cfg.name.clone(), Box::new(runner))),
+                    Err(e) => {
+                        self.failures().insert(cfg.name.clone(), e);
+                    }
+                }
             }
         }
         Ok(())
@@ -148,10 +151,15 @@ impl Backend for PythonBackend {
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
         // The model file must be there (Triton's error when it is not).
         model_file(ctx.config, ctx.version_dir, "model.py")?;
-        let _held_runner = match self.auto_completed().remove(ctx.version_dir) {
-            Some(AutoCompleted::Failed(e)) => return Err(e),
-            Some(AutoCompleted::Ran(runner)) => Some(runner),
-            None => None,
+        if let Some(e) = self.failures().get(&ctx.config.name) {
+            return Err(e.clone());
+        }
+        let _held_runner = {
+            let mut held = self.held_runner();
+            match held.as_ref() {
+                Some((name, _)) if *name == ctx.config.name => held.take(),
+                _ => None,
+            }
         };
         let runner = runner_path(ctx.settings).map_err(|e| e.for_model(&ctx.config.name))?;
         let model = WasmModel::load_component(ctx, &self.telemetry, &runner, NO_DEADLINE)?;
@@ -205,7 +213,7 @@ impl PythonBackend {
             correlation_id: wit::CorrelationId::None,
             flags: 0,
         };
-        let completed = model.auto_complete_config(request)?;
+        let completed = model.auto_complete_config(request, AUTO_COMPLETE_DEADLINE)?;
         let mut completed = tern_core::config::json::from_json(&completed).map_err(|e| {
             e.context(format!(
                 "model '{}': the config auto_complete_config returned",
@@ -221,20 +229,27 @@ impl PythonBackend {
 /// The runner's request parameter that asks for `auto_complete_config`.
 const AUTO_COMPLETE: &str = "tern.auto_complete_config";
 
-/// Whether a Python file of the version folder names `auto_complete_config`
-/// (the model class or a base class beside it defines it): only then is an
-/// instance started to run it, so other models load as fast as before.
-fn names_auto_complete(version_dir: &Path) -> bool {
-    walkdir_py(version_dir, 3).any(|path| {
-        std::fs::read(&path)
-            .map(|text| text.windows(20).any(|w| w == b"auto_complete_config"))
-            .unwrap_or(false)
+/// Whether a Python file of the version folder (the model file, under its
+/// configured name too) names `auto_complete_config` (the model class or a
+/// base class beside it defines it): only then is an instance started to
+/// run it, so other models load as fast as before.
+fn names_auto_complete(version_dir: &Path, model_filename: &str) -> bool {
+    let mut files = walkdir_py(version_dir, 3);
+    if !model_filename.is_empty() {
+        files.push(version_dir.join(model_filename));
+    }
+    files.iter().any(|path| {
+        // Regular files only (links followed): never open a FIFO.
+        std::fs::metadata(path).is_ok_and(|m| m.is_file())
+            && std::fs::read(path)
+                .map(|text| text.windows(20).any(|w| w == b"auto_complete_config"))
+                .unwrap_or(false)
     })
 }
 
-/// The `.py` files under `dir`, at most `depth` folders deep (a bounded walk:
-/// at most 1,000 entries are looked at).
-fn walkdir_py(dir: &Path, depth: usize) -> impl Iterator<Item = PathBuf> {
+/// The `.py` files under `dir` (links followed), at most `depth` folders
+/// deep (a bounded walk: at most 1,000 entries are looked at).
+fn walkdir_py(dir: &Path, depth: usize) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     let mut seen = 0usize;
@@ -245,20 +260,20 @@ fn walkdir_py(dir: &Path, depth: usize) -> impl Iterator<Item = PathBuf> {
         for entry in entries.flatten() {
             seen += 1;
             if seen > 1000 {
-                return found.into_iter();
+                return found;
             }
             let path = entry.path();
-            let Ok(kind) = entry.file_type() else {
+            let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
             };
-            if kind.is_dir() && level < depth {
+            if meta.is_dir() && level < depth {
                 stack.push((path, level + 1));
-            } else if kind.is_file() && path.extension().is_some_and(|e| e == "py") {
+            } else if meta.is_file() && path.extension().is_some_and(|e| e == "py") {
                 found.push(path);
             }
         }
     }
-    found.into_iter()
+    found
 }
 
 #[cfg(test)]
@@ -291,17 +306,26 @@ mod tests {
             "class TritonPythonModel: pass\n",
         )
         .unwrap();
-        assert!(!names_auto_complete(dir.path()));
+        assert!(!names_auto_complete(dir.path(), ""));
         std::fs::create_dir(dir.path().join("helpers")).unwrap();
         std::fs::write(
             dir.path().join("helpers/base.py"),
             "class Base:\n    @staticmethod\n    def auto_complete_config(c):\n        return c\n",
         )
         .unwrap();
-        assert!(names_auto_complete(dir.path()));
-        // Not Python: not looked at.
+        assert!(names_auto_complete(dir.path(), ""));
+        // Not Python: not looked at, unless it is the configured model file.
         let other = tempfile::tempdir().unwrap();
         std::fs::write(other.path().join("notes.txt"), "auto_complete_config").unwrap();
-        assert!(!names_auto_complete(other.path()));
+        assert!(!names_auto_complete(other.path(), ""));
+        assert!(names_auto_complete(other.path(), "notes.txt"));
+        // A linked model file is followed.
+        let linked = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(
+            dir.path().join("helpers/base.py"),
+            linked.path().join("model.py"),
+        )
+        .unwrap();
+        assert!(names_auto_complete(linked.path(), ""));
     }
 }

@@ -49,6 +49,12 @@ fn checksum(dir: &Path, key: &str, expected: &str) -> Result<()> {
             "Unsupported checksum algorithm: {algorithm}"
         )));
     }
+    // A missing file in the agent's words; anything else as Tern says it.
+    if let Err(e) = std::fs::symlink_metadata(dir.join(file)) {
+        return Err(Error::invalid_arg(format!(
+            "failed to open text file for read {file}: {e}"
+        )));
+    }
     let what = format!("checksum agent, file '{file}'");
     // Unlike Triton's agent, a path may not lead out of the model folder.
     let path = tern_core::files::resolve_inside(dir, dir, file, &what)?;
@@ -128,7 +134,7 @@ mod tests {
             ),
             (
                 r#"{ name: "checksum" parameters { key: "MD5:1/absent" value: "x" } }"#,
-                "cannot read",
+                "failed to open text file for read 1/absent: ",
             ),
             (
                 r#"{ name: "checksum" parameters { key: "MD5:../../etc/passwd" value: "x" } }"#,
