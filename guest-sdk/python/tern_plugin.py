@@ -208,7 +208,7 @@ class Tensor:
             if dt == "BYTES" or values.dtype.name == "object":
                 self._data = _encode_strings(values.ravel().tolist())
             else:
-                self._data = values.astype(_TRITON_TO_NUMPY[dt]).tobytes()
+                self._data = values.astype(_TRITON_TO_NUMPY[dt], copy=False).tobytes()
             return
         if isinstance(values, array.array):
             datatype = datatype or _TYPECODES.get(values.typecode)
@@ -334,7 +334,7 @@ class Tensor:
             return np.array(self.as_list(), dtype=np.object_).reshape(self._shape)
         if self._dtype == "BF16":
             return np.array(self.as_list(), dtype=np.float32).reshape(self._shape)
-        return np.frombuffer(self._data, dtype=_TRITON_TO_NUMPY[self._dtype]).reshape(self._shape)
+        return np._from_wire(self._data, _TRITON_TO_NUMPY[self._dtype], self._shape)
 
     def __repr__(self):
         return f"Tensor({self._name!r}, {self._dtype}, {self._shape})"

@@ -766,6 +766,17 @@ def frombuffer(buffer, dtype=float64_d, count=-1, offset=0):  # noqa: A002
     return ndarray._of(values, (n,), d)
 
 
+def _from_wire(raw, dtype, shape):  # noqa: A002
+    """A tensor's little-endian bytes as an array of `shape`: `frombuffer`
+    and `reshape` in one step (how `pb_utils.Tensor.as_numpy()` reads)."""
+    a = frombuffer(raw, dtype)
+    shape = tuple(_b.int(s) for s in shape)
+    if _count(shape) != len(a._data):
+        raise ValueError(f"cannot reshape array of size {len(a._data)} into shape {shape}")
+    a._shape = shape
+    return a
+
+
 # --- broadcasting -------------------------------------------------------------
 
 
@@ -798,6 +809,14 @@ broadcast_to = _broadcast_to
 
 
 def _binary(a, b, f, out_dtype=None):
+    if type(a) is ndarray and type(b) is ndarray and a._dtype is b._dtype and a._shape == b._shape:
+        # Same dtype and shape (the common case): no promotion or broadcasting to work out.
+        d = a._dtype
+        if out_dtype == "true":
+            out_dtype = d if d.kind == "f" else float64_d
+        values = [f(p, q) for p, q in zip(a._data, b._data)]
+        od = out_dtype or d
+        return ndarray._of(values if od.kind == "O" else _cast_all(values, od), a._shape, od)
     x, y = isinstance(a, ndarray), isinstance(b, ndarray)
     if not x and isinstance(a, (list, tuple)):
         a, x = asarray(a), True
