@@ -27,6 +27,30 @@ run() {
 # A check that fails while its server runs must not leave the server behind.
 server=
 trap '[ -n "$server" ] && kill -TERM "$server" 2>/dev/null; true' EXIT
+# serve <binary> <repository> <log> <seconds> <wasm cache dir>: starts a server
+# on a free port and waits until it is ready; sets $port and $server.
+serve() {
+    port=$((20000 + RANDOM % 20000))
+    run "$1" --model-repository="$2" --http-port=$port --grpc-port=0 --metrics-port=0 \
+        --wasm-cache-dir="$5" >"$3" 2>&1 &
+    server=$!
+    for _ in $(seq "$4"); do
+        curl -sf "localhost:$port/v2/health/ready" >/dev/null && break
+        kill -0 $server 2>/dev/null || { cat "$3"; echo "FAIL: server exited"; exit 1; }
+        sleep 1
+    done
+    curl -sf "localhost:$port/v2/health/ready" >/dev/null || { cat "$3"; echo "FAIL: not ready"; exit 1; }
+}
+# answers <model> <request JSON> <regex of the right data> <log>: one inference, checked.
+answers() {
+    curl -sf -X POST "localhost:$port/v2/models/$1/infer" -d "$2" | grep -qE "$3" \
+        || { cat "$4"; echo "FAIL: wrong answer from $1"; exit 1; }
+}
+stop() {
+    kill -TERM $server && wait $server || true
+    server=
+}
+ADD_SUB_DATA='"data":\[2(\.0)?,3(\.0)?,4(\.0)?,5(\.0)?\]'
 check() {  # check <binary> <expected libonnxruntime.so, or "none" for the plugins-only build> <example repository>
     local out
     out=$(run "$1" --version)
@@ -36,30 +60,16 @@ check() {  # check <binary> <expected libonnxruntime.so, or "none" for the plugi
     else
         grep -qF " at $(realpath "$2") (ORT Build Info" <<<"$out" || { echo "FAIL: $1 does not load $2"; exit 1; }
     fi
-    local log=$dir/serve.log port=$((20000 + RANDOM % 20000))
-    run "$1" --model-repository="$3" --http-port=$port --grpc-port=0 --metrics-port=0 \
-        --wasm-cache-dir=none >"$log" 2>&1 &
-    local pid=$!
-    server=$pid
-    for _ in $(seq 120); do
-        curl -sf "localhost:$port/v2/health/ready" >/dev/null && break
-        kill -0 $pid 2>/dev/null || { cat "$log"; echo "FAIL: server exited"; exit 1; }
-        sleep 1
-    done
-    curl -sf "localhost:$port/v2/health/ready" >/dev/null || { cat "$log"; echo "FAIL: not ready"; exit 1; }
+    serve "$1" "$3" "$dir/serve.log" 120 none
     if [ "$2" = none ]; then
-        curl -sf -X POST "localhost:$port/v2/models/add_sub/infer" -d \
-            '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]},
-              {"name":"INPUT1","datatype":"FP32","shape":[1,4],"data":[1,1,1,1]}]}' \
-            | grep -qE '"data":\[2(\.0)?,3(\.0)?,4(\.0)?,5(\.0)?\]' || { echo "FAIL: wrong answer from add_sub"; exit 1; }
+        answers add_sub '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]},
+              {"name":"INPUT1","datatype":"FP32","shape":[1,4],"data":[1,1,1,1]}]}' "$ADD_SUB_DATA" "$dir/serve.log"
     else
-        curl -sf -X POST "localhost:$port/v2/models/simple/infer" -d \
-            '{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]},
+        answers simple '{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]},
               {"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}' \
-            | grep -q '"data":\[2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17\]' || { echo "FAIL: wrong answer from simple"; exit 1; }
+            '"data":\[2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17\]' "$dir/serve.log"
     fi
-    kill -TERM $pid && wait $pid || true
-    server=
+    stop
     echo "ok: $1 serves the example repository"
 }
 python_repo=$dir/python-models
@@ -71,23 +81,10 @@ check_python() {  # check_python <binary> <runner>: it finds the runner where th
         echo "ok: $2 is where $1 looks (not served under qemu)"
         return
     fi
-    local log=$dir/serve-python.log port=$((20000 + RANDOM % 20000))
-    run "$1" --model-repository="$python_repo" --http-port=$port --grpc-port=0 --metrics-port=0 \
-        --wasm-cache-dir="$dir/wasm-cache" >"$log" 2>&1 &
-    local pid=$!
-    server=$pid
-    for _ in $(seq 600); do
-        curl -sf "localhost:$port/v2/health/ready" >/dev/null && break
-        kill -0 $pid 2>/dev/null || { cat "$log"; echo "FAIL: server exited"; exit 1; }
-        sleep 1
-    done
-    curl -sf "localhost:$port/v2/health/ready" >/dev/null || { cat "$log"; echo "FAIL: not ready"; exit 1; }
-    curl -sf -X POST "localhost:$port/v2/models/add_sub/infer" -d \
-        '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[4],"data":[1,2,3,4]},
-          {"name":"INPUT1","datatype":"FP32","shape":[4],"data":[1,1,1,1]}]}' \
-        | grep -qE '"data":\[2(\.0)?,3(\.0)?,4(\.0)?,5(\.0)?\]' || { cat "$log"; echo "FAIL: wrong answer from the Python add_sub"; exit 1; }
-    kill -TERM $pid && wait $pid || true
-    server=
+    serve "$1" "$python_repo" "$dir/serve-python.log" 600 "$dir/wasm-cache"
+    answers add_sub '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[4],"data":[1,2,3,4]},
+          {"name":"INPUT1","datatype":"FP32","shape":[4],"data":[1,1,1,1]}]}' "$ADD_SUB_DATA" "$dir/serve-python.log"
+    stop
     echo "ok: $1 serves a Triton Python model with the runner add-on"
 }
 runner_debs=("$dir"/tern-python-runner_*_all.deb)
