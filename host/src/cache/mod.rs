@@ -304,10 +304,9 @@ pub fn key(model: &str, version: i64, request: &InferRequest) -> Key {
     *h.finalize().as_bytes()
 }
 
-/// Bytes as lowercase hex: a key as logs and redis name it (and the
-/// checksum repository agent's digests).
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// A key as logs and redis name it.
+fn hex(key: &Key) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -72,7 +72,11 @@ fn checksum(dir: &Path, key: &str, expected: &str) -> Result<()> {
         }
         hasher.update(&buf[..n]);
     }
-    let got = crate::cache::hex(&hasher.finalize());
+    let got: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     if got != expected {
         return Err(Error::invalid_arg(format!(
             "Mismatched MD5 hash for file {file}, expect: {expected}, got: {got}"
