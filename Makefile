@@ -30,7 +30,7 @@ ifeq ($(TORCH),1)
 export LIBTORCH := $(CURDIR)/$(LIBTORCH_DIR)
 endif
 
-.PHONY: ort-oldest test-ort-versions fuzz fuzz-build fuzz-long python-runner bench-python bench-python-interpreter stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace bench-unix
+.PHONY: bench-static ort-oldest test-ort-versions fuzz fuzz-build fuzz-long python-runner bench-python bench-python-interpreter stage-clock stage-times run test test-fast setup build release unit e2e flavours torch torch-cuda test-torch bench-torch smoke-aarch64 package-check image-check jetson-context images dashboard-png dist lint toolchains c-toolchain test-audio lang-plugins bench bench-reload bench-shm bench-alloc bench-batching bench-sequences bench-streaming soak bench-grpc bench-plugins bench-lang bench-tokenizer bench-embedding bench-detection bench-ort bench-ort-isolated bench-peers clippy clean models plugins test-vs-triton redis-server bench-cache bench-trace bench-unix
 
 setup: $(VENV)/.stamp $(ORT_LIB) models plugins $(PERF_ANALYZER)
 	@rustup which clippy-driver >/dev/null 2>&1 || rustup component add clippy
@@ -580,6 +580,19 @@ test-vs-triton: $(VENV)/.stamp $(TRITON_REF)
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_TRITON_REF=$(CURDIR)/$(TRITON_REF_DIR) \
 		$(PY) -m pytest tests/test_vs_triton.py tests/test_vs_triton_sequences.py -q -rxs
 	$(call mark,test-vs-triton)
+
+# The static device build (profile dist-static, no cross-compile) against the
+# same source with those levers off (profile dist, feature cross-compile):
+# size, start to READY, a plugin call, Cranelift compiling the Python runner
+# (tests/bench/static_build.py; docs/PERFORMANCE.md). Two fat-LTO builds, ~40 min.
+STATIC_DIR := $(CARGO_TARGET_DIR)/x86_64-unknown-linux-musl
+bench-static: setup $(ZIG_STAMP)
+	@rustup target list --installed | grep -qx x86_64-unknown-linux-musl || rustup target add x86_64-unknown-linux-musl
+	$(ZIG_PATH) $(PY) scripts/dist.py --arch x86_64 --flavour musl --profile dist --features cross-compile --build-only
+	$(ZIG_PATH) $(PY) scripts/dist.py --arch x86_64 --flavour musl --build-only
+	$(MAKE) python-runner TERN_TOOL=$(STATIC_DIR)/dist/tern
+	$(PY) tests/bench/static_build.py --plugins $(WASM_OUT) --compile $(WASM_OUT)/python-runner.wasm \
+		levers-off=$(STATIC_DIR)/dist/tern device=$(STATIC_DIR)/dist-static/tern
 
 # The interpreter's cost alone: the same model.py's execute() in a loop in
 # plain CPython and in the Python runner (tests/bench/python_interpreter.py).

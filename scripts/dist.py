@@ -52,13 +52,15 @@ def triple(arch, flavour):
     return f"{arch}-unknown-linux-{flavour}"
 
 
-def build(arch, flavour, profile):
+def build(arch, flavour, profile, features=None):
     """Cross-builds the binary; the gnu flavour links against glibc <= GLIBC."""
     t = triple(arch, flavour)
     target = f"{t}.{GLIBC}" if flavour == "gnu" else t
     cmd = ["cargo", "zigbuild", "-p", "tern", "--bin", "tern", "--profile", profile, "--target", target]
     if flavour == "musl":
         cmd.append("--no-default-features")
+    if features:
+        cmd += ["--features", features]
     run(cmd, cwd=ROOT)
     out_dir = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     return os.path.join(out_dir, t, "debug" if profile == "dev" else profile, "tern")
@@ -353,10 +355,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", choices=["x86_64", "aarch64"], required=True)
     ap.add_argument("--flavour", choices=["gnu", "musl"], default="gnu")
-    ap.add_argument("--profile", default="dist")
+    ap.add_argument("--profile", default=None,
+                    help="cargo profile (default: dist for gnu, dist-static for musl)")
     ap.add_argument("--out", default=os.path.join(ROOT, "dist"))
     ap.add_argument("--wasm-dir", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")),
                                                        "wasm32-wasip2", "release"))
+    ap.add_argument("--features", help="cargo features added to the flavour's (e.g. cross-compile for musl)")
     ap.add_argument("--no-deb", action="store_true")
     ap.add_argument("--no-python-runner", action="store_true",
                     help="do not package the Python runner add-on")
@@ -390,7 +394,8 @@ def main():
         run(["strip", "-o", binary, a.binary])
         print(f"{a.binary}: packaged as it is (glibc symbol versions not checked)")
     else:
-        binary = build(a.arch, a.flavour, a.profile)
+        profile = a.profile or ("dist-static" if a.flavour == "musl" else "dist")
+        binary = build(a.arch, a.flavour, profile, a.features)
         check_binary(binary, a.flavour)
     if a.build_only:
         print(binary)

@@ -5,6 +5,7 @@ models with a clear reason."""
 
 import os
 import re
+import shutil
 import subprocess
 
 import numpy as np
@@ -118,3 +119,26 @@ def test_help_goes_to_stdout_and_exits_0():
     assert r.returncode == 0 and r.stdout.startswith("tern ")
     r = subprocess.run([tern_bin(), "--no-such-flag"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--no-such-flag" in r.stderr and r.stdout == ""
+
+
+def test_minimal_build_precompiles_for_its_own_architecture_only(tmp_path):
+    """The build without default features has no `cross-compile`: Cranelift's
+    code generator for this machine only. Precompiling for the other
+    architecture is refused by name; for this one it works, as in the full build."""
+    root = str(tmp_path / "models")
+    os.makedirs(f"{root}/add_sub/1")
+    shutil.copy(os.path.join(plugins_dir(), "add_sub.wasm"), f"{root}/add_sub/1/model.wasm")
+    shutil.copy(os.path.join(gen_models.ROOT, "model_repository", "add_sub", "config.pbtxt"), f"{root}/add_sub/")
+    arch = os.uname().machine
+    other = "aarch64" if arch == "x86_64" else "x86_64"
+    compile_for = lambda binary, a: subprocess.run(
+        [binary, "plugin", "compile", root, f"--cache-dir={tmp_path / a / os.path.basename(binary)}",
+         f"--target={a}-unknown-linux-gnu", "--on-demand"],
+        capture_output=True, text=True, timeout=600)
+    r = compile_for(minimal_bin(), other)
+    assert r.returncode != 0, r.stdout
+    assert f"this tern generates code for {arch} only (built without the `cross-compile` feature" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / other / "tern") or not os.listdir(tmp_path / other / "tern")
+    r = compile_for(minimal_bin(), arch)
+    assert r.returncode == 0 and f"compiled for {arch}-unknown-linux-gnu" in r.stdout, r.stderr
+    assert "cross-compile" in version(tern_bin()).splitlines()[0]

@@ -20,6 +20,9 @@ pub fn features() -> Vec<&'static str> {
     if cfg!(feature = "cuda") {
         f.push("cuda");
     }
+    if cfg!(feature = "cross-compile") {
+        f.push("cross-compile");
+    }
     if cfg!(feature = "torch-cuda") {
         f.push("torch-cuda");
     } else if cfg!(feature = "torch") {
@@ -28,7 +31,7 @@ pub fn features() -> Vec<&'static str> {
     f
 }
 
-/// One line: `tern 0.1.0 (commit 0123abcd, x86_64-unknown-linux-gnu, features: onnx, cuda)`.
+/// One line: `tern 0.1.0 (commit 0123abcd, x86_64-unknown-linux-gnu, features: onnx, cuda, cross-compile)`.
 pub fn line() -> String {
     let features = features();
     format!(

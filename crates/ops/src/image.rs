@@ -231,13 +231,25 @@ pub fn convert_color(img: &Array, from: Color, to: Color) -> Result<Array> {
     image(h, w, oc, out)
 }
 
-fn pixel_type(c: usize) -> fr::PixelType {
-    match c {
-        1 => fr::PixelType::U8,
-        2 => fr::PixelType::U8x2,
-        3 => fr::PixelType::U8x3,
-        _ => fr::PixelType::U8x4,
-    }
+/// Resizes `src` (`w` x `h` pixels of type `P`) into a new `width` x
+/// `height` buffer. Typed, not through `fr::PixelType`: the untyped entry
+/// point dispatches at run time over every pixel type the crate has (16-bit,
+/// float, ...), which keeps all of them in the binary; these four are all
+/// `UINT8` HWC images need.
+fn resize_pixels<P: fr::PixelTrait>(
+    src: &[u8],
+    (w, h): (u32, u32),
+    (width, height): (u32, u32),
+    options: &fr::ResizeOptions,
+) -> std::result::Result<Vec<u8>, String> {
+    let src = fr::images::TypedImageRef::<P>::from_buffer(w, h, src).map_err(|e| e.to_string())?;
+    let mut out = vec![0u8; width as usize * height as usize * P::size()];
+    let mut dst = fr::images::TypedImage::<P>::from_buffer(width, height, &mut out)
+        .map_err(|e| e.to_string())?;
+    fr::Resizer::new()
+        .resize_typed(&src, &mut dst, options)
+        .map_err(|e| e.to_string())?;
+    Ok(out)
 }
 
 /// Resizes an HWC `UINT8` image to `height` x `width`.
@@ -254,19 +266,22 @@ pub fn resize(img: &Array, height: usize, width: usize, filter: Filter) -> Resul
     if (h, w) == (height, width) {
         return Ok(img.clone());
     }
-    let src = fr::images::ImageRef::new(dims(w)?, dims(h)?, img.data(), pixel_type(c))
-        .map_err(|e| Error::internal(format!("resize: {e}")))?;
-    let mut dst = fr::images::Image::new(dims(width)?, dims(height)?, pixel_type(c));
+    let (from, to) = ((dims(w)?, dims(h)?), (dims(width)?, dims(height)?));
     let alg = match filter {
         Filter::Nearest => fr::ResizeAlg::Nearest,
         Filter::Bilinear => fr::ResizeAlg::Interpolation(fr::FilterType::Bilinear),
         Filter::Area => fr::ResizeAlg::Convolution(fr::FilterType::Box),
     };
     let options = fr::ResizeOptions::new().resize_alg(alg).use_alpha(false);
-    fr::Resizer::new()
-        .resize(&src, &mut dst, &options)
-        .map_err(|e| Error::internal(format!("resize: {e}")))?;
-    image(height, width, c, dst.into_vec())
+    let src = img.data();
+    let out = match c {
+        1 => resize_pixels::<fr::pixels::U8>(src, from, to, &options),
+        2 => resize_pixels::<fr::pixels::U8x2>(src, from, to, &options),
+        3 => resize_pixels::<fr::pixels::U8x3>(src, from, to, &options),
+        _ => resize_pixels::<fr::pixels::U8x4>(src, from, to, &options),
+    }
+    .map_err(|e| Error::internal(format!("resize: {e}")))?;
+    image(height, width, c, out)
 }
 
 /// Borders of `value` around an HWC `UINT8` image.

@@ -165,6 +165,16 @@ impl Runtime {
     /// precompiling plugins into a device's `.cwasm` cache. Code uses the
     /// target's baseline instruction set, which every CPU of it runs.
     pub fn for_target(target: &str, pooling: bool) -> Result<Runtime> {
+        let arch = target.split('-').next().unwrap_or(target).to_string();
+        if !cfg!(feature = "cross-compile") && arch != std::env::consts::ARCH {
+            return Err(Error::unsupported(format!(
+                "this tern generates code for {host} only (built without the \
+                 `cross-compile` feature, as the static device build is): precompile \
+                 plugins for '{target}' with a build that has it, such as the gnu \
+                 release, or on the device itself",
+                host = std::env::consts::ARCH
+            )));
+        }
         let mut c = base_config();
         c.target(target).map_err(|e| {
             Error::invalid_arg(format!("unknown compilation target '{target}': {e:#}"))
@@ -175,7 +185,6 @@ impl Runtime {
         } else {
             on_demand(&mut c);
         }
-        let arch = target.split('-').next().unwrap_or(target).to_string();
         Ok(Runtime {
             engine: engine(&c)?,
             pooling,

@@ -72,6 +72,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn another_architecture_needs_the_cross_compile_feature() {
+        let other = if std::env::consts::ARCH == "aarch64" {
+            "x86_64"
+        } else {
+            "aarch64"
+        };
+        let r = Runtime::for_target(&format!("{other}-unknown-linux-gnu"), false);
+        if cfg!(feature = "cross-compile") {
+            assert_eq!(r.unwrap().cache_tag(), format!("{other}-on-demand"));
+        } else {
+            let e = r.err().expect("refused without the feature");
+            assert_eq!(e.code, tern_core::error::Code::Unsupported, "{e}");
+            assert!(e.to_string().contains("`cross-compile` feature"), "{e}");
+        }
+        let own = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+        assert!(Runtime::for_target(&own, false).is_ok());
+    }
+
+    #[test]
+    #[cfg(feature = "cross-compile")]
     fn every_plugin_of_a_repository_is_compiled_for_the_target() {
         let repo = tempfile::tempdir().unwrap();
         let component = b"\0asm\x0d\0\x01\0";
