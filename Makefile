@@ -182,7 +182,8 @@ unit: setup
 # `make fuzz` runs every target from the committed corpus for FUZZ_SECONDS
 # each (new inputs go to a scratch folder, not the corpus); `make fuzz-long
 # TARGET=<t> SECONDS=<n>` runs one, then minimises fuzz/corpus/<t> with
-# what it found (-merge=1).
+# what it found (-merge=1); RUNS=<n> stops it after n executions if that
+# comes first (its log: target/fuzz/logs/long-<target>.log).
 FUZZ_TARGETS := http_infer http_generate grpc_infer shm_region config_pbtxt config_json labels warmup plugin_outputs plugin_metrics image
 FUZZ_SECONDS ?= 4
 FUZZ_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
@@ -212,9 +213,10 @@ SECONDS ?= 600
 fuzz-long: fuzz-build
 	@test -n "$(TARGET)" || { echo "usage: make fuzz-long TARGET=<target> SECONDS=<n>"; exit 2; }
 	rm -rf $(FUZZ_DIR)/long/$(TARGET) $(FUZZ_DIR)/merged/$(TARGET)
-	mkdir -p $(FUZZ_DIR)/long/$(TARGET) $(FUZZ_DIR)/merged/$(TARGET) $(FUZZ_DIR)/artifacts/$(TARGET) fuzz/corpus/$(TARGET) fuzz/seeds/$(TARGET)
-	$(FUZZ_BIN)/$(TARGET) $(FUZZ_LIMITS) -max_total_time=$(SECONDS) -print_final_stats=1 \
-		-artifact_prefix=$(FUZZ_DIR)/artifacts/$(TARGET)/ $(FUZZ_DIR)/long/$(TARGET) fuzz/corpus/$(TARGET) fuzz/seeds/$(TARGET)
+	mkdir -p $(FUZZ_DIR)/logs $(FUZZ_DIR)/long/$(TARGET) $(FUZZ_DIR)/merged/$(TARGET) $(FUZZ_DIR)/artifacts/$(TARGET) fuzz/corpus/$(TARGET) fuzz/seeds/$(TARGET)
+	$(FUZZ_BIN)/$(TARGET) $(FUZZ_LIMITS) -max_total_time=$(SECONDS) $(if $(RUNS),-runs=$(RUNS)) -print_final_stats=1 \
+		-artifact_prefix=$(FUZZ_DIR)/artifacts/$(TARGET)/ $(FUZZ_DIR)/long/$(TARGET) fuzz/corpus/$(TARGET) fuzz/seeds/$(TARGET) \
+		2>&1 | tee $(FUZZ_DIR)/logs/long-$(TARGET).log; test $${PIPESTATUS[0]} -eq 0
 	$(FUZZ_BIN)/$(TARGET) $(FUZZ_LIMITS) -merge=1 $(FUZZ_DIR)/merged/$(TARGET) \
 		fuzz/corpus/$(TARGET) fuzz/seeds/$(TARGET) $(FUZZ_DIR)/long/$(TARGET)
 	rm -rf fuzz/corpus/$(TARGET) && cp -r $(FUZZ_DIR)/merged/$(TARGET) fuzz/corpus/$(TARGET)
