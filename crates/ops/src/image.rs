@@ -94,9 +94,26 @@ fn bad_image(e: impl std::fmt::Display) -> Error {
 
 /// Reads an image's header: (width, height, channels), nothing decoded.
 pub fn probe(data: &[u8]) -> Result<(u32, u32, u32)> {
-    let decoder = reader(data)?.into_decoder().map_err(bad_image)?;
-    let (w, h) = decoder.dimensions();
-    Ok((w, h, decoder.color_type().channel_count() as u32))
+    guarded(|| {
+        let decoder = reader(data)?.into_decoder().map_err(bad_image)?;
+        let (w, h) = decoder.dimensions();
+        Ok((w, h, decoder.color_type().channel_count() as u32))
+    })
+}
+
+/// Runs third-party decoder code, turning a panic in it into a bad-image
+/// error: the decoders can panic on crafted files (zune-jpeg's AVX2
+/// upsampler asserted on an 895-byte progressive JPEG the `image` fuzz
+/// target found), and a bad file is the caller's error, not a failed call.
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_string());
+        Err(bad_image(format!("the decoder failed on it ({what})")))
+    })
 }
 
 /// A reader for `data`, refusing formats other than JPEG, PNG, WebP, BMP.
@@ -123,6 +140,10 @@ fn reader(data: &[u8]) -> Result<image::ImageReader<Cursor<&[u8]>>> {
 /// the decoder itself is held to the same budget. EXIF orientation is not
 /// applied (as OpenCV's `IMREAD_UNCHANGED`).
 pub fn decode(data: &[u8], color: Color, budget: usize) -> Result<Array> {
+    guarded(|| decode_unguarded(data, color, budget))
+}
+
+fn decode_unguarded(data: &[u8], color: Color, budget: usize) -> Result<Array> {
     let mut reader = reader(data)?;
     let format = reader.format();
     let mut limits = image::Limits::default();
@@ -177,7 +198,14 @@ fn decoder_buffers(format: Option<ImageFormat>, data: &[u8], (w, h): (u32, u32))
         Some(ImageFormat::Jpeg) => w * 256 + (w + 32) * (h + 32) * 4 * 2,
         // Lossy ("VP8 ") or extended ("VP8X", which may hold lossy data);
         // lossless ("VP8L") has no partitions.
-        Some(ImageFormat::WebP) if data.get(12..16) != Some(b"VP8L") => (1 << 24) + (1 << 19),
+        // Its partitions (the first < 512 KiB, one DCT partition < 16 MiB,
+        // allocated at their declared sizes) and the YUV 4:2:0 frame it
+        // decodes into, in whole 16x16 macroblocks, with a row of
+        // per-macroblock state.
+        Some(ImageFormat::WebP) if data.get(12..16) != Some(b"VP8L") => {
+            let (mw, mh) = (w.div_ceil(16) * 16, h.div_ceil(16) * 16);
+            (1 << 24) + (1 << 19) + mw * mh * 3 / 2 + w * 64
+        }
         _ => 0,
     }
 }
@@ -500,6 +528,29 @@ mod tests {
     }
 
     #[test]
+    fn a_decoder_panic_is_a_bad_image_not_a_failed_call() {
+        // Found by the `image` fuzz target: zune-jpeg's AVX2 upsampler asserts
+        // (`input.len() * 2 <= scratch_space.len()`) on this progressive JPEG.
+        let file = include_bytes!("../testdata/jpeg-upsampler-panic.jpg");
+        assert!(probe(file).is_ok());
+        let r = decode(file, Color::Rgba, 256 << 10);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            let e = r.as_ref().expect_err("the AVX2 upsampler panics on it");
+            assert_eq!(e.code, tern_core::error::Code::InvalidArg, "{e}");
+            assert!(
+                e.to_string().contains(
+                    "cannot decode the image: the decoder failed on it (assertion failed"
+                ),
+                "{e}"
+            );
+        }
+        if let Ok(img) = r {
+            assert_eq!(img.data().len(), img.shape().iter().product::<usize>());
+        }
+    }
+
+    #[test]
     fn the_budget_counts_the_decoders_own_buffers() {
         // zune-jpeg's MCU-row buffers grow with the width: 15105 x 1 pixels
         // (45 KB) took 3.3 MB of them.
@@ -524,6 +575,19 @@ mod tests {
             let e = decode(&lying, Color::Rgb, budget).unwrap_err();
             assert_eq!(e.code, tern_core::error::Code::Unavailable, "{}", e.message);
         }
+        // A 59-byte lossy WebP (the fuzzer's) declaring 2903 x 4162 pixels:
+        // image-webp decodes into a YUV frame of its own (18 MB here), which
+        // took a gray decode 4 MB past a 64 MiB budget before it was counted.
+        let yuv = [
+            0x52, 0x49, 0x46, 0x46, 0x32, 0x00, 0x00, 0x00, 0x57, 0x45, 0x42, 0x50, 0x56, 0x50,
+            0x38, 0x20, 0x2d, 0x00, 0x00, 0x00, 0xb0, 0x01, 0x00, 0x9d, 0x01, 0x2a, 0x57, 0x4b,
+            0x42, 0x50, 0x56, 0xed, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x00,
+            0x00, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x02, 0x00, 0x01, 0x39,
+            0x00, 0x7e, 0x00,
+        ];
+        assert_eq!(probe(&yuv).unwrap(), (2903, 4162, 3));
+        let e = decode(&yuv, Color::Gray, 64 << 20).unwrap_err();
+        assert_eq!(e.code, tern_core::error::Code::Unavailable, "{}", e.message);
         // A progressive JPEG keeps every coefficient until its last scan
         // (the fuzzer's 42 x 19789 image took 5.3 MB under a 4 MiB budget):
         // counted for every JPEG, whatever its markers say.
