@@ -40,7 +40,7 @@ REF_VENV_BIN = os.path.join(REF, "venv", "bin")
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 MESSAGES_FILE = os.path.join(TARGET, "test-vs-triton", "messages.json")
 
-GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess", "request_info", "auto_complete")
+GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess", "request_info", "auto_complete", "triton_idioms")
 BAD = ("fails_init", "imports_torch", "syntax_error", "auto_complete_conflict")
 PROTOCOLS = ("http-binary", "http-json", "grpc")
 
@@ -339,6 +339,23 @@ STDLIB = {
 def test_uses_stdlib_answers_as_triton(servers, case, proto):
     ok = compare(servers, proto, "uses_stdlib", [("IN", case["values"], "INT64")], ["OUT"])
     assert json.loads(ok.outputs["OUT"][2][0])["count"] == len(case["values"])
+
+
+# triton_idioms: what Triton's own qa/python_models use — Logger.log and its
+# levels, unittest.main("model", exit=False), ndarray.flat, np.repeat, np.ubyte.
+IDIOMS = {
+    "small": {"values": np.array([1, 2, 3], dtype=np.int32)},
+    "one": {"values": np.array([300], dtype=np.int32)},
+    "negative": {"values": np.array([-1, -200, 7, 255, 256], dtype=np.int32)},
+}
+
+
+@pytest.mark.parametrize("case,proto", case_params(IDIOMS))
+def test_triton_idioms_answer_as_triton(servers, case, proto):
+    ok = compare(servers, proto, "triton_idioms", [("IN", case["values"], "INT32")], ["REPEATED", "FLAT", "UBYTE", "REPORT"])
+    assert isinstance(ok, Ok), f"Triton refused it: {ok}"
+    report = json.loads(ok.outputs["REPORT"][2][0])
+    assert report["tests_run"] == 1 and report["ok"], report
 
 
 # auto_complete: config.pbtxt names only the backend; auto_complete_config

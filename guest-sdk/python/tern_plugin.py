@@ -31,6 +31,7 @@ There is no numpy inside the sandbox: tensors convert to and from lists,
 """
 
 import array
+import enum
 import json
 import struct
 import sys
@@ -642,7 +643,20 @@ def log(level, message):
 
 
 class Logger:
-    """Triton's `pb_utils.Logger`."""
+    """Triton's `pb_utils.Logger`: `log(message, level=Logger.INFO)` and
+    the `log_info`/`log_warn`/`log_error`/`log_verbose` shorthands."""
+
+    class LogLevel(enum.IntEnum):
+        INFO = 0
+        WARNING = 1
+        ERROR = 2
+        VERBOSE = 3
+
+    INFO, WARNING, ERROR, VERBOSE = LogLevel.INFO, LogLevel.WARNING, LogLevel.ERROR, LogLevel.VERBOSE
+
+    @staticmethod
+    def log(message, level=LogLevel.INFO):
+        log(("info", "warn", "error", "verbose")[Logger.LogLevel(level)], message)
 
     @staticmethod
     def log_info(message):

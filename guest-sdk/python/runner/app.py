@@ -21,6 +21,11 @@ import sys
 
 import tern_plugin
 
+# Triton's stub embeds Python with sys.argv == [""]; code such as
+# `unittest.main("model", exit=False)` reads sys.argv[0].
+if not sys.argv:
+    sys.argv = [""]
+
 # --- build time: the standard library, snapshotted ---------------------------
 
 # Not for a sandboxed server model: GUIs, the test suite, installers, REPLs.

@@ -88,14 +88,14 @@ def _register(name, kind, itemsize, char, base, aliases=()):
 
 
 bool_d, bool_ = _register("bool", "b", 1, "?", int, ("bool_", _b.bool))
-int8_d, int8 = _register("int8", "i", 1, "b", int, ("i1",))
-int16_d, int16 = _register("int16", "i", 2, "h", int, ("i2",))
+int8_d, int8 = _register("int8", "i", 1, "b", int, ("i1", "byte"))
+int16_d, int16 = _register("int16", "i", 2, "h", int, ("i2", "short"))
 int32_d, int32 = _register("int32", "i", 4, "i", int, ("i4", "intc"))
-int64_d, int64 = _register("int64", "i", 8, "q", int, ("i8", "int_", "intp", "long", _b.int))
-uint8_d, uint8 = _register("uint8", "u", 1, "B", int, ("u1",))
-uint16_d, uint16 = _register("uint16", "u", 2, "H", int, ("u2",))
-uint32_d, uint32 = _register("uint32", "u", 4, "I", int, ("u4",))
-uint64_d, uint64 = _register("uint64", "u", 8, "Q", int, ("u8",))
+int64_d, int64 = _register("int64", "i", 8, "q", int, ("i8", "int_", "intp", "long", "longlong", _b.int))
+uint8_d, uint8 = _register("uint8", "u", 1, "B", int, ("u1", "ubyte"))
+uint16_d, uint16 = _register("uint16", "u", 2, "H", int, ("u2", "ushort"))
+uint32_d, uint32 = _register("uint32", "u", 4, "I", int, ("u4", "uintc"))
+uint64_d, uint64 = _register("uint64", "u", 8, "Q", int, ("u8", "uint", "uintp", "ulong", "ulonglong"))
 float16_d, float16 = _register("float16", "f", 2, "e", float, ("f2", "half"))
 float32_d, float32 = _register("float32", "f", 4, "f", float, ("f4", "single"))
 float64_d, float64 = _register("float64", "f", 8, "d", float, ("f8", "double", "float_", _b.float))
@@ -103,6 +103,9 @@ object_d, object_ = _register("object", "O", 8, "O", object, ("O", "object_", _b
 bytes_ = object_
 str_ = object_
 intc, intp, int_, half, single, double = int32, int64, int64, float16, float32, float64
+# C type names (64-bit Linux sizes).
+byte, ubyte, short, ushort, uintc = int8, uint8, int16, uint16, uint32
+longlong, ulonglong, uint, uintp, ulong = int64, uint64, uint64, uint64, uint64
 float_ = float64
 # `np.bool` (numpy 2) and `np.object` style names.
 bool = bool_  # noqa: A001
@@ -253,6 +256,27 @@ def _strides(shape):
     return tuple(reversed(out))
 
 
+class flatiter:
+    """`ndarray.flat`: the elements in C order, iterable, indexable and assignable."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, a):
+        self.base = a
+
+    def __iter__(self):
+        return iter(self.base.reshape(-1))
+
+    def __len__(self):
+        return self.base.size
+
+    def __getitem__(self, key):
+        return self.base.reshape(-1)[key]
+
+    def __setitem__(self, key, value):
+        self.base.reshape(-1)[key] = value
+
+
 class ndarray:
     """An n-dimensional array: a flat list in C order, a shape and a dtype."""
 
@@ -279,7 +303,7 @@ class ndarray:
     itemsize = property(lambda self: self._dtype.itemsize)
     nbytes = property(lambda self: self._dtype.itemsize * len(self._data))
     T = property(lambda self: self.transpose())
-    flat = property(lambda self: iter(self._data))
+    flat = property(lambda self: flatiter(self))
 
     def __len__(self):
         if not self._shape:
@@ -353,6 +377,9 @@ class ndarray:
 
     def flatten(self):
         return ndarray._of(list(self._data), (len(self._data),), self._dtype)
+
+    def repeat(self, repeats, axis=None):
+        return repeat(self, repeats, axis)
 
     ravel = flatten
 
@@ -1282,6 +1309,30 @@ def concatenate(arrays, axis=0):
             data.extend(x._data[o * chunk : (o + 1) * chunk])
     shape = first.shape[:axis] + (_b.sum(x.shape[axis] for x in arrays),) + first.shape[axis + 1 :]
     return ndarray._of(_cast_all(data, d) if d.kind not in "O" else data, shape, d)
+
+
+def repeat(a, repeats, axis=None):
+    """Each element (each slice along `axis`; of the flattened array when
+    None) `repeats` times, or `repeats[i]` times for element i."""
+    a = asarray(a)
+    if axis is None:
+        a, axis = a.reshape(-1), 0
+    axis = axis % a.ndim
+    n = a.shape[axis]
+    reps = [_b.int(repeats)] * n if isinstance(repeats, _b.int) else [_b.int(r) for r in asarray(repeats).tolist()]
+    if len(reps) == 1 and n != 1:
+        reps = reps * n
+    if len(reps) != n:
+        raise ValueError(f"operands could not be broadcast together with shape ({n},) ({len(reps)},)")
+    if _b.any(r < 0 for r in reps):
+        raise ValueError("repeats may not contain negative values.")
+    inner = _count(a.shape[axis + 1 :])
+    data = []
+    for o in range(_count(a.shape[:axis])):
+        base = o * n * inner
+        for i, r in enumerate(reps):
+            data.extend(a._data[base + i * inner : base + (i + 1) * inner] * r)
+    return ndarray._of(data, a.shape[:axis] + (_b.sum(reps),) + a.shape[axis + 1 :], a.dtype)
 
 
 def stack(arrays, axis=0):
