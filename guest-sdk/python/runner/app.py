@@ -21,11 +21,6 @@ import sys
 
 import tern_plugin
 
-# Triton's stub embeds Python with sys.argv == [""]; code such as
-# `unittest.main("model", exit=False)` reads sys.argv[0].
-if not sys.argv:
-    sys.argv = [""]
-
 # --- build time: the standard library, snapshotted ---------------------------
 
 # Not for a sandboxed server model: GUIs, the test suite, installers, REPLs.
@@ -105,6 +100,11 @@ def _model_class(args):
             tern_plugin.TritonError.NOT_FOUND)
     if folder not in sys.path:
         sys.path.insert(0, folder)  # sibling modules and packages of model.py
+    # Triton's stub embeds Python with sys.argv == [""]; code such as
+    # `unittest.main("model", exit=False)` reads sys.argv[0]. (Set when the
+    # model loads: the runtime starts each instance with an empty argv.)
+    if not sys.argv:
+        sys.argv.append("")
     spec = importlib.util.spec_from_file_location("model", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["model"] = module
