@@ -489,7 +489,7 @@ fn decode_input(
     shm: &SharedMemory,
     special: bool,
 ) -> Result<Tensor> {
-    let name = input.name;
+    let name = tensor_name("input", input.name, special)?;
     let shape = wire_shape(&input.shape)?;
     let dtype = wire_datatype(&name, &input.datatype)?;
     let params = parse_parameters(input.parameters, || format!("input '{name}'"), special)?;
@@ -558,7 +558,25 @@ fn decode_input(
 }
 
 /// One requested output: binary or JSON, classification, shared memory.
-fn decode_output(out: JsonOutput, shm: &SharedMemory, special: bool) -> Result<RequestedOutput> {
+/// A tensor's `name`: a string, not a NaN/infinity token the request spelt
+/// bare (`"name": NaN` reads, once [rewritten](nonfinite::rewrite), as the
+/// sentinel string; found by the `http_infer` fuzz target).
+fn tensor_name(what: &str, name: String, special: bool) -> Result<String> {
+    if special && nonfinite::of_str(&name).is_some() {
+        return Err(Error::invalid_arg(format!(
+            "{what} 'name' must be a string, got {}",
+            nonfinite::show(&Value::String(name))
+        )));
+    }
+    Ok(name)
+}
+
+fn decode_output(
+    mut out: JsonOutput,
+    shm: &SharedMemory,
+    special: bool,
+) -> Result<RequestedOutput> {
+    out.name = tensor_name("output", out.name, special)?;
     let params = parse_parameters(out.parameters, || format!("output '{}'", out.name), special)?;
     let binary = match params.get("binary_data") {
         None => None,
@@ -1109,6 +1127,21 @@ mod tests {
         }
         let e = decode(Bytes::from_static(br#"{"id":NaN,"inputs":[]}"#), None).unwrap_err();
         assert!(e.message.contains("'id' must be a string, got NaN"), "{e}");
+        // Nor is a tensor name (found by the http_infer fuzz target: it read as "\0NaN").
+        let body = br#"{"inputs":[{"name":NaN,"shape":[1],"datatype":"BYTES","data":["a"]}]}"#;
+        let e = decode(Bytes::from_static(body), None).unwrap_err();
+        assert!(
+            e.message.contains("input 'name' must be a string, got NaN"),
+            "{e}"
+        );
+        let body = br#"{"inputs":[{"name":"X","shape":[1],"datatype":"FP32","data":[NaN]}],
+            "outputs":[{"name":-Infinity}]}"#;
+        let e = decode(Bytes::from_static(body), None).unwrap_err();
+        assert!(
+            e.message
+                .contains("output 'name' must be a string, got -Infinity"),
+            "{e}"
+        );
         // A string that could pass for a sentinel stays a string on the fast path...
         let body = br#"{"id":"\u0000NaN","inputs":[{"name":"S","shape":[1],"datatype":"BYTES","data":["\u0000NaN"]}]}"#;
         let (req, _) = decode(Bytes::from_static(body), None).unwrap();
