@@ -83,7 +83,7 @@ def test_a_burst_over_many_models_loads_each_once_and_waits(start_tern, tmp_path
             for i in range(16):
                 infer_id(httpclient.InferenceServerClient(t.url), f"id_{(i + k) % 16}")
         except Exception as e:  # noqa: BLE001 - reported below
-            failures.append(repr(e))
+            failures.append(f"{type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=burst, args=(k,)) for k in range(6)]
     for th in threads:
@@ -306,7 +306,7 @@ def test_long_requests_and_streams_outlive_the_idle_time(start_tern, tmp_path):
             infer_id(httpclient.InferenceServerClient(t.url, network_timeout=60), "slow")
             results["slow"] = time.time() - started
         except Exception as e:  # noqa: BLE001 - reported below
-            failures.append(repr(e))
+            failures.append(f"{type(e).__name__}: {e}")
 
     def stream():
         body = json.dumps({"COUNT": 6, "delay_ms": 500}).encode()
@@ -316,7 +316,7 @@ def test_long_requests_and_streams_outlive_the_idle_time(start_tern, tmp_path):
                 text = r.read().decode()
             results["stream"] = [json.loads(e[len("data: ") :]) for e in text.strip("\n").split("\n\n")]
         except Exception as e:  # noqa: BLE001 - reported below
-            failures.append(repr(e))
+            failures.append(f"{type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=slow), threading.Thread(target=stream)]
     for th in threads:
