@@ -113,6 +113,9 @@ impl Infer {
     ) -> Result<Target> {
         match self.target(model, version) {
             Err(_) if self.repository.loads_on_demand(model) => {}
+            // Not found, and not to load: another request's load may have
+            // finished between the two looks, so look once more.
+            Err(_) => return self.target(model, version),
             found => return found,
         }
         let timeout = timeout();
@@ -283,6 +286,8 @@ impl ModelRouter for Infer {
         let this = self.me.upgrade().ok_or_else(shutting_down)?;
         let target = match self.target(&request.model_name, request.model_version) {
             Err(_) if self.repository.loads_on_demand(&request.model_name) => None,
+            // As in `resolve`: a load may have finished between the two looks.
+            Err(_) => Some(self.target(&request.model_name, request.model_version)?),
             found => Some(found?),
         };
         Ok(Box::pin(async move {
