@@ -557,7 +557,6 @@ fn decode_input(
     Ok(Tensor::new(name, dtype, shape, data))
 }
 
-/// One requested output: binary or JSON, classification, shared memory.
 /// A tensor's `name`: a string, not a NaN/infinity token the request spelt
 /// bare (`"name": NaN` reads, once [rewritten](nonfinite::rewrite), as the
 /// sentinel string; found by the `http_infer` fuzz target).
@@ -571,6 +570,7 @@ fn tensor_name(what: &str, name: String, special: bool) -> Result<String> {
     Ok(name)
 }
 
+/// One requested output: binary or JSON, classification, shared memory.
 fn decode_output(
     mut out: JsonOutput,
     shm: &SharedMemory,
