@@ -396,6 +396,17 @@ pub struct Args {
     )]
     pub model_config_name: Option<String>,
 
+    /// Load only signed models: an Ed25519 public key (PEM) their manifest
+    /// (`tern model sign`) must verify with. Repeat for several keys.
+    #[arg(
+        help_heading = "Model repository",
+        long = "model-trust-key",
+        value_name = "PEM",
+        env = "TERN_MODEL_TRUST_KEY",
+        value_delimiter = ','
+    )]
+    pub model_trust_key: Vec<std::path::PathBuf>,
+
     /// Let clients register system and CUDA shared memory (off by default:
     /// a registered region gives the client a window into server memory).
     #[arg(help_heading = "Memory and devices", long, env = "TERN_ALLOW_CLIENT_SHM", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
@@ -752,6 +763,17 @@ impl Args {
             ));
         }
         Ok((mode, self.load_model.clone()))
+    }
+
+    /// `--model-trust-key`: the public keys signed models must verify with.
+    pub fn trust_keys(&self) -> Result<Vec<ed25519_dalek::VerifyingKey>> {
+        self.model_trust_key
+            .iter()
+            .map(|p| {
+                crate::repository::manifest::read_trust_key(p)
+                    .map_err(|e| e.context("--model-trust-key"))
+            })
+            .collect()
     }
 
     /// `--model-load-on-demand`, `--model-idle-unload-secs` and

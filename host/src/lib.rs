@@ -11,6 +11,7 @@ pub mod frontend;
 pub mod infer;
 pub mod logging;
 pub mod metrics;
+pub mod model_cli;
 pub mod plugins;
 pub mod proto;
 pub mod repository;

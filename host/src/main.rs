@@ -1,5 +1,6 @@
 //! The `tern` binary: parse flags, set up logging, serve until SIGINT/SIGTERM;
-//! `tern plugin new|build` scaffolds and builds WebAssembly plugins.
+//! `tern plugin new|build` scaffolds and builds WebAssembly plugins;
+//! `tern model keygen|sign|verify|encrypt` prepares model folders.
 
 use std::process::ExitCode;
 
@@ -10,6 +11,9 @@ fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if argv.get(1).is_some_and(|a| a == "plugin") {
         return tern_plugin_tool::main(argv[2..].to_vec(), &tern::plugins::compile);
+    }
+    if argv.get(1).is_some_and(|a| a == "model") {
+        return tern::model_cli::main(argv[2..].to_vec());
     }
     if let Some(help) = Args::help_requested(&argv) {
         print!("{help}");

@@ -179,6 +179,7 @@ fn repository_options(args: &Args, summary_latencies: bool) -> Result<Repository
         summary_latencies: args.allow_metrics && summary_latencies,
         load_retries: args.model_load_retry_count,
         on_demand: args.on_demand()?,
+        trust_keys: args.trust_keys()?,
     })
 }
 

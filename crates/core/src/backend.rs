@@ -51,6 +51,48 @@ pub struct ModelFiles {
     pub model_dir: PathBuf,
     /// `<repository>/<model>/<version>` of the version used for auto-complete.
     pub version_dir: Option<PathBuf>,
+    /// How the model's files are read (through its repository agents).
+    pub gate: Arc<dyn FileGate>,
+}
+
+/// How a backend reads a model's files: through the repository's agents
+/// (signature check, decryption), so that what a backend loads is exactly
+/// the bytes they verified. Backends that load a model file from bytes call
+/// [`FileGate::read`]; one that can only open files by path refuses a model
+/// whose gate is [`sealed`](FileGate::sealed).
+pub trait FileGate: Send + Sync + std::fmt::Debug {
+    /// The contents of `path` (a file in the model folder) as the model is:
+    /// checked against its signed manifest, decrypted.
+    fn read(&self, path: &Path) -> Result<Vec<u8>>;
+    /// Whether the files on disk are not the model itself (encrypted): a
+    /// backend may not open them by path nor write anything made from them
+    /// (a compiled plugin) to disk.
+    fn sealed(&self) -> bool;
+    /// Whether reading goes through an agent at all (`false`: the backend
+    /// may open the files by path as it always did).
+    fn checked(&self) -> bool;
+}
+
+/// The gate of a model without agents: files are read as they are.
+#[derive(Debug, Default)]
+pub struct PlainFiles;
+
+impl FileGate for PlainFiles {
+    fn read(&self, path: &Path) -> Result<Vec<u8>> {
+        std::fs::read(path)
+            .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))
+    }
+    fn sealed(&self) -> bool {
+        false
+    }
+    fn checked(&self) -> bool {
+        false
+    }
+}
+
+/// The shared [`PlainFiles`] gate.
+pub fn plain_files() -> Arc<dyn FileGate> {
+    Arc::new(PlainFiles)
 }
 
 /// What a load is doing now, shared by the loader and the model index, which
@@ -98,6 +140,8 @@ pub struct LoadContext<'a> {
     pub models: std::sync::Weak<dyn ModelRouter>,
     /// Where to say what the load is doing (the index shows it).
     pub progress: &'a Progress,
+    /// How the version's files are read (through the model's agents).
+    pub gate: &'a Arc<dyn FileGate>,
 }
 
 /// Device an instance runs on.

@@ -20,7 +20,7 @@ use ort::value::ValueType;
 use crate::io::from_ort_type;
 use tern_core::backend::{
     bool_parameter, model_file, model_parameter, numeric_parameter, without_refused, Backend,
-    BackendSettings, DeviceKind, ExecTiming, Instance, InstanceSpec, LoadContext, Model,
+    BackendSettings, DeviceKind, ExecTiming, FileGate, Instance, InstanceSpec, LoadContext, Model,
     ModelFiles,
 };
 use tern_core::config::pb;
@@ -301,6 +301,7 @@ fn open_session(
     path: &std::path::Path,
     settings: &BackendSettings,
     device: DeviceKind,
+    gate: &dyn FileGate,
 ) -> Result<Session> {
     let env = environment(settings).map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
     let fail =
@@ -383,9 +384,18 @@ fn open_session(
     }
     let path = device::model_path(cfg, path, device);
     let path = path.as_path();
-    builder.commit_from_file(path).map_err(|e| {
+    let failed = |e: ort::Error| {
         Error::invalid_arg(format!("failed to load '{}': {e}", path.display())).for_model(&cfg.name)
-    })
+    };
+    if gate.checked() {
+        // The bytes the model's agents verified (and decrypted), never the
+        // file again: ONNX Runtime copies them, the plaintext stays in memory.
+        // (A model with external data files cannot load this way.)
+        let bytes = gate.read(path).map_err(|e| e.for_model(&cfg.name))?;
+        builder.commit_from_memory(&bytes).map_err(failed)
+    } else {
+        builder.commit_from_file(path).map_err(failed)
+    }
 }
 
 impl Backend for OnnxBackend {
@@ -422,6 +432,7 @@ impl Backend for OnnxBackend {
             &model_file(cfg, dir, DEFAULT_FILE)?,
             settings,
             DeviceKind::Cpu,
+            files.gate.as_ref(),
         )?;
         let inputs = session
             .inputs()
@@ -505,7 +516,7 @@ impl Backend for OnnxBackend {
             ctx.version
         ));
         run_options(cfg, first_device)?;
-        let session = open_session(cfg, &path, ctx.settings, first_device)?;
+        let session = open_session(cfg, &path, ctx.settings, first_device, ctx.gate.as_ref())?;
         for input in &cfg.input {
             let found = session.inputs().iter().find(|o| o.name() == input.name);
             let Some(outlet) = found else {
@@ -596,6 +607,7 @@ impl Backend for OnnxBackend {
             version: ctx.version,
             path,
             settings: ctx.settings.clone(),
+            gate: ctx.gate.clone(),
             first_session: std::sync::Mutex::new(Some((first_device, session))),
         }))
     }
@@ -662,6 +674,8 @@ struct OnnxModel {
     version: i64,
     path: PathBuf,
     settings: BackendSettings,
+    /// How instances read the model file (through its agents).
+    gate: Arc<dyn FileGate>,
     /// The session opened during load, handed to the first instance on its device.
     first_session: std::sync::Mutex<Option<(DeviceKind, Session)>>,
 }
@@ -698,7 +712,13 @@ impl Model for OnnxModel {
         let run_options = run_options(&self.config, spec.device)?;
         let session = match reused {
             Some(s) => s,
-            None => open_session(&self.config, &self.path, &self.settings, spec.device)?,
+            None => open_session(
+                &self.config,
+                &self.path,
+                &self.settings,
+                spec.device,
+                self.gate.as_ref(),
+            )?,
         };
         if let DeviceKind::Gpu(id) = spec.device {
             // The staging copies run on this thread: make the device's context current.

@@ -168,6 +168,13 @@ impl Backend for TorchBackend {
 
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
         let cfg = ctx.config;
+        if ctx.gate.sealed() {
+            return Err(Error::unsupported(
+                "the 'decrypt' repository agent cannot serve a TorchScript model: LibTorch \
+                 opens the model file by path; decrypt serves ONNX models and WebAssembly plugins",
+            )
+            .for_model(&cfg.name));
+        }
         let params = TorchParams::parse(cfg)?;
         check_types(cfg)?;
         let path = model_file(cfg, ctx.version_dir, DEFAULT_FILE)?;

@@ -143,16 +143,26 @@ pub struct WasmModel {
 impl WasmModel {
     fn load(ctx: &LoadContext, telemetry: &Arc<PluginTelemetry>) -> Result<WasmModel> {
         let path = model_file(ctx.config, ctx.version_dir, "model.wasm")?;
-        Self::load_component(ctx, telemetry, &path, DEFAULT_TIMEOUT)
+        // Through the model's agents (verified, decrypted); the compiled
+        // code of an encrypted plugin is never written to the cache.
+        let bytes = ctx
+            .gate
+            .read(&path)
+            .map_err(|e| e.for_model(&ctx.config.name))?;
+        let cacheable = !ctx.gate.sealed();
+        Self::load_component(ctx, telemetry, &path, &bytes, cacheable, DEFAULT_TIMEOUT)
     }
 
-    /// Loads the model with the component at `path` (its own `model.wasm`,
-    /// or the Python runner), with `default_timeout` unless the config sets
-    /// `execution_timeout_ms`.
+    /// Loads the model with the component `bytes` read from `path` (its own
+    /// `model.wasm`, or the Python runner), with `default_timeout` unless the
+    /// config sets `execution_timeout_ms`; `cacheable`: whether its compiled
+    /// code may be written to the compile cache.
     pub(crate) fn load_component(
         ctx: &LoadContext,
         telemetry: &Arc<PluginTelemetry>,
         path: &std::path::Path,
+        bytes: &[u8],
+        cacheable: bool,
         default_timeout: Duration,
     ) -> Result<WasmModel> {
         let cfg = ctx.config;
@@ -165,9 +175,11 @@ impl WasmModel {
         let (component, source) = cache::load(
             &runtime,
             &path,
+            bytes,
             ctx.settings
                 .wasm_cache_dir
                 .as_deref()
+                .filter(|_| cacheable)
                 .map(|path| cache::Folder {
                     path,
                     max_bytes: ctx.settings.wasm_cache_max_bytes,
@@ -819,6 +831,7 @@ mod tests {
                 &ModelFiles {
                     model_dir: "/m".into(),
                     version_dir: None,
+                    gate: tern_core::backend::plain_files(),
                 },
                 &mut cfg(&[]),
                 &BackendSettings::default(),

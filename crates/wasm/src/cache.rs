@@ -111,18 +111,18 @@ fn compile(engine: &Engine, path: &Path, bytes: &[u8]) -> Result<Vec<u8>> {
     })
 }
 
-/// Loads the component at `path`: the one already loaded for another model
-/// when its bytes are the same, else from the cache when possible, else
-/// compiled; `compiling` is called before a compilation (a cache miss) begins.
+/// Loads the component `bytes` (read from `path`): the one already loaded
+/// for another model when its bytes are the same, else from the cache when
+/// possible, else compiled; `compiling` is called before a compilation (a
+/// cache miss) begins.
 pub fn load(
     runtime: &Runtime,
     path: &Path,
+    bytes: &[u8],
     cache: Option<Folder<'_>>,
     compiling: impl FnOnce(),
 ) -> Result<(SharedComponent, Source)> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))?;
-    let name = key(&runtime.cache_tag(), &bytes);
+    let name = key(&runtime.cache_tag(), bytes);
     let slot = {
         let mut map = loaded()
             .lock()
@@ -140,7 +140,7 @@ pub fn load(
     if let Some(component) = slot.upgrade() {
         return Ok((component, Source::Shared));
     }
-    let (component, source) = load_bytes(runtime, path, &bytes, cache, compiling)?;
+    let (component, source) = load_bytes(runtime, path, bytes, cache, compiling)?;
     let component = Arc::new(component);
     *slot = Arc::downgrade(&component);
     Ok((component, source))
@@ -549,7 +549,15 @@ mod tests {
             precompile(&Runtime::for_target(&host, false).unwrap(), &file, &cache).unwrap();
         assert!(entry.is_file() && size > 0);
         assert_eq!(
-            load(&native, &file, Some(folder(&cache)), || ()).unwrap().1,
+            load(
+                &native,
+                &file,
+                &std::fs::read(&file).unwrap(),
+                Some(folder(&cache)),
+                || ()
+            )
+            .unwrap()
+            .1,
             Source::Cache
         );
         // An entry written for another engine under this machine's name is recompiled, not trusted.
@@ -566,11 +574,27 @@ mod tests {
         .unwrap();
         std::fs::rename(&foreign, &entry).unwrap();
         assert_eq!(
-            load(&native, &file, Some(folder(&cache)), || ()).unwrap().1,
+            load(
+                &native,
+                &file,
+                &std::fs::read(&file).unwrap(),
+                Some(folder(&cache)),
+                || ()
+            )
+            .unwrap()
+            .1,
             Source::Compiled
         );
         assert_eq!(
-            load(&native, &file, Some(folder(&cache)), || ()).unwrap().1,
+            load(
+                &native,
+                &file,
+                &std::fs::read(&file).unwrap(),
+                Some(folder(&cache)),
+                || ()
+            )
+            .unwrap()
+            .1,
             Source::Cache
         );
     }
@@ -709,7 +733,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "sealed");
         let native = Runtime::new(false).unwrap();
-        let load = || load(&native, &file, Some(folder(&cache)), || ()).unwrap().1;
+        let load = || {
+            load(
+                &native,
+                &file,
+                &std::fs::read(&file).unwrap(),
+                Some(folder(&cache)),
+                || (),
+            )
+            .unwrap()
+            .1
+        };
         assert_eq!(load(), Source::Compiled);
         assert_eq!(load(), Source::Cache);
         let entry = entry_in(&cache);
@@ -759,7 +793,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "modes");
         let native = Runtime::new(false).unwrap();
-        let load = || load(&native, &file, Some(folder(&cache)), || ()).unwrap().1;
+        let load = || {
+            load(
+                &native,
+                &file,
+                &std::fs::read(&file).unwrap(),
+                Some(folder(&cache)),
+                || (),
+            )
+            .unwrap()
+            .1
+        };
         assert_eq!(load(), Source::Compiled);
         let key = super::key_path(&cache);
         assert_eq!(key, dir.path().join("cache.key"));
@@ -805,7 +849,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "links");
         let native = Runtime::new(false).unwrap();
-        let load = || load(&native, &file, Some(folder(&cache)), || ()).unwrap().1;
+        let load = || {
+            load(
+                &native,
+                &file,
+                &std::fs::read(&file).unwrap(),
+                Some(folder(&cache)),
+                || (),
+            )
+            .unwrap()
+            .1
+        };
         assert_eq!(load(), Source::Compiled);
         let entry = entry_in(&cache);
         let elsewhere = dir.path().join("elsewhere.cwasm");
@@ -830,14 +884,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "shared");
         let native = Runtime::new(false).unwrap();
-        let (first, source) = load(&native, &file, Some(folder(&cache)), || ()).unwrap();
+        let (first, source) = load(
+            &native,
+            &file,
+            &std::fs::read(&file).unwrap(),
+            Some(folder(&cache)),
+            || (),
+        )
+        .unwrap();
         assert_eq!(source, Source::Compiled);
-        let (second, source) = load(&native, &file, None, || ()).unwrap();
+        let (second, source) =
+            load(&native, &file, &std::fs::read(&file).unwrap(), None, || ()).unwrap();
         assert_eq!(source, Source::Shared, "loaded while the first is held");
         assert!(Arc::ptr_eq(&first, &second));
         drop((first, second));
         assert_eq!(
-            load(&native, &file, Some(folder(&cache)), || ()).unwrap().1,
+            load(
+                &native,
+                &file,
+                &std::fs::read(&file).unwrap(),
+                Some(folder(&cache)),
+                || ()
+            )
+            .unwrap()
+            .1,
             Source::Cache
         );
     }
@@ -852,6 +922,7 @@ mod tests {
         let e = load(
             &Runtime::new(false).unwrap(),
             &file,
+            b"\0asm nonsense",
             Some(folder(&cache)),
             || (),
         )

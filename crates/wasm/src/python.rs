@@ -151,6 +151,14 @@ impl Backend for PythonBackend {
     fn load(&self, ctx: &LoadContext) -> Result<Arc<dyn Model>> {
         // The model file must be there (Triton's error when it is not).
         model_file(ctx.config, ctx.version_dir, "model.py")?;
+        if ctx.gate.sealed() {
+            return Err(Error::unsupported(
+                "the 'decrypt' repository agent cannot serve a Python model: its runner reads \
+                 model.py and the files beside it from the model folder, where they are \
+                 encrypted; decrypt serves ONNX models and WebAssembly plugins",
+            )
+            .for_model(&ctx.config.name));
+        }
         if let Some(e) = self.failures().get(&ctx.config.name) {
             return Err(e.clone());
         }
@@ -162,7 +170,9 @@ impl Backend for PythonBackend {
             }
         };
         let runner = runner_path(ctx.settings).map_err(|e| e.for_model(&ctx.config.name))?;
-        let model = WasmModel::load_component(ctx, &self.telemetry, &runner, NO_DEADLINE)?;
+        let bytes = read_runner(&runner)?;
+        let model =
+            WasmModel::load_component(ctx, &self.telemetry, &runner, &bytes, true, NO_DEADLINE)?;
         Ok(loaded(model))
     }
 }
@@ -191,9 +201,17 @@ impl PythonBackend {
             settings,
             models: tern_core::router::unrouted(),
             progress: &progress,
+            gate: &tern_core::backend::plain_files(),
         };
-        let model =
-            WasmModel::load_component(&ctx, &self.telemetry, &runner, AUTO_COMPLETE_DEADLINE)?;
+        let bytes = read_runner(&runner)?;
+        let model = WasmModel::load_component(
+            &ctx,
+            &self.telemetry,
+            &runner,
+            &bytes,
+            true,
+            AUTO_COMPLETE_DEADLINE,
+        )?;
         let text = |key: &str, value: String| wit::Parameter {
             key: key.into(),
             value: wit::ParameterValue::String(value),
@@ -274,6 +292,12 @@ fn walkdir_py(dir: &Path, depth: usize) -> Vec<PathBuf> {
         }
     }
     found
+}
+
+/// The Python runner's component (it is the server's, not the model's: read as it is).
+fn read_runner(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path)
+        .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))
 }
 
 #[cfg(test)]

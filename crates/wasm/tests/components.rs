@@ -30,6 +30,7 @@ fn instance(
             settings: &BackendSettings::default(),
             models: router,
             progress: &Default::default(),
+            gate: &tern_core::backend::plain_files(),
         })
         .unwrap();
     let spec = InstanceSpec {

@@ -43,6 +43,7 @@ pub fn load(
             settings,
             models: Arc::downgrade(repo) as std::sync::Weak<dyn tern_core::ModelRouter>,
             progress: &Default::default(),
+            gate: &tern_core::backend::plain_files(),
         })
         .unwrap_or_else(|e| panic!("{}: {e}", cfg.name))
 }

@@ -1,42 +1,122 @@
 //! Repository agents (`model_repository_agents` in `config.pbtxt`), run on
-//! every load before the backend sees the model's files. Built in:
-//! Triton's `checksum` agent (`MD5:<path relative to the model folder>` →
-//! expected hex digest; a mismatch fails the load with Triton's message).
+//! every load before the backend sees the model's files, and the [`Gate`]
+//! backends read those files through. Built in: Triton's `checksum` agent
+//! (`MD5:<path relative to the model folder>` → expected hex digest; a
+//! mismatch fails the load with Triton's message) and Tern's `decrypt` agent
+//! (model files decrypted in memory as they are loaded, [`super::decrypt`]).
 //! Any other agent name fails the load: serving a model without the action
-//! its config asks for (decryption, say) would serve it wrongly.
+//! its config asks for would serve it wrongly. A signed model's manifest
+//! ([`super::manifest`]) is checked before the agents run; the gate checks
+//! each file a backend reads against it again.
 
+use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use md5::{Digest, Md5};
+use tern_core::backend::FileGate;
 use tern_core::config::ModelConfig;
 use tern_core::error::{Error, Result};
 
-/// Runs the config's agents on the model folder `dir`.
-pub fn run(cfg: &ModelConfig, dir: &Path) -> Result<()> {
-    let Some(agents) = cfg.model_repository_agents.as_ref() else {
-        return Ok(());
-    };
-    for agent in &agents.agents {
+use super::decrypt;
+use super::manifest::{FileEntry, Manifest};
+
+/// Runs the config's agents on the model folder `dir` (whose verified
+/// manifest is `signed`, when the server loads only signed models) and
+/// returns how the backend reads the model's files.
+pub fn run(cfg: &ModelConfig, dir: &Path, signed: Option<Manifest>) -> Result<Arc<dyn FileGate>> {
+    let mut key = None;
+    for agent in cfg.model_repository_agents.iter().flat_map(|a| &a.agents) {
+        // Sorted: the first failure is the same on every load.
+        let params: BTreeMap<String, String> = agent
+            .parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         match agent.name.as_str() {
             "checksum" => {
-                // Sorted: the first failure is the same on every load.
-                let mut params: Vec<_> = agent.parameters.iter().collect();
-                params.sort();
-                for (key, expected) in params {
+                for (key, expected) in &params {
                     checksum(dir, key, expected).map_err(|e| e.for_model(&cfg.name))?;
                 }
             }
+            "decrypt" => {
+                if key.is_some() {
+                    return Err(Error::invalid_arg(
+                        "the 'decrypt' repository agent is named twice",
+                    )
+                    .for_model(&cfg.name));
+                }
+                key = Some(
+                    decrypt::Key::from_parameters(&params).map_err(|e| e.for_model(&cfg.name))?,
+                );
+            }
             other => {
                 return Err(Error::unsupported(format!(
-                    "repository agent '{other}' is not available: Tern has the 'checksum' agent \
-                     built in and loads no agent libraries"
+                    "repository agent '{other}' is not available: Tern has the 'checksum' and \
+                     'decrypt' agents built in and loads no agent libraries"
                 ))
                 .for_model(&cfg.name))
             }
         }
     }
-    Ok(())
+    if signed.is_none() && key.is_none() {
+        return Ok(tern_core::backend::plain_files());
+    }
+    Ok(Arc::new(Gate {
+        dir: dir.to_path_buf(),
+        signed: signed.map(|m| m.files),
+        key,
+    }))
+}
+
+/// How a backend reads the files of a signed or encrypted model: each file
+/// read whole, checked against the signed manifest (the bytes loaded are the
+/// bytes checked, whatever happened to the file since the load's first
+/// check), then decrypted; the plaintext stays in memory.
+#[derive(Debug)]
+pub struct Gate {
+    dir: PathBuf,
+    signed: Option<BTreeMap<String, FileEntry>>,
+    key: Option<decrypt::Key>,
+}
+
+impl FileGate for Gate {
+    fn read(&self, path: &Path) -> Result<Vec<u8>> {
+        let relative = path
+            .strip_prefix(&self.dir)
+            .ok()
+            .and_then(|p| p.to_str())
+            .map(|p| p.replace(std::path::MAIN_SEPARATOR, "/"))
+            .ok_or_else(|| {
+                Error::invalid_arg(format!(
+                    "'{}' is not in the model folder '{}'",
+                    path.display(),
+                    self.dir.display()
+                ))
+            })?;
+        tern_core::files::check_regular(path, &format!("file '{relative}'"))?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))?;
+        if let Some(files) = &self.signed {
+            let Some(entry) = files.get(&relative) else {
+                return Err(Error::invalid_arg(format!(
+                    "file '{relative}' is not in the signed manifest"
+                )));
+            };
+            entry.check(&relative, &bytes)?;
+        }
+        match &self.key {
+            Some(key) => key.decrypt(&relative, &bytes),
+            None => Ok(bytes),
+        }
+    }
+    fn sealed(&self) -> bool {
+        self.key.is_some()
+    }
+    fn checked(&self) -> bool {
+        true
+    }
 }
 
 /// One `checksum` parameter: `<algorithm>:<relative path>` and its digest.
@@ -109,9 +189,9 @@ mod tests {
         let dir = folder();
         // md5("hello")
         let good = r#"{ name: "checksum" parameters { key: "MD5:1/model.onnx" value: "5d41402abc4b2a76b9719d911017c592" } }"#;
-        run(&config(good), dir.path()).unwrap();
+        run(&config(good), dir.path(), None).unwrap();
         let bad = r#"{ name: "checksum" parameters { key: "md5:1/model.onnx" value: "00" } }"#;
-        let e = run(&config(bad), dir.path()).unwrap_err();
+        let e = run(&config(bad), dir.path(), None).unwrap_err();
         assert_eq!(
             e.message,
             "model 'm': Mismatched MD5 hash for file 1/model.onnx, expect: 00, \
@@ -146,12 +226,55 @@ mod tests {
             ),
             (
                 r#"{ name: "decrypt" }"#,
-                "repository agent 'decrypt' is not available",
+                "decrypt agent: name where the key is with exactly one parameter",
+            ),
+            (
+                r#"{ name: "unzip" }"#,
+                "repository agent 'unzip' is not available",
             ),
         ];
         for (agents, want) in cases {
-            let e = run(&config(agents), dir.path()).unwrap_err();
+            let e = run(&config(agents), dir.path(), None).unwrap_err();
             assert!(e.message.contains(want), "{agents}: {e}");
         }
+    }
+
+    #[test]
+    fn the_gate_checks_each_read_against_the_manifest_and_decrypts() {
+        let dir = folder();
+        let key_hex = decrypt::generate_hex().unwrap();
+        let key = decrypt::Key::from_hex(&key_hex, "test").unwrap();
+        std::fs::write(
+            dir.path().join("1/model.onnx"),
+            key.encrypt(b"plain").unwrap(),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("k"), &key_hex).unwrap();
+        let signer = super::super::manifest::generate().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        // The folder's name is the model's.
+        let name = super::super::manifest::model_name(&root).unwrap();
+        let cfg = parse_pbtxt(&format!(
+            r#"name: "{name}" model_repository_agents {{ agents [ {{ name: "decrypt" parameters {{ key: "key_file" value: "{}" }} }} ] }}"#,
+            root.join("k").display()
+        ))
+        .unwrap();
+        super::super::manifest::sign(&root, &signer).unwrap();
+        let signed =
+            super::super::manifest::verify(&root, &name, &[signer.verifying_key()]).unwrap();
+        let gate = run(&cfg, &root, Some(signed)).unwrap();
+        assert!(gate.sealed() && gate.checked());
+        assert_eq!(gate.read(&root.join("1/model.onnx")).unwrap(), b"plain");
+        // Replaced after the load's first check: refused as it is read.
+        std::fs::write(root.join("1/model.onnx"), key.encrypt(b"plain").unwrap()).unwrap();
+        let e = gate.read(&root.join("1/model.onnx")).unwrap_err();
+        assert!(
+            e.message.contains("does not match the signed manifest"),
+            "{e}"
+        );
+        let e = gate.read(Path::new("/etc/hostname")).unwrap_err();
+        assert!(e.message.contains("is not in the model folder"), "{e}");
+        // Without agents or a signature: plain reads.
+        assert!(!run(&config(""), &root, None).unwrap().checked());
     }
 }

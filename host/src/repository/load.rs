@@ -519,6 +519,7 @@ impl Repository {
                     settings: &self.options.backend,
                     models: self.router.clone(),
                     progress,
+                    gate: &prepared.gate,
                 };
                 // A backend that panics while loading fails this load, not the server.
                 let model = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

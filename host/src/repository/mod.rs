@@ -6,11 +6,13 @@
 
 mod agents;
 pub mod control;
+pub mod decrypt;
 pub mod demand;
 mod entry;
 mod fingerprint;
 mod graph;
 mod load;
+pub mod manifest;
 mod versions;
 
 use std::collections::{BTreeMap, HashMap};
@@ -72,6 +74,9 @@ pub struct RepositoryOptions {
     pub load_retries: u32,
     /// Loading on demand, idle unloading and the memory budget (explicit mode).
     pub on_demand: demand::OnDemandOptions,
+    /// `--model-trust-key`: when any, only models whose signed manifest
+    /// verifies with one of them load.
+    pub trust_keys: Vec<ed25519_dalek::VerifyingKey>,
 }
 
 /// Lifecycle state of a model version, as the repository index reports it.
@@ -118,6 +123,8 @@ struct Prepared {
     backend: Option<Arc<dyn tern_core::backend::Backend>>,
     versions: Vec<i64>,
     labels: HashMap<String, Vec<String>>,
+    /// How the backend reads the model's files (through its agents).
+    gate: Arc<dyn tern_core::backend::FileGate>,
 }
 
 /// All models known to the server.
@@ -224,6 +231,22 @@ impl Repository {
 
     /// Reads, completes, normalises and validates a model's config; picks its backend, versions and labels.
     fn prepare(&self, name: &str, dir: &Path, config_json: Option<&str>) -> Result<Prepared> {
+        // A signed model is checked whole before any of its files is read.
+        let signed = if self.options.trust_keys.is_empty() {
+            None
+        } else {
+            if config_json.is_some() {
+                return Err(Error::invalid_arg(
+                    "this server loads only signed models (--model-trust-key): a load request \
+                     may not replace the signed config with a 'config' parameter",
+                )
+                .for_model(name));
+            }
+            Some(
+                manifest::verify(dir, name, &self.options.trust_keys)
+                    .map_err(|e| e.for_model(name))?,
+            )
+        };
         let config_path = self
             .options
             .config_name
@@ -262,7 +285,7 @@ impl Repository {
             cfg.name = name.to_string();
         }
         // Before any backend reads a model file (auto-complete does).
-        agents::run(&cfg, dir)?;
+        let gate = agents::run(&cfg, dir, signed)?;
         let available = list_versions(dir);
         normalize(&mut cfg, self.options.gpu_count);
         let versions = select_versions(&cfg, &available);
@@ -277,6 +300,7 @@ impl Repository {
             let files = ModelFiles {
                 model_dir: dir.to_path_buf(),
                 version_dir: versions.last().map(|v| dir.join(v.to_string())),
+                gate: gate.clone(),
             };
             backend.auto_complete(&files, &mut cfg, &self.options.backend)?;
             normalize(&mut cfg, self.options.gpu_count);
@@ -321,6 +345,7 @@ impl Repository {
             backend,
             versions,
             labels,
+            gate,
         })
     }
 

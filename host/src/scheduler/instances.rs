@@ -761,6 +761,7 @@ mod tests {
                 settings: &BackendSettings::default(),
                 models: tern_core::router::unrouted(),
                 progress: &Default::default(),
+                gate: &tern_core::backend::plain_files(),
             })
             .unwrap();
         Arc::new(Pool::start(cfg, 1, model, 0, &dir, false).unwrap())
