@@ -484,7 +484,7 @@ def test_the_checksum_repository_agent_guards_the_model_files(tmp_path, start_te
 
     model("verified", f'{{ name: "checksum" parameters {{ key: "MD5:1/model.onnx" value: "{digest}" }} }}')
     model("tampered", '{ name: "checksum" parameters { key: "MD5:1/model.onnx" value: "0123456789abcdef0123456789abcdef" } }')
-    model("agentless", '{ name: "decrypt" }')
+    model("agentless", '{ name: "unzip" }')
     t = start_tern([f"--model-repository={root}", "--exit-on-error=false", "--model-control-mode=explicit",
                     "--load-model=*"])
     c = httpclient.InferenceServerClient(t.url)
@@ -493,7 +493,7 @@ def test_the_checksum_repository_agent_guards_the_model_files(tmp_path, start_te
     assert rows["tampered"]["state"] == "UNAVAILABLE"
     assert rows["tampered"]["reason"] == ("model 'tampered': Mismatched MD5 hash for file 1/model.onnx, expect: "
                                           f"0123456789abcdef0123456789abcdef, got: {digest}"), rows["tampered"]
-    assert "repository agent 'decrypt' is not available" in rows["agentless"]["reason"], rows["agentless"]
+    assert "repository agent 'unzip' is not available" in rows["agentless"]["reason"], rows["agentless"]
     # Every load checks again: a file changed after the first load is refused by a reload.
     with open(root / "verified" / "1" / "model.onnx", "ab") as f:
         f.write(b"\0")

@@ -1,7 +1,7 @@
 //! Encrypted model files: the `decrypt` repository agent's keys and cipher.
 //! A file `tern model encrypt` wrote is `TERNENC1`, a 12-byte nonce, then the
 //! AES-256-GCM ciphertext and tag of the original bytes. Files are decrypted
-//! in memory as the backend reads them (see [`super::agents::Gate`]); the
+//! in memory as the backend reads them (through the `Gate` of `agents.rs`); the
 //! plaintext is never written to disk. The key is 32 bytes written as 64
 //! hex digits, found where the agent's parameters say: `key_file` (a path),
 //! `key_env` (an environment variable) or `key_credential` (a systemd
@@ -45,7 +45,7 @@ impl Key {
             .flatten();
         let Some(bytes) = bytes else {
             return Err(Error::invalid_arg(format!(
-                "{source}: a decryption key is 32 bytes written as 64 hex digits"
+                "decrypt agent: {source}: a decryption key is 32 bytes written as 64 hex digits"
             )));
         };
         let cipher = Aes256Gcm::new_from_slice(&bytes)
@@ -84,7 +84,7 @@ impl Key {
                         "decrypt agent: {source}: the environment variable is not set"
                     ))
                 })?;
-                Self::from_hex(&text, &format!("decrypt agent: {source}"))
+                Self::from_hex(&text, &source)
             }
             _ => {
                 let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY") else {
@@ -115,7 +115,7 @@ impl Key {
                 path.display()
             ))
         })?;
-        Self::from_hex(&text, &format!("decrypt agent: {source}"))
+        Self::from_hex(&text, source)
     }
 
     /// The plaintext of the encrypted file `relative` whose bytes are `data`.

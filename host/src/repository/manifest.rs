@@ -4,7 +4,7 @@
 //! model only when its manifest verifies with one of the keys, the model's
 //! name is the manifest's, and the folder holds exactly the files listed with
 //! those hashes. The check runs before the config is read, and the files a
-//! backend loads are checked again as it reads them ([`super::agents::Gate`]),
+//! backend loads are checked again as it reads them (the `Gate` of `agents.rs`),
 //! so a file replaced after the check is refused too.
 //!
 //! Keys are PEM: the signing key PKCS#8, the trust key SPKI (what
