@@ -407,6 +407,18 @@ pub struct Args {
     )]
     pub model_trust_key: Vec<std::path::PathBuf>,
 
+    /// Where models of s3://, gs:// and as:// repositories are kept
+    /// (default: TRITON_{AWS,GCS,AZURE}_MOUNT_DIRECTORY, else the state
+    /// folder: $STATE_DIRECTORY/models, $XDG_STATE_HOME/tern/models or
+    /// ~/.local/state/tern/models).
+    #[arg(
+        help_heading = "Model repository",
+        long = "model-cache-dir",
+        value_name = "DIR",
+        env = "TERN_MODEL_CACHE_DIR"
+    )]
+    pub model_cache_dir: Option<std::path::PathBuf>,
+
     /// Let clients register system and CUDA shared memory (off by default:
     /// a registered region gives the client a window into server memory).
     #[arg(help_heading = "Memory and devices", long, env = "TERN_ALLOW_CLIENT_SHM", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]

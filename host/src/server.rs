@@ -167,8 +167,35 @@ fn configure_memory(args: &Args) -> &'static tern_memory::pool::Pools {
 
 /// The repository's settings from the command line.
 fn repository_options(args: &Args, summary_latencies: bool) -> Result<RepositoryOptions> {
+    let trust_keys = args.trust_keys()?;
+    // A remote repository is served from its local cache folder.
+    let mut roots = Vec::new();
+    let mut remotes = Vec::new();
+    for root in &args.model_repository {
+        if crate::repository::remote::is_remote(root) {
+            let url = root.to_string_lossy().to_string();
+            let cache = match &args.model_cache_dir {
+                Some(dir) => dir.clone(),
+                None => crate::repository::remote::default_cache_dir(&url)?,
+            };
+            let remote = crate::repository::remote::Remote::open(
+                &url,
+                &cache,
+                trust_keys.clone(),
+                tokio::runtime::Handle::current(),
+            )?;
+            tracing::info!(
+                "model repository '{url}': cached in '{}'",
+                remote.root().display()
+            );
+            roots.push(remote.root());
+            remotes.push(Arc::new(remote));
+        } else {
+            roots.push(root.clone());
+        }
+    }
     Ok(RepositoryOptions {
-        roots: args.model_repository.clone(),
+        roots,
         auto_complete: args.auto_complete(),
         backend: args.backend_settings()?,
         gpu_count: tern_memory::cuda::devices().len(),
@@ -179,7 +206,8 @@ fn repository_options(args: &Args, summary_latencies: bool) -> Result<Repository
         summary_latencies: args.allow_metrics && summary_latencies,
         load_retries: args.model_load_retry_count,
         on_demand: args.on_demand()?,
-        trust_keys: args.trust_keys()?,
+        trust_keys,
+        remotes,
     })
 }
 
@@ -195,7 +223,28 @@ async fn load_startup_models(
     mode: ControlMode,
     load_models: &[String],
 ) -> Result<bool> {
-    let initialized = match check_roots(&args.model_repository) {
+    // Remote repositories' caches first: what the store has now, or (when
+    // it cannot be reached) the snapshots the cache verified before.
+    if !repository.options().remotes.is_empty() {
+        let repo = repository.clone();
+        let only: Vec<String> =
+            if mode == ControlMode::Explicit && !load_models.iter().any(|m| m == "*") {
+                load_models.to_vec()
+            } else {
+                Vec::new()
+            };
+        let _ = tokio::task::spawn_blocking(move || {
+            if only.is_empty() {
+                let _ = repo.sync_remotes(None);
+            } else {
+                for name in &only {
+                    let _ = repo.sync_remotes(Some(name));
+                }
+            }
+        })
+        .await;
+    }
+    let initialized = match check_roots(&repository.options().roots) {
         Ok(()) => true,
         Err(e) if args.exit_on_error => {
             stop_models(repository).await;

@@ -273,8 +273,20 @@ impl Repository {
         overrides: LoadOverride,
     ) -> Result<std::result::Result<(), Error>> {
         check_model_name(name)?;
+        // A model of a remote repository is fetched first (outside the
+        // lock); when that fails, its cached snapshot loads if there is one.
+        let synced = if overrides.files.is_empty() {
+            self.sync_remotes(Some(name))
+        } else {
+            Ok(())
+        };
         let control = self.control_for_load()?;
         let found = self.scan()?;
+        if let Err(e) = synced {
+            if !found.contains_key(name) {
+                return Err(e);
+            }
+        }
         let (dir, temp) = if overrides.files.is_empty() {
             match found.get(name) {
                 Some(dir) => (dir.clone()?, None),
@@ -489,6 +501,9 @@ impl Repository {
     /// (a failed load is retried only once its folder changes again) and
     /// unloads models whose folder is gone. Returns the load errors.
     pub fn poll(&self) -> Result<Vec<Error>> {
+        // Remote repositories first, outside the lock (downloads take time);
+        // a failed sync leaves their caches as they were (logged).
+        let _ = self.sync_remotes(None);
         let mut control = self.control_for_load()?;
         let found = self.scan()?;
         let (changed, gone) = {

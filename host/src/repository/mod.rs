@@ -13,6 +13,7 @@ mod fingerprint;
 mod graph;
 mod load;
 pub mod manifest;
+pub mod remote;
 mod versions;
 
 use std::collections::{BTreeMap, HashMap};
@@ -77,6 +78,8 @@ pub struct RepositoryOptions {
     /// `--model-trust-key`: when any, only models whose signed manifest
     /// verifies with one of them load.
     pub trust_keys: Vec<ed25519_dalek::VerifyingKey>,
+    /// The remote repositories among the roots (each root's cache folder is in `roots`).
+    pub remotes: Vec<Arc<remote::Remote>>,
 }
 
 /// Lifecycle state of a model version, as the repository index reports it.
@@ -172,7 +175,27 @@ impl Repository {
     /// The metric families the backends keep themselves (plugin failures,
     /// the `.cwasm` cache, plugin-declared metrics).
     pub fn backend_families(&self) -> Vec<Arc<dyn tern_core::prometheus::Families>> {
-        self.registry.families()
+        let mut families = self.registry.families();
+        if !self.options.remotes.is_empty() {
+            families.push(Arc::new(remote::RemoteFamilies(
+                self.options.remotes.clone(),
+            )));
+        }
+        families
+    }
+
+    /// Brings the caches of the remote repositories up to date (every
+    /// model, or `only` one); blocks. A failure is logged and returned; the
+    /// caches keep the snapshots they had, which the repository serves.
+    pub fn sync_remotes(&self, only: Option<&str>) -> Result<()> {
+        let mut first = None;
+        for remote in &self.options.remotes {
+            if let Err(e) = remote.sync(only) {
+                tracing::warn!("{e}; serving the cached models");
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// The options the repository was created with.
@@ -429,7 +452,20 @@ impl Repository {
             .models
             .read()
             .expect("models lock poisoned: nothing panics while holding it");
-        models.iter().flat_map(|(name, e)| e.rows(name)).collect()
+        let mut rows: Vec<IndexEntry> = models.iter().flat_map(|(name, e)| e.rows(name)).collect();
+        // A remote repository's download in progress, or its failed update.
+        for remote in &self.options.remotes {
+            for row in &mut rows {
+                if let Some(status) = remote.status(&row.name) {
+                    row.reason = if row.reason.is_empty() {
+                        status
+                    } else {
+                        format!("{}; {status}", row.reason)
+                    };
+                }
+            }
+        }
+        rows
     }
 
     /// The index the repository API answers with: [`Repository::index`] plus
@@ -448,6 +484,20 @@ impl Repository {
                         version: None,
                         state: State::Unavailable,
                         reason: "not loaded".into(),
+                    });
+                }
+            }
+        }
+        // Models a remote repository is downloading for the first time.
+        for remote in &self.options.remotes {
+            for name in remote.downloading() {
+                if !rows.iter().any(|r| r.name == name) {
+                    let reason = remote.status(&name).unwrap_or_default();
+                    rows.push(IndexEntry {
+                        name,
+                        version: None,
+                        state: State::Unavailable,
+                        reason,
                     });
                 }
             }
