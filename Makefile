@@ -303,7 +303,13 @@ E2E_OWN_TARGETS := --ignore=tests/test_torch.py --ignore=tests/test_images.py --
 redis-server:
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null)
 
-e2e: setup flavours test-audio redis-server
+# Azurite (npm), the Azure Blob server tests/test_remote_repository.py starts for as:// repositories.
+AZURITE := .cache/azurite/node_modules/.bin/azurite-blob
+export TERN_AZURITE := $(CURDIR)/$(AZURITE)
+$(AZURITE):
+	npm install --prefix .cache/azurite --no-audit --no-fund azurite@3.35.0
+
+e2e: setup flavours test-audio redis-server $(AZURITE)
 	$(CLIPPY) build --workspace
 	$(MAKE) lang-plugins TERN_TOOL=$(CARGO_TARGET_DIR)/debug/tern
 	TERN_BIN=$(CARGO_TARGET_DIR)/debug/tern TERN_MINIMAL_BIN=$(MINIMAL_BIN) TERN_PLUGINS_DIR=$(WASM_OUT) TERN_STRICT_SKIPS=1 \

@@ -511,7 +511,12 @@ impl Remote {
         }
         if !snapshot.is_dir() {
             let staging = self.dir.join("partial").join(&snapshot_name);
-            let result = self.download(name, files, &staging).await;
+            let linked = std::fs::read_link(&link)
+                .ok()
+                .and_then(|t| t.file_name().map(|n| self.dir.join("snapshots").join(n)));
+            let result = self
+                .download(name, files, &staging, linked.as_deref())
+                .await;
             self.stats().downloading.remove(name);
             result?;
             if !self.trust_keys.is_empty() {
@@ -523,6 +528,14 @@ impl Remote {
                 }
             }
             sync_tree(&staging)?;
+            // What each file was listed as, so the next snapshot can reuse it.
+            let listed: BTreeMap<&str, (u64, String)> = files
+                .iter()
+                .map(|(rel, m)| (rel.as_str(), (m.size, tag(m))))
+                .collect();
+            let listed = serde_json::to_vec(&listed)
+                .map_err(|e| Error::internal(format!("cannot record the listing: {e}")))?;
+            manifest::write_whole(&listing_path(&snapshot), &listed)?;
             std::fs::rename(&staging, &snapshot).map_err(|e| io_error(&snapshot, e))?;
             sync_dir(&snapshot.with_file_name(""))?;
         }
@@ -552,8 +565,25 @@ impl Remote {
         name: &str,
         files: &[(String, ObjectMeta)],
         staging: &Path,
+        previous: Option<&Path>,
     ) -> Result<()> {
         std::fs::create_dir_all(staging).map_err(|e| io_error(staging, e))?;
+        // Files the snapshot in use has as listed now are linked, not fetched.
+        let before: BTreeMap<String, (u64, String)> = previous
+            .and_then(|p| std::fs::read(listing_path(p)).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        for (relative, meta) in files {
+            let (dest, source) = (staging.join(relative), previous.map(|p| p.join(relative)));
+            if before.get(relative) == Some(&(meta.size, tag(meta))) && !dest.exists() {
+                if let (Some(source), Some(parent)) = (source, dest.parent()) {
+                    let _ = std::fs::create_dir_all(parent);
+                    if std::fs::metadata(&source).is_ok_and(|m| m.len() == meta.size) {
+                        let _ = std::fs::hard_link(&source, &dest);
+                    }
+                }
+            }
+        }
         let total: u64 = files.iter().map(|(_, m)| m.size).sum();
         let mut fetched: u64 = files
             .iter()
@@ -623,8 +653,13 @@ impl Remote {
             .flatten()
         {
             let n = entry.file_name().to_string_lossy().to_string();
-            if ours(&n) && Some(n.as_str()) != linked.as_deref() && Some(n.as_str()) != keep {
-                let _ = std::fs::remove_dir_all(entry.path());
+            let stem = n.strip_suffix(".listing").unwrap_or(&n);
+            if ours(stem) && Some(stem) != linked.as_deref() && Some(stem) != keep {
+                let _ = if entry.path().is_dir() {
+                    std::fs::remove_dir_all(entry.path())
+                } else {
+                    std::fs::remove_file(entry.path())
+                };
             }
         }
         for entry in std::fs::read_dir(self.dir.join("partial"))
@@ -667,6 +702,20 @@ impl Remote {
     }
 }
 
+/// What identifies an object's content in a listing: its ETag, else its modification time.
+fn tag(meta: &ObjectMeta) -> String {
+    meta.e_tag
+        .clone()
+        .unwrap_or_else(|| meta.last_modified.to_rfc3339())
+}
+
+/// The listing recorded beside a snapshot (`<snapshot>.listing`).
+fn listing_path(snapshot: &Path) -> PathBuf {
+    let mut name = snapshot.as_os_str().to_os_string();
+    name.push(".listing");
+    PathBuf::from(name)
+}
+
 /// A digest of a model's listing: a new one whenever a file is added,
 /// removed, or changes size or ETag.
 fn generation(files: &[(String, ObjectMeta)]) -> String {
@@ -677,10 +726,7 @@ fn generation(files: &[(String, ObjectMeta)]) -> String {
         h.update(relative.as_bytes());
         h.update(&[0]);
         h.update(&meta.size.to_le_bytes());
-        match &meta.e_tag {
-            Some(tag) => h.update(tag.as_bytes()),
-            None => h.update(meta.last_modified.to_rfc3339().as_bytes()),
-        };
+        h.update(tag(meta).as_bytes());
         h.update(&[0]);
     }
     h.finalize().to_hex()[..16].to_string()
