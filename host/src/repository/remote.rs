@@ -215,10 +215,28 @@ fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
                 .map(str::to_string)
                 .or_else(|| std::env::var("GOOGLE_APPLICATION_CREDENTIALS").ok());
             if let Some(file) = file {
-                b = b.with_application_credentials(file);
+                // A service account key (what GOOGLE_APPLICATION_CREDENTIALS
+                // names on servers) is read as one, with its private-endpoint
+                // fields (`gcs_base_url`, `disable_oauth`); a user's
+                // credentials as application default credentials.
+                let service_account = std::fs::read(&file)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .is_some_and(|v| {
+                        v.get("type").and_then(|t| t.as_str()) == Some("service_account")
+                    });
+                b = if service_account {
+                    b.with_service_account_path(file)
+                } else {
+                    b.with_application_credentials(file)
+                };
             }
             (
-                Arc::new(b.with_client_options(options).build().map_err(failed)?),
+                Arc::new(
+                    b.with_client_options(options.with_allow_http(true))
+                        .build()
+                        .map_err(failed)?,
+                ),
                 prefix,
             )
         }
