@@ -470,6 +470,9 @@ bench-reload: release
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(PY) tests/bench/reload.py --tern $(CARGO_TARGET_DIR)/release/tern
 
+bench-remote: release
+	$(PY) tests/bench/remote_swap.py --tern $(CARGO_TARGET_DIR)/release/tern
+
 bench-shm: release
 	$(PY) tests/bench/shm.py --tern $(CARGO_TARGET_DIR)/release/tern
 

@@ -409,8 +409,8 @@ pub struct Args {
 
     /// Where models of s3://, gs:// and as:// repositories are kept
     /// (default: TRITON_{AWS,GCS,AZURE}_MOUNT_DIRECTORY, else the state
-    /// folder: $STATE_DIRECTORY/models, $XDG_STATE_HOME/tern/models or
-    /// ~/.local/state/tern/models).
+    /// folder: $STATE_DIRECTORY/model-cache, $XDG_STATE_HOME/tern/model-cache
+    /// or ~/.local/state/tern/model-cache).
     #[arg(
         help_heading = "Model repository",
         long = "model-cache-dir",

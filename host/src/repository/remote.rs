@@ -271,8 +271,8 @@ fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
 
 /// The cache folder when `--model-cache-dir` is not given: Triton's
 /// `TRITON_{AWS,GCS,AZURE}_MOUNT_DIRECTORY` for the address's scheme, else
-/// the service's state folder (`$STATE_DIRECTORY`, systemd's), else
-/// `$XDG_STATE_HOME/tern/models` or `~/.local/state/tern/models`.
+/// the service's state folder (`$STATE_DIRECTORY/model-cache`, systemd's),
+/// else `$XDG_STATE_HOME/tern/model-cache` or `~/.local/state/tern/model-cache`.
 pub fn default_cache_dir(url: &str) -> Result<PathBuf> {
     let mount = match url.get(..5) {
         Some("s3://") => "TRITON_AWS_MOUNT_DIRECTORY",
@@ -295,13 +295,13 @@ pub fn default_cache_dir(url: &str) -> Result<PathBuf> {
             .next()
             .unwrap_or("")
             .to_string();
-        return Ok(PathBuf::from(first).join("models"));
+        return Ok(PathBuf::from(first).join("model-cache"));
     }
     if let Some(dir) = var("XDG_STATE_HOME") {
-        return Ok(dir.join("tern").join("models"));
+        return Ok(dir.join("tern").join("model-cache"));
     }
     if let Some(home) = var("HOME") {
-        return Ok(home.join(".local/state/tern/models"));
+        return Ok(home.join(".local/state/tern/model-cache"));
     }
     Err(Error::invalid_arg(format!(
         "model repository '{url}': no folder for its local cache: give --model-cache-dir"
@@ -901,7 +901,7 @@ mod tests {
         std::env::set_var("STATE_DIRECTORY", "/var/lib/tern:/other");
         assert_eq!(
             default_cache_dir("gs://b/p").unwrap(),
-            PathBuf::from("/var/lib/tern/models")
+            PathBuf::from("/var/lib/tern/model-cache")
         );
         std::env::remove_var("STATE_DIRECTORY");
     }
