@@ -301,7 +301,7 @@ fn open_session(
     path: &std::path::Path,
     settings: &BackendSettings,
     device: DeviceKind,
-    gate: &dyn FileGate,
+    gate: &Arc<dyn FileGate>,
 ) -> Result<Session> {
     let env = environment(settings).map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
     let fail =
@@ -432,7 +432,7 @@ impl Backend for OnnxBackend {
             &model_file(cfg, dir, DEFAULT_FILE)?,
             settings,
             DeviceKind::Cpu,
-            files.gate.as_ref(),
+            &files.gate,
         )?;
         let inputs = session
             .inputs()
@@ -516,19 +516,14 @@ impl Backend for OnnxBackend {
             ctx.version
         ));
         run_options(cfg, first_device)?;
-        let session = open_session(cfg, &path, ctx.settings, first_device, ctx.gate.as_ref())?;
+        let session = open_session(cfg, &path, ctx.settings, first_device, ctx.gate)?;
         for input in &cfg.input {
             let found = session.inputs().iter().find(|o| o.name() == input.name);
             let Some(outlet) = found else {
                 return Err(Error::invalid_arg(format!(
                     "input '{}' is in the config but not in the ONNX model (model inputs: {})",
                     input.name,
-                    session
-                        .inputs()
-                        .iter()
-                        .map(|o| o.name().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    input_names(&session)
                 ))
                 .for_model(&cfg.name));
             };
@@ -557,12 +552,7 @@ impl Backend for OnnxBackend {
                 return Err(Error::invalid_arg(format!(
                     "sequence batching input '{}' is not in the ONNX model (model inputs: {})",
                     extra.name,
-                    session
-                        .inputs()
-                        .iter()
-                        .map(|o| o.name().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    input_names(&session)
                 ))
                 .for_model(&cfg.name));
             };
@@ -680,6 +670,12 @@ struct OnnxModel {
     first_session: std::sync::Mutex<Option<(DeviceKind, Session)>>,
 }
 
+/// The session's input names, for errors (`a, b`).
+fn input_names(session: &Session) -> String {
+    let names: Vec<&str> = session.inputs().iter().map(|o| o.name()).collect();
+    names.join(", ")
+}
+
 /// The device of a model's first instance (where the load-time session opens).
 fn first_device(cfg: &ModelConfig) -> DeviceKind {
     match cfg.instance_group.first() {
@@ -717,7 +713,7 @@ impl Model for OnnxModel {
                 &self.path,
                 &self.settings,
                 spec.device,
-                self.gate.as_ref(),
+                &self.gate,
             )?,
         };
         if let DeviceKind::Gpu(id) = spec.device {

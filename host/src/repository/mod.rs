@@ -252,24 +252,33 @@ impl Repository {
             .collect()
     }
 
+    /// With `--model-trust-key`: the model folder's verified manifest (a
+    /// load that replaces the config is refused). `None` without trust keys.
+    fn check_signed(
+        &self,
+        name: &str,
+        dir: &Path,
+        config_replaced: bool,
+    ) -> Result<Option<manifest::Manifest>> {
+        if self.options.trust_keys.is_empty() {
+            return Ok(None);
+        }
+        if config_replaced {
+            return Err(Error::invalid_arg(
+                "this server loads only signed models (--model-trust-key): a load request may \
+                 not replace the signed config with a 'config' parameter",
+            )
+            .for_model(name));
+        }
+        manifest::verify(dir, name, &self.options.trust_keys)
+            .map(Some)
+            .map_err(|e| e.for_model(name))
+    }
+
     /// Reads, completes, normalises and validates a model's config; picks its backend, versions and labels.
     fn prepare(&self, name: &str, dir: &Path, config_json: Option<&str>) -> Result<Prepared> {
         // A signed model is checked whole before any of its files is read.
-        let signed = if self.options.trust_keys.is_empty() {
-            None
-        } else {
-            if config_json.is_some() {
-                return Err(Error::invalid_arg(
-                    "this server loads only signed models (--model-trust-key): a load request \
-                     may not replace the signed config with a 'config' parameter",
-                )
-                .for_model(name));
-            }
-            Some(
-                manifest::verify(dir, name, &self.options.trust_keys)
-                    .map_err(|e| e.for_model(name))?,
-            )
-        };
+        let signed = self.check_signed(name, dir, config_json.is_some())?;
         let config_path = self
             .options
             .config_name
