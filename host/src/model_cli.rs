@@ -270,43 +270,69 @@ fn encrypt(
             target.display()
         )));
     }
-    copy_tree(model, &target)?;
-    for relative in &files {
-        let path = tern_core::files::resolve_inside(
-            &target,
-            &target,
-            relative,
-            &format!("--file '{relative}'"),
-        )?;
-        let plain = std::fs::read(&path)
-            .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))?;
-        if decrypt::is_encrypted(&plain) {
-            eprintln!("'{relative}' is encrypted already: left as it is");
-            continue;
-        }
-        manifest::write_whole(&path, &key.encrypt(&plain)?)?;
-        eprintln!("encrypted '{relative}'");
-    }
-    for stale in [manifest::MANIFEST, manifest::SIGNATURE] {
-        let _ = std::fs::remove_file(target.join(stale));
-    }
     let stanza = format!(
         "model_repository_agents {{ agents [ {{ name: \"decrypt\" parameters {{ key: \"{kind}\" value: \"{}\" }} }} ] }}",
         value.replace('\\', "\\\\").replace('"', "\\\"")
     );
     if cfg.model_repository_agents.is_some() {
-        eprintln!(
-            "the config names repository agents already: add the decrypt agent to its list:\n  {stanza}"
-        );
-    } else {
-        let mut text = config_text;
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(&stanza);
-        text.push('\n');
-        manifest::write_whole(&target.join("config.pbtxt"), text.as_bytes())?;
+        return Err(Error::invalid_arg(format!(
+            "the config names repository agents already: add the decrypt agent to its list \
+             yourself (and encrypt with --file), or remove them first:\n  {stanza}"
+        )));
     }
+    // Built in a temporary folder beside the target and renamed into place
+    // whole; the files to encrypt are never copied in plain.
+    std::fs::create_dir_all(out)
+        .map_err(|e| Error::invalid_arg(format!("'{}': {e}", out.display())))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".tern-encrypt-")
+        .tempdir_in(out)
+        .map_err(|e| Error::invalid_arg(format!("'{}': {e}", out.display())))?;
+    let copy = staging.path().join(&name);
+    let skip: std::collections::HashSet<PathBuf> = files
+        .iter()
+        .chain(
+            [
+                manifest::MANIFEST.to_string(),
+                manifest::SIGNATURE.to_string(),
+            ]
+            .iter(),
+        )
+        .map(|f| model.join(f))
+        .collect();
+    copy_tree(model, &copy, &skip)?;
+    for relative in &files {
+        let source = tern_core::files::resolve_inside(
+            model,
+            model,
+            relative,
+            &format!("--file '{relative}'"),
+        )?;
+        let plain = std::fs::read(&source)
+            .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", source.display())))?;
+        let sealed = if decrypt::is_encrypted(&plain) {
+            eprintln!("'{relative}' is encrypted already: copied as it is");
+            plain
+        } else {
+            eprintln!("encrypted '{relative}'");
+            key.encrypt(&plain)?
+        };
+        let dest = copy.join(relative);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::invalid_arg(format!("'{}': {e}", parent.display())))?;
+        }
+        manifest::write_whole(&dest, &sealed)?;
+    }
+    let mut text = config_text;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&stanza);
+    text.push('\n');
+    manifest::write_whole(&copy.join("config.pbtxt"), text.as_bytes())?;
+    std::fs::rename(&copy, &target)
+        .map_err(|e| Error::invalid_arg(format!("'{}': {e}", target.display())))?;
     eprintln!(
         "wrote '{}'{}",
         target.display(),
@@ -319,15 +345,26 @@ fn encrypt(
     Ok(())
 }
 
-/// Copies the folder `from` to `to` (files and folders; links copied as what they point at).
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+/// Copies the folder `from` to `to` but the files in `skip` (links to files
+/// copied as what they point at; a link to a folder is refused: it could loop).
+fn copy_tree(from: &Path, to: &Path, skip: &std::collections::HashSet<PathBuf>) -> Result<()> {
     let fail = |p: &Path, e: std::io::Error| Error::invalid_arg(format!("'{}': {e}", p.display()));
     std::fs::create_dir_all(to).map_err(|e| fail(to, e))?;
     for entry in std::fs::read_dir(from).map_err(|e| fail(from, e))? {
         let entry = entry.map_err(|e| fail(from, e))?;
         let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if skip.contains(&src) {
+            continue;
+        }
+        let link = entry.file_type().is_ok_and(|t| t.is_symlink());
         if src.is_dir() {
-            copy_tree(&src, &dst)?;
+            if link {
+                return Err(Error::invalid_arg(format!(
+                    "'{}' is a link to a folder: copy the model folder without it",
+                    src.display()
+                )));
+            }
+            copy_tree(&src, &dst, skip)?;
         } else {
             std::fs::copy(&src, &dst).map_err(|e| fail(&src, e))?;
         }

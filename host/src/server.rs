@@ -238,7 +238,7 @@ async fn load_startup_models(
                 let _ = repo.sync_remotes(None);
             } else {
                 for name in &only {
-                    let _ = repo.sync_remotes(Some(name));
+                    let _ = repo.sync_for_load(name);
                 }
             }
         })
@@ -547,6 +547,9 @@ impl RunningServer {
     pub async fn shutdown(mut self) {
         self.info.shutting_down.store(true, Ordering::Relaxed);
         self.stop_polling.store(true, Ordering::Relaxed);
+        // A download in progress stops at its next chunk (its partial files
+        // stay for the next start to resume).
+        self.repository.cancel_syncs();
         let _ = self.stop.send(true);
         let tasks = std::mem::take(&mut self.tasks);
         if tokio::time::timeout(self.exit_timeout, futures_join(tasks))

@@ -96,6 +96,17 @@ impl FileGate for Gate {
                 ))
             })?;
         tern_core::files::check_regular(path, &format!("file '{relative}'"))?;
+        if let Some(files) = &self.signed {
+            // Not read at all when its size already differs (a grown file).
+            let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(u64::MAX);
+            if let Some(entry) = files.get(&relative).filter(|e| e.size != size) {
+                return Err(Error::invalid_arg(format!(
+                    "file '{relative}' does not match the signed manifest (size expected {}, \
+                     got {size})",
+                    entry.size
+                )));
+            }
+        }
         let bytes = std::fs::read(path)
             .map_err(|e| Error::invalid_arg(format!("cannot read '{}': {e}", path.display())))?;
         if let Some(files) = &self.signed {

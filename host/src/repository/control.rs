@@ -216,6 +216,10 @@ impl Repository {
     pub(super) fn scan(&self) -> Result<Found> {
         let mut found: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         for root in &self.options.roots {
+            // A remote repository's cache links each model to its snapshot:
+            // a load takes the snapshot itself, which a later swap of the
+            // link does not change under it.
+            let remote = self.options.remotes.iter().any(|r| r.root() == *root);
             let entries = std::fs::read_dir(root).map_err(|e| {
                 Error::invalid_arg(format!(
                     "failed to open model repository '{}': {e}",
@@ -232,6 +236,11 @@ impl Repository {
                     continue;
                 };
                 if path.is_dir() && !name.starts_with('.') {
+                    let path = if remote {
+                        path.canonicalize().unwrap_or(path)
+                    } else {
+                        path
+                    };
                     found.entry(name).or_default().push(path);
                 }
             }
@@ -276,14 +285,16 @@ impl Repository {
         // A model of a remote repository is fetched first (outside the
         // lock); when that fails, its cached snapshot loads if there is one.
         let synced = if overrides.files.is_empty() {
-            self.sync_remotes(Some(name))
+            self.sync_for_load(name)
         } else {
             Ok(())
         };
         let control = self.control_for_load()?;
         let found = self.scan()?;
         if let Err(e) = synced {
-            if !found.contains_key(name) {
+            // Offline: the cached snapshot loads. A new version that failed
+            // its checks fails the load (the loaded version keeps serving).
+            if !found.contains_key(name) || e.code != tern_core::error::Code::Unavailable {
                 return Err(e);
             }
         }

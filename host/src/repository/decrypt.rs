@@ -36,13 +36,14 @@ impl Key {
     /// A key from its 64 hex digits (surrounding white space ignored).
     pub fn from_hex(text: &str, source: &str) -> Result<Key> {
         let text = text.trim();
-        let bytes: Option<Vec<u8>> = (text.len() == 64)
-            .then(|| {
-                (0..32)
-                    .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok())
-                    .collect()
-            })
-            .flatten();
+        let bytes: Option<Vec<u8>> = (text.len() == 64
+            && text.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| {
+            (0..32)
+                .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok())
+                .collect()
+        })
+        .flatten();
         let Some(bytes) = bytes else {
             return Err(Error::invalid_arg(format!(
                 "decrypt agent: {source}: a decryption key is 32 bytes written as 64 hex digits"
@@ -120,7 +121,14 @@ impl Key {
 
     /// The plaintext of the encrypted file `relative` whose bytes are `data`.
     pub fn decrypt(&self, relative: &str, data: &[u8]) -> Result<Vec<u8>> {
-        if !is_encrypted(data) || data.len() < MAGIC.len() + NONCE + 16 {
+        if is_encrypted(data) && data.len() < MAGIC.len() + NONCE + 16 {
+            return Err(Error::invalid_arg(format!(
+                "file '{relative}' is cut short ({} bytes, less than an encrypted file's header \
+                 and tag)",
+                data.len()
+            )));
+        }
+        if !is_encrypted(data) {
             return Err(Error::invalid_arg(format!(
                 "file '{relative}' is not encrypted (no {} header), but the model's config names \
                  the 'decrypt' repository agent; encrypt it with `tern model encrypt`",
@@ -228,6 +236,11 @@ mod tests {
             "{e}"
         );
         let e = Key::from_hex("abcd", "short").unwrap_err();
+        assert!(e.message.contains("64 hex digits"), "{e}");
+        // Not ASCII, or not hex, at the right length: refused, never a panic.
+        let e = Key::from_hex(&format!("\u{feff}{}", &hex[3..]), "bom").unwrap_err();
+        assert!(e.message.contains("64 hex digits"), "{e}");
+        let e = Key::from_hex(&format!("+f{}", &hex[2..]), "sign").unwrap_err();
         assert!(e.message.contains("64 hex digits"), "{e}");
     }
 }

@@ -72,6 +72,30 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Checks `bytes`, read from `path` in the model folder `dir`, against the
+/// signed manifest's `files` (no manifest: nothing to check).
+pub fn check_read(
+    files: Option<&BTreeMap<String, FileEntry>>,
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<()> {
+    let Some(files) = files else {
+        return Ok(());
+    };
+    let relative = path
+        .strip_prefix(dir)
+        .ok()
+        .and_then(|p| p.to_str())
+        .unwrap_or_default();
+    match files.get(relative) {
+        Some(entry) => entry.check(relative, bytes),
+        None => Err(Error::invalid_arg(format!(
+            "file '{relative}' is not in the signed manifest"
+        ))),
+    }
+}
+
 /// The SHA-256 and size of the file at `path`, read as a stream.
 fn hash_file(path: &Path) -> Result<(String, u64)> {
     let cannot =
@@ -116,7 +140,8 @@ fn files_of(dir: &Path) -> Result<BTreeMap<String, PathBuf>> {
                 continue;
             }
             let path = entry.path();
-            let real = if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            let link = entry.file_type().is_ok_and(|t| t.is_symlink());
+            let real = if link {
                 let real = path
                     .canonicalize()
                     .map_err(|e| Error::invalid_arg(format!("'{}': {e}", path.display())))?;
@@ -134,6 +159,13 @@ fn files_of(dir: &Path) -> Result<BTreeMap<String, PathBuf>> {
             };
             let meta = std::fs::metadata(&real)
                 .map_err(|e| Error::invalid_arg(format!("'{}': {e}", real.display())))?;
+            if meta.is_dir() && link {
+                // A link to a folder could lead back to where it is (a loop).
+                return Err(Error::invalid_arg(format!(
+                    "'{relative}' of a signed model is a link to a folder: only links to files \
+                     are followed"
+                )));
+            }
             if meta.is_dir() {
                 pending.push((format!("{relative}/"), real));
             } else if meta.is_file() {
@@ -400,6 +432,24 @@ mod tests {
         std::fs::remove_file(dir.join(MANIFEST)).unwrap();
         let e = verify(&dir, "m", &trusted).unwrap_err();
         assert!(e.message.contains("the model is not signed"), "{e}");
+    }
+
+    #[test]
+    fn a_link_to_a_folder_is_refused_not_walked() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = model(root.path());
+        std::os::unix::fs::symlink(".", dir.join("1/loop")).unwrap();
+        let e = sign(&dir, &generate().unwrap()).unwrap_err();
+        assert!(
+            e.message
+                .contains("'1/loop' of a signed model is a link to a folder"),
+            "{e}"
+        );
+        std::fs::remove_file(dir.join("1/loop")).unwrap();
+        // A link to a file in the folder is followed.
+        std::os::unix::fs::symlink("model.bin", dir.join("1/alias.bin")).unwrap();
+        let signed = sign(&dir, &generate().unwrap()).unwrap();
+        assert_eq!(signed.files["1/alias.bin"], signed.files["1/model.bin"]);
     }
 
     #[test]

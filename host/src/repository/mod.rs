@@ -184,14 +184,66 @@ impl Repository {
         families
     }
 
+    /// Syncs what a load of `name` needs from the remote repositories: the
+    /// model and, for an ensemble, the models its steps call (and theirs).
+    /// Nothing when a local repository folder has the model.
+    pub fn sync_for_load(&self, name: &str) -> Result<()> {
+        let remote_root = |r: &PathBuf| self.options.remotes.iter().any(|m| m.root() == *r);
+        let local = self.options.roots.iter().filter(|r| !remote_root(r));
+        if self.options.remotes.is_empty() || local.into_iter().any(|r| r.join(name).is_dir()) {
+            return Ok(());
+        }
+        let (mut pending, mut seen, mut result) = (vec![name.to_string()], Vec::new(), Ok(()));
+        while let Some(model) = pending.pop() {
+            if seen.contains(&model) || seen.len() >= 256 {
+                continue;
+            }
+            let synced = self.sync_remotes(Some(&model));
+            if seen.is_empty() {
+                result = synced;
+            }
+            for remote in &self.options.remotes {
+                let config = remote.root().join(&model).join("config.pbtxt");
+                let Some(cfg) = std::fs::read_to_string(&config)
+                    .ok()
+                    .and_then(|t| parse_pbtxt(&t).ok())
+                else {
+                    continue;
+                };
+                pending.extend(crate::scheduler::ensemble::composing_models(&cfg));
+            }
+            seen.push(model);
+        }
+        result
+    }
+
+    /// Stops the remote repositories' syncs (shutdown): a download stops at
+    /// its next chunk.
+    pub fn cancel_syncs(&self) {
+        for remote in &self.options.remotes {
+            remote.cancel();
+        }
+    }
+
     /// Brings the caches of the remote repositories up to date (every
     /// model, or `only` one); blocks. A failure is logged and returned; the
     /// caches keep the snapshots they had, which the repository serves.
     pub fn sync_remotes(&self, only: Option<&str>) -> Result<()> {
+        if self.options.remotes.is_empty() {
+            return Ok(());
+        }
+        // Snapshots loaded versions were read from are never collected.
+        let in_use: std::collections::HashSet<PathBuf> = self
+            .models
+            .read()
+            .expect("models lock poisoned: nothing panics while holding it")
+            .values()
+            .filter_map(|e| e.origin.as_ref().map(|o| o.dir.clone()))
+            .collect();
         let mut first = None;
         for remote in &self.options.remotes {
-            if let Err(e) = remote.sync(only) {
-                tracing::warn!("{e}; serving the cached models");
+            if let Err(e) = remote.sync(only, &in_use) {
+                tracing::warn!("{e}; the repository's cached models (if any) stay as they are");
                 first.get_or_insert(e);
             }
         }
@@ -279,6 +331,13 @@ impl Repository {
     fn prepare(&self, name: &str, dir: &Path, config_json: Option<&str>) -> Result<Prepared> {
         // A signed model is checked whole before any of its files is read.
         let signed = self.check_signed(name, dir, config_json.is_some())?;
+        // What is read below is checked again as it is read (it may have
+        // changed since): the config, the labels, the version folders.
+        let signed_files = signed.as_ref().map(|m| m.files.clone());
+        let check = |path: &Path, bytes: &[u8]| {
+            manifest::check_read(signed_files.as_ref(), dir, path, bytes)
+                .map_err(|e| e.for_model(name))
+        };
         let config_path = self
             .options
             .config_name
@@ -298,8 +357,13 @@ impl Repository {
             }
             cfg
         } else if config_path.exists() {
-            let text = std::fs::read_to_string(&config_path).map_err(|e| {
+            let raw = std::fs::read(&config_path).map_err(|e| {
                 Error::invalid_arg(format!("cannot read '{}': {e}", config_path.display()))
+                    .for_model(name)
+            })?;
+            check(&config_path, &raw)?;
+            let text = String::from_utf8(raw).map_err(|_| {
+                Error::invalid_arg(format!("'{}' is not UTF-8 text", config_path.display()))
                     .for_model(name)
             })?;
             parse_pbtxt(&text)
@@ -318,7 +382,11 @@ impl Repository {
         }
         // Before any backend reads a model file (auto-complete does).
         let gate = agents::run(&cfg, dir, signed)?;
-        let available = list_versions(dir);
+        let mut available = list_versions(dir);
+        if let Some(files) = &signed_files {
+            // A version folder added since the check is not one.
+            available.retain(|v| files.keys().any(|f| f.starts_with(&format!("{v}/"))));
+        }
         normalize(&mut cfg, self.options.gpu_count);
         let versions = select_versions(&cfg, &available);
         let latest_dir = available.last().map(|v| dir.join(v.to_string()));
@@ -365,6 +433,7 @@ impl Repository {
                 output.name, output.label_filename
             );
             let raw = tern_core::files::read_inside(dir, dir, &output.label_filename, &what)?;
+            check(&dir.join(&output.label_filename), &raw)?;
             let text = String::from_utf8(raw)
                 .map_err(|_| Error::invalid_arg(format!("{what}: the file is not UTF-8 text")))?;
             labels.insert(

@@ -16,7 +16,7 @@
 //! download in progress, `partial/*.download` the file being written;
 //! `last-sync` the time of the last complete sync.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -331,6 +331,8 @@ pub struct Remote {
     stats: Mutex<Stats>,
     /// One sync at a time (the poller and API loads may ask together).
     syncing: tokio::sync::Mutex<()>,
+    /// Set at shutdown: syncs stop at the next chunk.
+    cancelled: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Remote {
@@ -377,7 +379,22 @@ impl Remote {
                 ..Default::default()
             }),
             syncing: tokio::sync::Mutex::new(()),
+            cancelled: Default::default(),
         })
+    }
+
+    /// Stops syncs: a download in progress stops at its next chunk, and no
+    /// new one starts.
+    pub fn cancel(&self) {
+        self.cancelled
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn check_cancelled(&self) -> Result<()> {
+        if self.cancelled.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::unavailable("the server is shutting down"));
+        }
+        Ok(())
     }
 
     /// The address as given.
@@ -397,13 +414,14 @@ impl Remote {
     /// Brings the cache up to date with the store: every model (`None`) or
     /// one. Blocks; call it from a thread that may block. On failure the
     /// cache keeps what it had (and the error says why).
-    pub fn sync(&self, only: Option<&str>) -> Result<()> {
-        self.runtime.block_on(self.sync_async(only))
+    pub fn sync(&self, only: Option<&str>, in_use: &HashSet<PathBuf>) -> Result<()> {
+        self.runtime.block_on(self.sync_async(only, in_use))
     }
 
-    async fn sync_async(&self, only: Option<&str>) -> Result<()> {
+    async fn sync_async(&self, only: Option<&str>, in_use: &HashSet<PathBuf>) -> Result<()> {
         let _one = self.syncing.lock().await;
-        let result = self.sync_listed(only).await;
+        self.check_cancelled()?;
+        let result = self.sync_listed(only, in_use).await;
         let mut stats = self.stats();
         match &result {
             Ok(()) => {
@@ -432,7 +450,7 @@ impl Remote {
         (!parts.is_empty()).then(|| ObjectPath::from_iter(parts))
     }
 
-    async fn sync_listed(&self, only: Option<&str>) -> Result<()> {
+    async fn sync_listed(&self, only: Option<&str>, in_use: &HashSet<PathBuf>) -> Result<()> {
         let prefix = self.object_prefix(only);
         let listing: Vec<ObjectMeta> = self
             .store
@@ -463,13 +481,16 @@ impl Remote {
             let relative = parts[base + 1..].join("/");
             models.entry(model).or_default().push((relative, meta));
         }
+        for files in models.values_mut() {
+            drop_folder_markers(files);
+        }
         let mut first_error = None;
         for (name, files) in &models {
             if name.starts_with('.') {
                 tracing::warn!(repository = %self.url, "'{name}' is not a model name: skipped");
                 continue;
             }
-            match self.sync_model(name, files).await {
+            match self.sync_model(name, files, in_use).await {
                 Ok(true) => {
                     tracing::info!(repository = %self.url, model = %name, "new snapshot of the model downloaded and verified")
                 }
@@ -498,7 +519,8 @@ impl Remote {
             if std::fs::symlink_metadata(self.root().join(name)).is_ok() {
                 tracing::info!(repository = %self.url, model = %name, "the model is gone from the repository: removed from the cache");
                 let _ = std::fs::remove_file(self.root().join(name));
-                self.collect_snapshots(name, None);
+                self.stats().failed.remove(name);
+                self.collect_snapshots(name, None, in_use);
             }
         }
         match first_error {
@@ -508,7 +530,12 @@ impl Remote {
     }
 
     /// Brings one model's snapshot up to date. `Ok(true)`: a new one was swapped in.
-    async fn sync_model(&self, name: &str, files: &[(String, ObjectMeta)]) -> Result<bool> {
+    async fn sync_model(
+        &self,
+        name: &str,
+        files: &[(String, ObjectMeta)],
+        in_use: &HashSet<PathBuf>,
+    ) -> Result<bool> {
         for (relative, _) in files {
             if relative
                 .split('/')
@@ -527,6 +554,14 @@ impl Remote {
         if snapshot.is_dir() && std::fs::read_link(&link).is_ok_and(|t| t == target) {
             return Ok(false);
         }
+        let rejected = self
+            .dir
+            .join("partial")
+            .join(format!("{snapshot_name}.rejected"));
+        if let Ok(why) = std::fs::read_to_string(&rejected) {
+            // Refused once: not fetched again until the store's files change.
+            return Err(Error::invalid_arg(why));
+        }
         if !snapshot.is_dir() {
             let staging = self.dir.join("partial").join(&snapshot_name);
             let linked = std::fs::read_link(&link)
@@ -542,6 +577,7 @@ impl Remote {
                 // snapshot it has keeps serving.
                 if let Err(e) = manifest::verify(&staging, name, &self.trust_keys) {
                     let _ = std::fs::remove_dir_all(&staging);
+                    let _ = manifest::write_whole(&rejected, e.message.as_bytes());
                     return Err(e);
                 }
             }
@@ -565,13 +601,11 @@ impl Remote {
         std::fs::rename(&swap, &link).map_err(|e| io_error(&link, e))?;
         sync_dir(&self.root())?;
         // The snapshot before keeps its files for a version still being read from it.
-        self.collect_snapshots(
-            name,
-            previous
-                .as_deref()
-                .and_then(|p| p.file_name())
-                .and_then(|n| n.to_str()),
-        );
+        let previous = previous
+            .as_deref()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str());
+        self.collect_snapshots(name, previous, in_use);
         Ok(true)
     }
 
@@ -613,7 +647,10 @@ impl Remote {
         self.stats()
             .downloading
             .insert(name.to_string(), (fetched, total));
-        let part = staging.with_extension("download");
+        // `partial/<name>.<generation>.download`: collected with the model's partials.
+        let mut part = staging.as_os_str().to_os_string();
+        part.push(".download");
+        let part = PathBuf::from(part);
         for (relative, meta) in files {
             let dest = staging.join(relative);
             if std::fs::metadata(&dest).is_ok_and(|f| f.len() == meta.size) {
@@ -634,6 +671,7 @@ impl Remote {
                 .into_stream();
             let mut written = 0u64;
             while let Some(chunk) = stream.next().await {
+                self.check_cancelled()?;
                 let chunk = chunk.map_err(fetch_failed)?;
                 out.write_all(&chunk).map_err(|e| io_error(&part, e))?;
                 written += chunk.len() as u64;
@@ -656,7 +694,7 @@ impl Remote {
 
     /// Removes a model's snapshots but the one linked and `keep`, and its
     /// abandoned partial downloads.
-    fn collect_snapshots(&self, name: &str, keep: Option<&str>) {
+    fn collect_snapshots(&self, name: &str, keep: Option<&str>, in_use: &HashSet<PathBuf>) {
         let linked = std::fs::read_link(self.root().join(name))
             .ok()
             .and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_string));
@@ -672,7 +710,8 @@ impl Remote {
         {
             let n = entry.file_name().to_string_lossy().to_string();
             let stem = n.strip_suffix(".listing").unwrap_or(&n);
-            if ours(stem) && Some(stem) != linked.as_deref() && Some(stem) != keep {
+            let used = in_use.contains(&self.dir.join("snapshots").join(stem));
+            if ours(stem) && !used && Some(stem) != linked.as_deref() && Some(stem) != keep {
                 let _ = if entry.path().is_dir() {
                     std::fs::remove_dir_all(entry.path())
                 } else {
@@ -686,7 +725,10 @@ impl Remote {
             .flatten()
         {
             let n = entry.file_name().to_string_lossy().to_string();
-            let stem = n.strip_suffix(".download").unwrap_or(&n);
+            let stem = n
+                .strip_suffix(".download")
+                .or_else(|| n.strip_suffix(".rejected"))
+                .unwrap_or(&n);
             if ours(stem) {
                 let _ = if entry.path().is_dir() {
                     std::fs::remove_dir_all(entry.path())
@@ -718,6 +760,22 @@ impl Remote {
     pub fn downloading(&self) -> Vec<String> {
         self.stats().downloading.keys().cloned().collect()
     }
+}
+
+/// Drops folder markers from a model's listing: a marker (`repo/m/1/`,
+/// which consoles create) arrives as an empty object named like the folder.
+fn drop_folder_markers(files: &mut Vec<(String, ObjectMeta)>) {
+    let folders: HashSet<String> = files
+        .iter()
+        .filter_map(|(rel, _)| rel.rsplit_once('/').map(|(dir, _)| dir.to_string()))
+        .flat_map(|dir| {
+            let parts: Vec<&str> = dir.split('/').collect();
+            (1..=parts.len())
+                .map(|n| parts[..n].join("/"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    files.retain(|(rel, meta)| !(meta.size == 0 && folders.contains(rel)));
 }
 
 /// What identifies an object's content in a listing: its ETag, else its modification time.
@@ -887,6 +945,29 @@ mod tests {
         assert_ne!(a, generation(&[("1/model.onnx".into(), meta(4, "x"))]));
         assert_ne!(a, generation(&[("1/model.onnx".into(), meta(3, "y"))]));
         assert_ne!(a, generation(&[("2/model.onnx".into(), meta(3, "x"))]));
+    }
+
+    #[test]
+    fn folder_markers_are_not_files() {
+        // A listing as object_store gives it (a marker's trailing '/' removed).
+        let meta = |path: &str, size: u64| ObjectMeta {
+            location: ObjectPath::from(path),
+            last_modified: Default::default(),
+            size,
+            e_tag: None,
+            version: None,
+        };
+        let mut files = vec![
+            ("1".to_string(), meta("m/1", 0)),
+            ("1/model.onnx".to_string(), meta("m/1/model.onnx", 3)),
+            ("a/b".to_string(), meta("m/a/b", 0)),
+            ("a".to_string(), meta("m/a", 0)),
+            ("a/b/c.txt".to_string(), meta("m/a/b/c.txt", 1)),
+            ("empty.txt".to_string(), meta("m/empty.txt", 0)),
+        ];
+        drop_folder_markers(&mut files);
+        let kept: Vec<&str> = files.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(kept, ["1/model.onnx", "a/b/c.txt", "empty.txt"]);
     }
 
     #[test]
