@@ -158,6 +158,7 @@ def test_explicit_loads_fetch_on_demand_with_triton_s_credential_file(tmp_path, 
     # Uploaded after the server started; the repository is the bucket's top.
     s3.put("lazy", "late/config.pbtxt", simple_config("late").encode())
     s3.put("lazy", "late/1/model.onnx", open(ONNX, "rb").read())
+    s3.put("lazy", "late/1/", b"")  # a folder marker, as consoles create them
     assert not c.is_model_ready("late")
     c.load_model("late")
     infer_simple(t, "late")
