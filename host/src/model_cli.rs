@@ -245,24 +245,6 @@ fn encrypt(
     } else {
         files
     };
-    let (kind, value) = match &key_source {
-        Some(s) => s
-            .split_once('=')
-            .filter(|(k, _)| ["key_file", "key_env", "key_credential"].contains(k))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .ok_or_else(|| {
-                Error::invalid_arg(format!(
-                    "--key-source '{s}': expected key_file=<path>, key_env=<variable> or \
-                     key_credential=<name>"
-                ))
-            })?,
-        None => {
-            let path = key_path
-                .canonicalize()
-                .map_err(|e| Error::invalid_arg(format!("'{}': {e}", key_path.display())))?;
-            ("key_file".to_string(), path.display().to_string())
-        }
-    };
     let target = out.join(&name);
     if target.exists() {
         return Err(Error::invalid_arg(format!(
@@ -270,10 +252,7 @@ fn encrypt(
             target.display()
         )));
     }
-    let stanza = format!(
-        "model_repository_agents {{ agents [ {{ name: \"decrypt\" parameters {{ key: \"{kind}\" value: \"{}\" }} }} ] }}",
-        value.replace('\\', "\\\\").replace('"', "\\\"")
-    );
+    let stanza = agent_stanza(key_path, key_source.as_deref())?;
     if cfg.model_repository_agents.is_some() {
         return Err(Error::invalid_arg(format!(
             "the config names repository agents already: add the decrypt agent to its list \
@@ -301,7 +280,58 @@ fn encrypt(
         .map(|f| model.join(f))
         .collect();
     copy_tree(model, &copy, &skip)?;
-    for relative in &files {
+    write_encrypted(model, &copy, &files, &key)?;
+    let mut text = config_text;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&stanza);
+    text.push('\n');
+    manifest::write_whole(&copy.join("config.pbtxt"), text.as_bytes())?;
+    std::fs::rename(&copy, &target)
+        .map_err(|e| Error::invalid_arg(format!("'{}': {e}", target.display())))?;
+    eprintln!(
+        "wrote '{}'{}",
+        target.display(),
+        if model.join(manifest::MANIFEST).exists() {
+            "; the model was signed: sign the copy again (`tern model sign`)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// The `decrypt` agent's stanza for the config, naming where the server
+/// finds the key (`--key-source`, default: the key file's path).
+fn agent_stanza(key_path: &Path, key_source: Option<&str>) -> Result<String> {
+    let (kind, value) = match key_source {
+        Some(s) => s
+            .split_once('=')
+            .filter(|(k, _)| ["key_file", "key_env", "key_credential"].contains(k))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .ok_or_else(|| {
+                Error::invalid_arg(format!(
+                    "--key-source '{s}': expected key_file=<path>, key_env=<variable> or \
+                     key_credential=<name>"
+                ))
+            })?,
+        None => {
+            let path = key_path
+                .canonicalize()
+                .map_err(|e| Error::invalid_arg(format!("'{}': {e}", key_path.display())))?;
+            ("key_file".to_string(), path.display().to_string())
+        }
+    };
+    Ok(format!(
+        "model_repository_agents {{ agents [ {{ name: \"decrypt\" parameters {{ key: \"{kind}\" value: \"{}\" }} }} ] }}",
+        value.replace('\\', "\\\\").replace('"', "\\\"")
+    ))
+}
+
+/// Writes each of `files` (relative to `model`) encrypted with `key` into `copy`.
+fn write_encrypted(model: &Path, copy: &Path, files: &[String], key: &decrypt::Key) -> Result<()> {
+    for relative in files {
         let source = tern_core::files::resolve_inside(
             model,
             model,
@@ -324,24 +354,6 @@ fn encrypt(
         }
         manifest::write_whole(&dest, &sealed)?;
     }
-    let mut text = config_text;
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
-    }
-    text.push_str(&stanza);
-    text.push('\n');
-    manifest::write_whole(&copy.join("config.pbtxt"), text.as_bytes())?;
-    std::fs::rename(&copy, &target)
-        .map_err(|e| Error::invalid_arg(format!("'{}': {e}", target.display())))?;
-    eprintln!(
-        "wrote '{}'{}",
-        target.display(),
-        if model.join(manifest::MANIFEST).exists() {
-            "; the model was signed: sign the copy again (`tern model sign`)"
-        } else {
-            ""
-        }
-    );
     Ok(())
 }
 

@@ -327,17 +327,16 @@ impl Repository {
             .map_err(|e| e.for_model(name))
     }
 
-    /// Reads, completes, normalises and validates a model's config; picks its backend, versions and labels.
-    fn prepare(&self, name: &str, dir: &Path, config_json: Option<&str>) -> Result<Prepared> {
-        // A signed model is checked whole before any of its files is read.
-        let signed = self.check_signed(name, dir, config_json.is_some())?;
-        // What is read below is checked again as it is read (it may have
-        // changed since): the config, the labels, the version folders.
-        let signed_files = signed.as_ref().map(|m| m.files.clone());
-        let check = |path: &Path, bytes: &[u8]| {
-            manifest::check_read(signed_files.as_ref(), dir, path, bytes)
-                .map_err(|e| e.for_model(name))
-        };
+    /// The model's config: the load request's `config` parameter, else
+    /// `config.pbtxt` (or `--model-config-name`'s), read once and `check`ed,
+    /// else an empty one for auto-complete.
+    fn read_config(
+        &self,
+        name: &str,
+        dir: &Path,
+        config_json: Option<&str>,
+        check: &dyn Fn(&Path, &[u8]) -> Result<()>,
+    ) -> Result<ModelConfig> {
         let config_path = self
             .options
             .config_name
@@ -345,7 +344,7 @@ impl Repository {
             .map(|n| dir.join("configs").join(format!("{n}.pbtxt")))
             .filter(|p| p.is_file())
             .unwrap_or_else(|| dir.join("config.pbtxt"));
-        let mut cfg = if let Some(json) = config_json {
+        let cfg = if let Some(json) = config_json {
             let cfg = tern_core::config::json::from_json(json)
                 .map_err(|e| e.context(format!("model '{name}': the 'config' parameter")))?;
             if !cfg.name.is_empty() && cfg.name != name {
@@ -377,6 +376,21 @@ impl Repository {
             ))
             .for_model(name));
         };
+        Ok(cfg)
+    }
+
+    /// Reads, completes, normalises and validates a model's config; picks its backend, versions and labels.
+    fn prepare(&self, name: &str, dir: &Path, config_json: Option<&str>) -> Result<Prepared> {
+        // A signed model is checked whole before any of its files is read.
+        let signed = self.check_signed(name, dir, config_json.is_some())?;
+        // What is read below is checked again as it is read (it may have
+        // changed since): the config, the labels, the version folders.
+        let signed_files = signed.as_ref().map(|m| m.files.clone());
+        let check = |path: &Path, bytes: &[u8]| {
+            manifest::check_read(signed_files.as_ref(), dir, path, bytes)
+                .map_err(|e| e.for_model(name))
+        };
+        let mut cfg = self.read_config(name, dir, config_json, &check)?;
         if cfg.name.is_empty() {
             cfg.name = name.to_string();
         }
