@@ -152,9 +152,16 @@ def test_explicit_loads_fetch_on_demand_with_triton_s_credential_file(tmp_path, 
                                         url: {"key_id": "tern-test", "secret_key": "tern-test-secret",
                                               "region": "us-east-1"}}}))
     env = {k: None for k in CREDS} | {"TRITON_CLOUD_CREDENTIAL_PATH": str(creds)}
+    s3.put("lazy", "early/config.pbtxt", simple_config("early").encode())
+    s3.put("lazy", "early/1/model.onnx", open(ONNX, "rb").read())
     t = start_tern([f"--model-repository={url}", f"--model-cache-dir={tmp_path / 'cache'}",
                     "--model-control-mode=explicit"], env=env)
     c = httpclient.InferenceServerClient(t.url)
+    # What the bucket has is in the index before anything is fetched.
+    assert index(t)[("early", "")] == {"name": "early", "state": "UNAVAILABLE", "reason": "not loaded"}
+    assert not list((tmp_path / "cache").glob("*/models/early"))
+    c.load_model("early")
+    infer_simple(t, "early")
     # Uploaded after the server started; the repository is the bucket's top.
     s3.put("lazy", "late/config.pbtxt", simple_config("late").encode())
     s3.put("lazy", "late/1/model.onnx", open(ONNX, "rb").read())

@@ -227,18 +227,23 @@ async fn load_startup_models(
     // it cannot be reached) the snapshots the cache verified before.
     if !repository.options().remotes.is_empty() {
         let repo = repository.clone();
-        let only: Vec<String> =
-            if mode == ControlMode::Explicit && !load_models.iter().any(|m| m == "*") {
-                load_models.to_vec()
-            } else {
-                Vec::new()
-            };
-        let _ = tokio::task::spawn_blocking(move || {
-            if only.is_empty() {
+        // Explicit mode fetches only the models it loads (`*`: all of them).
+        let only: Option<Vec<String>> = (mode == ControlMode::Explicit
+            && !load_models.iter().any(|m| m == "*"))
+        .then(|| load_models.to_vec());
+        let _ = tokio::task::spawn_blocking(move || match only {
+            None => {
                 let _ = repo.sync_remotes(None);
-            } else {
-                for name in &only {
+            }
+            Some(names) => {
+                for name in &names {
                     let _ = repo.sync_for_load(name);
+                }
+                // The index names what the stores have, fetched or not.
+                for remote in &repo.options().remotes {
+                    if let Err(e) = remote.list_models() {
+                        tracing::warn!("{e}");
+                    }
                 }
             }
         })

@@ -594,6 +594,19 @@ impl Repository {
                 }
             }
         }
+        // Models a remote repository has and the cache does not yet (explicit mode).
+        for remote in &self.options.remotes {
+            for name in remote.listed() {
+                if !rows.iter().any(|r| r.name == name) {
+                    rows.push(IndexEntry {
+                        name,
+                        version: None,
+                        state: State::Unavailable,
+                        reason: "not loaded".into(),
+                    });
+                }
+            }
+        }
         rows.sort_by(|a, b| (&a.name, a.version).cmp(&(&b.name, b.version)));
         rows
     }

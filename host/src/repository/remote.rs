@@ -318,6 +318,8 @@ struct Stats {
     downloading: BTreeMap<String, (u64, u64)>,
     /// Model → why its last update failed (cleared by a successful one).
     failed: BTreeMap<String, String>,
+    /// The models the store had at its last listing (for the index).
+    listed: Vec<String>,
 }
 
 /// One remote repository and its local cache.
@@ -483,6 +485,9 @@ impl Remote {
         }
         for files in models.values_mut() {
             drop_folder_markers(files);
+        }
+        if only.is_none() {
+            self.stats().listed = models.keys().cloned().collect();
         }
         let mut first_error = None;
         for (name, files) in &models {
@@ -754,6 +759,36 @@ impl Remote {
             .failed
             .get(model)
             .map(|why| format!("update from {} failed: {why}", self.url))
+    }
+
+    /// Lists the models the store has, without fetching any (explicit mode's
+    /// startup, so the index can name them). Blocks.
+    pub fn list_models(&self) -> Result<()> {
+        self.runtime.block_on(async {
+            let listed = self
+                .store
+                .list_with_delimiter(self.object_prefix(None).as_ref())
+                .await
+                .map_err(|e| {
+                    Error::unavailable(format!(
+                        "model repository '{}': cannot list it: {e}",
+                        self.url
+                    ))
+                })?;
+            let names = listed
+                .common_prefixes
+                .iter()
+                .filter_map(|p| p.filename().map(str::to_string))
+                .filter(|n| !n.starts_with('.'))
+                .collect();
+            self.stats().listed = names;
+            Ok(())
+        })
+    }
+
+    /// The models the store had at its last listing.
+    pub fn listed(&self) -> Vec<String> {
+        self.stats().listed.clone()
     }
 
     /// Models downloading now (first downloads included).
