@@ -113,6 +113,24 @@ class Tern:
         return self.proc.returncode
 
 
+def infer_simple(t, name, version=""):
+    """Asks the `simple`-shaped model `name` (INT32 [1, 16] add and
+    subtract) over HTTP and gRPC on the server `t`, and checks the answers."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.int32)
+    for mod, url in ((httpclient, t.url), (grpcclient, t.grpc_url)):
+        c = mod.InferenceServerClient(url)
+        inputs = [mod.InferInput("INPUT0", [1, 16], "INT32"), mod.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        r = c.infer(name, inputs, model_version=version)
+        assert (r.as_numpy("OUTPUT0") == a + b).all() and (r.as_numpy("OUTPUT1") == a - b).all()
+
+
 @pytest.fixture(scope="session")
 def test_repo(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("repo") / "models")

@@ -9,11 +9,10 @@ import subprocess
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, tern_bin
+from conftest import ROOT, infer_simple, tern_bin
 
 
 def tern_model(*args, check=True):
@@ -42,19 +41,6 @@ def add_sub_plugin(root, name):
     text = open(f"{ROOT}/model_repository/add_sub/config.pbtxt").read().replace('name: "add_sub"', f'name: "{name}"')
     (root / name / "config.pbtxt").write_text(text)
     return root / name
-
-
-def infer_simple(t, name):
-    """Asks `name` over HTTP and gRPC; checks the sums and differences."""
-    a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    b = np.full((1, 16), 3, dtype=np.int32)
-    for mod, url in ((httpclient, t.url), (grpcclient, t.grpc_url)):
-        c = mod.InferenceServerClient(url)
-        inputs = [mod.InferInput("INPUT0", [1, 16], "INT32"), mod.InferInput("INPUT1", [1, 16], "INT32")]
-        inputs[0].set_data_from_numpy(a)
-        inputs[1].set_data_from_numpy(b)
-        r = c.infer(name, inputs)
-        assert (r.as_numpy("OUTPUT0") == a + b).all() and (r.as_numpy("OUTPUT1") == a - b).all()
 
 
 def index(t):

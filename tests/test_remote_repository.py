@@ -18,11 +18,10 @@ import urllib.request
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, Tern, tern_bin
+from conftest import ROOT, Tern, infer_simple, tern_bin
 
 CREDS = {"AWS_ACCESS_KEY_ID": "tern-test", "AWS_SECRET_ACCESS_KEY": "tern-test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
 ONNX = f"{ROOT}/model_repository/simple/1/model.onnx"
@@ -65,18 +64,6 @@ def s3():
     server = S3()
     yield server
     server.stop()
-
-
-def infer_simple(t, name, version=""):
-    a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    b = np.full((1, 16), 2, dtype=np.int32)
-    for mod, url in ((httpclient, t.url), (grpcclient, t.grpc_url)):
-        c = mod.InferenceServerClient(url)
-        inputs = [mod.InferInput("INPUT0", [1, 16], "INT32"), mod.InferInput("INPUT1", [1, 16], "INT32")]
-        inputs[0].set_data_from_numpy(a)
-        inputs[1].set_data_from_numpy(b)
-        r = c.infer(name, inputs, model_version=version)
-        assert (r.as_numpy("OUTPUT0") == a + b).all() and (r.as_numpy("OUTPUT1") == a - b).all()
 
 
 def index(t):

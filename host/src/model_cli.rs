@@ -85,18 +85,10 @@ enum Command {
 
 /// Runs `tern model <argv>`.
 pub fn main(argv: Vec<OsString>) -> ExitCode {
-    let cli =
-        match ModelCli::try_parse_from(std::iter::once(OsString::from("tern model")).chain(argv)) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = e.print();
-                return if e.use_stderr() {
-                    ExitCode::from(2)
-                } else {
-                    ExitCode::SUCCESS
-                };
-            }
-        };
+    let cli: ModelCli = match tern_plugin_tool::parse_subcommand("tern model", argv) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

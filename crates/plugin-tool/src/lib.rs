@@ -121,21 +121,29 @@ pub struct CompileOptions {
 /// Compiles plugins for `tern plugin compile`; returns one line per plugin.
 pub type Compiler = dyn Fn(&CompileOptions) -> tern_core::error::Result<Vec<String>>;
 
+/// Parses the arguments of a `tern <tool>` command (`name`, e.g. `tern
+/// plugin`; `args` after it). On `--help` or a usage error clap's message is
+/// printed and the exit code returned (0 for help, 2 for an error).
+pub fn parse_subcommand<P: Parser>(
+    name: &str,
+    args: Vec<std::ffi::OsString>,
+) -> std::result::Result<P, ExitCode> {
+    P::try_parse_from(std::iter::once(std::ffi::OsString::from(name)).chain(args)).map_err(|e| {
+        let _ = e.print();
+        if e.use_stderr() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
+}
+
 /// Runs `tern plugin ...` (`args` starts after `plugin`); messages go to
 /// stderr because this is an interactive tool, not the server.
 pub fn main(args: Vec<std::ffi::OsString>, compiler: &Compiler) -> ExitCode {
-    let cli = match PluginCli::try_parse_from(
-        std::iter::once(std::ffi::OsString::from("tern plugin")).chain(args),
-    ) {
+    let cli: PluginCli = match parse_subcommand("tern plugin", args) {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
+        Err(code) => return code,
     };
     let result = match cli.command {
         Command::New { dir, lang } => create(&dir, lang).map(|files| {

@@ -512,6 +512,15 @@ fn random_key() -> std::io::Result<[u8; 32]> {
 mod tests {
     use super::*;
 
+    /// [`load`] of the component file `file`.
+    fn load_file(
+        runtime: &Runtime,
+        file: &Path,
+        cache: Option<Folder<'_>>,
+    ) -> Result<(SharedComponent, Source)> {
+        load(runtime, file, &std::fs::read(file).unwrap(), cache, || ())
+    }
+
     #[test]
     fn key_binds_content_architecture_and_layout() {
         let native = Runtime::new(false).unwrap();
@@ -549,15 +558,7 @@ mod tests {
             precompile(&Runtime::for_target(&host, false).unwrap(), &file, &cache).unwrap();
         assert!(entry.is_file() && size > 0);
         assert_eq!(
-            load(
-                &native,
-                &file,
-                &std::fs::read(&file).unwrap(),
-                Some(folder(&cache)),
-                || ()
-            )
-            .unwrap()
-            .1,
+            load_file(&native, &file, Some(folder(&cache))).unwrap().1,
             Source::Cache
         );
         // An entry written for another engine under this machine's name is recompiled, not trusted.
@@ -574,27 +575,11 @@ mod tests {
         .unwrap();
         std::fs::rename(&foreign, &entry).unwrap();
         assert_eq!(
-            load(
-                &native,
-                &file,
-                &std::fs::read(&file).unwrap(),
-                Some(folder(&cache)),
-                || ()
-            )
-            .unwrap()
-            .1,
+            load_file(&native, &file, Some(folder(&cache))).unwrap().1,
             Source::Compiled
         );
         assert_eq!(
-            load(
-                &native,
-                &file,
-                &std::fs::read(&file).unwrap(),
-                Some(folder(&cache)),
-                || ()
-            )
-            .unwrap()
-            .1,
+            load_file(&native, &file, Some(folder(&cache))).unwrap().1,
             Source::Cache
         );
     }
@@ -733,17 +718,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "sealed");
         let native = Runtime::new(false).unwrap();
-        let load = || {
-            load(
-                &native,
-                &file,
-                &std::fs::read(&file).unwrap(),
-                Some(folder(&cache)),
-                || (),
-            )
-            .unwrap()
-            .1
-        };
+        let load = || load_file(&native, &file, Some(folder(&cache))).unwrap().1;
         assert_eq!(load(), Source::Compiled);
         assert_eq!(load(), Source::Cache);
         let entry = entry_in(&cache);
@@ -793,17 +768,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "modes");
         let native = Runtime::new(false).unwrap();
-        let load = || {
-            load(
-                &native,
-                &file,
-                &std::fs::read(&file).unwrap(),
-                Some(folder(&cache)),
-                || (),
-            )
-            .unwrap()
-            .1
-        };
+        let load = || load_file(&native, &file, Some(folder(&cache))).unwrap().1;
         assert_eq!(load(), Source::Compiled);
         let key = super::key_path(&cache);
         assert_eq!(key, dir.path().join("cache.key"));
@@ -849,17 +814,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "links");
         let native = Runtime::new(false).unwrap();
-        let load = || {
-            load(
-                &native,
-                &file,
-                &std::fs::read(&file).unwrap(),
-                Some(folder(&cache)),
-                || (),
-            )
-            .unwrap()
-            .1
-        };
+        let load = || load_file(&native, &file, Some(folder(&cache))).unwrap().1;
         assert_eq!(load(), Source::Compiled);
         let entry = entry_in(&cache);
         let elsewhere = dir.path().join("elsewhere.cwasm");
@@ -884,30 +839,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, cache) = smallest(dir.path(), "shared");
         let native = Runtime::new(false).unwrap();
-        let (first, source) = load(
-            &native,
-            &file,
-            &std::fs::read(&file).unwrap(),
-            Some(folder(&cache)),
-            || (),
-        )
-        .unwrap();
+        let (first, source) = load_file(&native, &file, Some(folder(&cache))).unwrap();
         assert_eq!(source, Source::Compiled);
-        let (second, source) =
-            load(&native, &file, &std::fs::read(&file).unwrap(), None, || ()).unwrap();
+        let (second, source) = load_file(&native, &file, None).unwrap();
         assert_eq!(source, Source::Shared, "loaded while the first is held");
         assert!(Arc::ptr_eq(&first, &second));
         drop((first, second));
         assert_eq!(
-            load(
-                &native,
-                &file,
-                &std::fs::read(&file).unwrap(),
-                Some(folder(&cache)),
-                || ()
-            )
-            .unwrap()
-            .1,
+            load_file(&native, &file, Some(folder(&cache))).unwrap().1,
             Source::Cache
         );
     }

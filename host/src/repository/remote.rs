@@ -443,6 +443,14 @@ impl Remote {
         result
     }
 
+    /// A failed listing of the store, said as the log and the index say it.
+    fn list_failed(&self, e: object_store::Error) -> Error {
+        Error::unavailable(format!(
+            "model repository '{}': cannot list it: {e}",
+            self.url
+        ))
+    }
+
     /// The object path of the repository (or of one model in it).
     fn object_prefix(&self, model: Option<&str>) -> Option<ObjectPath> {
         let mut parts: Vec<&str> = self.prefix.split('/').filter(|p| !p.is_empty()).collect();
@@ -459,12 +467,7 @@ impl Remote {
             .list(prefix.as_ref())
             .try_collect()
             .await
-            .map_err(|e| {
-                Error::unavailable(format!(
-                    "model repository '{}': cannot list it: {e}",
-                    self.url
-                ))
-            })?;
+            .map_err(|e| self.list_failed(e))?;
         let base = self.prefix.split('/').filter(|p| !p.is_empty()).count();
         let mut models: BTreeMap<String, Vec<(String, ObjectMeta)>> = BTreeMap::new();
         for meta in listing {
@@ -769,12 +772,7 @@ impl Remote {
                 .store
                 .list_with_delimiter(self.object_prefix(None).as_ref())
                 .await
-                .map_err(|e| {
-                    Error::unavailable(format!(
-                        "model repository '{}': cannot list it: {e}",
-                        self.url
-                    ))
-                })?;
+                .map_err(|e| self.list_failed(e))?;
             let names = listed
                 .common_prefixes
                 .iter()
