@@ -1,6 +1,7 @@
 """Remote model repositories through the built binary: s3:// against an S3
-server (moto's server mode, from PyPI) and as:// against Azurite (npm),
-both started here on free ports with buckets and credentials made here.
+server (moto's server mode, from PyPI), as:// against Azurite (npm) and
+gs:// against gcp-storage-emulator (PyPI; tests/gcs_emulator.py), each
+started here on a free port with buckets and credentials made here.
 Polling picks up new versions, explicit loads fetch on demand, a device
 that starts without network serves its verified cache, a tampered or
 unsigned update never replaces the version that serves, and `kill -9` at
@@ -290,3 +291,46 @@ def test_an_azure_blob_repository_served_by_azurite(tmp_path, start_tern):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_gcs_repository_served_by_the_gcs_emulator(tmp_path, start_tern):
+    from gcs_emulator import GCS
+
+    gcs = GCS(tmp_path / "service-account.json")
+    try:
+        gcs.create_bucket("fleet")
+        gcs.put("fleet", "repo/gcs_simple/config.pbtxt", simple_config("gcs_simple").encode())
+        gcs.put("fleet", "repo/gcs_simple/1/model.onnx", open(ONNX, "rb").read())
+        cache = tmp_path / "cache"
+        poll = ["--model-repository=gs://fleet/repo", f"--model-cache-dir={cache}", "--model-control-mode=poll",
+                "--repository-poll-secs=1"]
+        t = start_tern(poll, env={"GOOGLE_APPLICATION_CREDENTIALS": gcs.key_file})
+        infer_simple(t, "gcs_simple")
+        c = httpclient.InferenceServerClient(t.url)
+        gcs.put("fleet", "repo/gcs_simple/2/model.onnx", open(ONNX, "rb").read())
+        wait_for(lambda: c.is_model_ready("gcs_simple", "2"), what="version 2 from the GCS emulator")
+        infer_simple(t, "gcs_simple", "2")
+        gcs.delete("fleet", "repo/gcs_simple/1/model.onnx")
+        wait_for(lambda: not c.is_model_ready("gcs_simple", "1"), what="version 1 gone")
+        assert metric(t, "tern_model_sync_failures_total") == 0
+        t.stop()
+
+        # Triton's credential file names the key for gs://; explicit mode fetches on load.
+        creds = tmp_path / "creds.json"
+        creds.write_text(json.dumps({"gs": {"gs://fleet": gcs.key_file}}))
+        gcs.put("fleet", "repo/gcs_late/config.pbtxt", simple_config("gcs_late").encode())
+        gcs.put("fleet", "repo/gcs_late/1/model.onnx", open(ONNX, "rb").read())
+        t = start_tern(["--model-repository=gs://fleet/repo", f"--model-cache-dir={tmp_path / 'cache2'}",
+                        "--model-control-mode=explicit"], env={"TRITON_CLOUD_CREDENTIAL_PATH": str(creds)})
+        c = httpclient.InferenceServerClient(t.url)
+        assert index(t)[("gcs_late", "")]["reason"] == "not loaded"
+        c.load_model("gcs_late")
+        infer_simple(t, "gcs_late")
+        t.stop()
+    finally:
+        gcs.stop()
+
+    # The emulator gone: the poll-mode cache serves what it verified.
+    t = start_tern(poll, env={"GOOGLE_APPLICATION_CREDENTIALS": gcs.key_file})
+    infer_simple(t, "gcs_simple", "2")
+    assert metric(t, "tern_model_sync_failures_total") >= 1
