@@ -199,6 +199,41 @@ def test_an_unverified_update_never_replaces_the_signed_version(tmp_path, s3, st
     infer_simple(t, "signed_remote")
 
 
+def test_a_full_disk_fails_the_update_keeps_serving_and_frees_the_space(tmp_path, s3, start_tern):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # A 4 MB file system for the cache (a tmpfs: needs the right to mount, which root has).
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(cache)], capture_output=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a small file system for the cache: {mount.stderr.decode().strip()}")
+    try:
+        s3.client.create_bucket(Bucket="tight")
+        s3.put_model("tight", "repo", "tight_simple")
+        t = start_tern([f"--model-repository=s3://{s3.endpoint}/tight/repo", f"--model-cache-dir={cache}",
+                        "--model-control-mode=poll", "--repository-poll-secs=1"], env=CREDS)
+        infer_simple(t, "tight_simple")
+        used = shutil.disk_usage(cache).used
+        # A version larger than the disk: the update fails, version 1 serves on.
+        s3.put("tight", "repo/tight_simple/2/model.onnx", os.urandom(6 << 20))
+        wait_for(lambda: "the disk is full" in index(t)[("tight_simple", "1")]["reason"],
+                 what="the full disk in the index")
+        row = index(t)[("tight_simple", "1")]
+        assert row["state"] == "READY" and row["reason"].startswith("update from s3://"), row
+        infer_simple(t, "tight_simple")
+        assert metric(t, "tern_model_sync_failures_total") >= 1
+        # What the failed update wrote is gone again (each poll retries, and frees it).
+        wait_for(lambda: shutil.disk_usage(cache).used <= used + (64 << 10), what="the space freed")
+        # The store fixed: the update is taken.
+        s3.put("tight", "repo/tight_simple/2/model.onnx", open(ONNX, "rb").read())
+        c = httpclient.InferenceServerClient(t.url)
+        wait_for(lambda: c.is_model_ready("tight_simple", "2"), what="version 2 once it fits")
+        infer_simple(t, "tight_simple", "2")
+        assert index(t)[("tight_simple", "2")]["reason"] == ""
+        t.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(cache)], check=False)
+
+
 def test_kill_9_at_any_moment_of_an_update_leaves_the_last_good_version(tmp_path, s3, start_tern):
     """The server killed at random moments while it fetches, verifies, swaps a
     new version in and compiles a plugin into the `.cwasm` cache: every

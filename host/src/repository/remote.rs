@@ -571,35 +571,22 @@ impl Remote {
             return Err(Error::invalid_arg(why));
         }
         if !snapshot.is_dir() {
+            // Only this generation's partial download is worth resuming.
+            self.collect_partials(name, Some(&snapshot_name));
             let staging = self.dir.join("partial").join(&snapshot_name);
-            let linked = std::fs::read_link(&link)
-                .ok()
-                .and_then(|t| t.file_name().map(|n| self.dir.join("snapshots").join(n)));
             let result = self
-                .download(name, files, &staging, linked.as_deref())
+                .fetch_snapshot(name, files, &staging, &snapshot, &link)
                 .await;
-            self.stats().downloading.remove(name);
-            result?;
-            if !self.trust_keys.is_empty() {
-                // Never swap in what the server would refuse to load: the
-                // snapshot it has keeps serving.
-                if let Err(e) = manifest::verify(&staging, name, &self.trust_keys) {
+            if let Err(e) = result {
+                // A full disk: what was downloaded goes, so the space is
+                // back for the models serving (the next sync starts over).
+                if e.message.ends_with(DISK_FULL) {
                     let _ = std::fs::remove_dir_all(&staging);
-                    let _ = manifest::write_whole(&rejected, e.message.as_bytes());
-                    return Err(e);
+                    let _ = std::fs::remove_file(listing_path(&snapshot));
+                    self.collect_partials(name, None);
                 }
+                return Err(e);
             }
-            sync_tree(&staging)?;
-            // What each file was listed as, so the next snapshot can reuse it.
-            let listed: BTreeMap<&str, (u64, String)> = files
-                .iter()
-                .map(|(rel, m)| (rel.as_str(), (m.size, tag(m))))
-                .collect();
-            let listed = serde_json::to_vec(&listed)
-                .map_err(|e| Error::internal(format!("cannot record the listing: {e}")))?;
-            manifest::write_whole(&listing_path(&snapshot), &listed)?;
-            std::fs::rename(&staging, &snapshot).map_err(|e| io_error(&snapshot, e))?;
-            sync_dir(&snapshot.with_file_name(""))?;
         }
         // The swap: a new link renamed over the old one.
         let swap = self.root().join(format!(".{name}.swap"));
@@ -615,6 +602,46 @@ impl Remote {
             .and_then(|n| n.to_str());
         self.collect_snapshots(name, previous, in_use);
         Ok(true)
+    }
+
+    /// Downloads a model's files into `staging`, checks its signed manifest
+    /// (with trust keys), syncs it and renames it into `snapshot`.
+    async fn fetch_snapshot(
+        &self,
+        name: &str,
+        files: &[(String, ObjectMeta)],
+        staging: &Path,
+        snapshot: &Path,
+        link: &Path,
+    ) -> Result<()> {
+        let linked = std::fs::read_link(link)
+            .ok()
+            .and_then(|t| t.file_name().map(|n| self.dir.join("snapshots").join(n)));
+        let result = self.download(name, files, staging, linked.as_deref()).await;
+        self.stats().downloading.remove(name);
+        result?;
+        if !self.trust_keys.is_empty() {
+            // Never swap in what the server would refuse to load: the
+            // snapshot it has keeps serving.
+            if let Err(e) = manifest::verify(staging, name, &self.trust_keys) {
+                let _ = std::fs::remove_dir_all(staging);
+                let mut rejected = staging.as_os_str().to_os_string();
+                rejected.push(".rejected");
+                let _ = manifest::write_whole(Path::new(&rejected), e.message.as_bytes());
+                return Err(e);
+            }
+        }
+        sync_tree(staging)?;
+        // What each file was listed as, so the next snapshot can reuse it.
+        let listed: BTreeMap<&str, (u64, String)> = files
+            .iter()
+            .map(|(rel, m)| (rel.as_str(), (m.size, tag(m))))
+            .collect();
+        let listed = serde_json::to_vec(&listed)
+            .map_err(|e| Error::internal(format!("cannot record the listing: {e}")))?;
+        manifest::write_whole(&listing_path(snapshot), &listed)?;
+        std::fs::rename(staging, snapshot).map_err(|e| io_error(snapshot, e))?;
+        sync_dir(&snapshot.with_file_name(""))
     }
 
     /// Downloads `files` into `staging`, resuming: a file there already
@@ -706,11 +733,6 @@ impl Remote {
         let linked = std::fs::read_link(self.root().join(name))
             .ok()
             .and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_string));
-        let ours = |n: &str| {
-            n.strip_prefix(name)
-                .and_then(|r| r.strip_prefix('.'))
-                .is_some_and(|g| g.len() == 16 && g.bytes().all(|b| b.is_ascii_hexdigit()))
-        };
         for entry in std::fs::read_dir(self.dir.join("snapshots"))
             .into_iter()
             .flatten()
@@ -719,7 +741,11 @@ impl Remote {
             let n = entry.file_name().to_string_lossy().to_string();
             let stem = n.strip_suffix(".listing").unwrap_or(&n);
             let used = in_use.contains(&self.dir.join("snapshots").join(stem));
-            if ours(stem) && !used && Some(stem) != linked.as_deref() && Some(stem) != keep {
+            if is_snapshot_of(stem, name)
+                && !used
+                && Some(stem) != linked.as_deref()
+                && Some(stem) != keep
+            {
                 let _ = if entry.path().is_dir() {
                     std::fs::remove_dir_all(entry.path())
                 } else {
@@ -727,6 +753,12 @@ impl Remote {
                 };
             }
         }
+        self.collect_partials(name, None);
+    }
+
+    /// Removes a model's partial downloads (folders, the file being
+    /// written, refusal markers) but those of the snapshot `keep`.
+    fn collect_partials(&self, name: &str, keep: Option<&str>) {
         for entry in std::fs::read_dir(self.dir.join("partial"))
             .into_iter()
             .flatten()
@@ -737,7 +769,7 @@ impl Remote {
                 .strip_suffix(".download")
                 .or_else(|| n.strip_suffix(".rejected"))
                 .unwrap_or(&n);
-            if ours(stem) {
+            if is_snapshot_of(stem, name) && Some(stem) != keep {
                 let _ = if entry.path().is_dir() {
                     std::fs::remove_dir_all(entry.path())
                 } else {
@@ -841,9 +873,19 @@ fn generation(files: &[(String, ObjectMeta)]) -> String {
     h.finalize().to_hex()[..16].to_string()
 }
 
+/// Whether `stem` names a snapshot of `model` (`<model>.<generation>`).
+fn is_snapshot_of(stem: &str, model: &str) -> bool {
+    stem.strip_prefix(model)
+        .and_then(|r| r.strip_prefix('.'))
+        .is_some_and(|g| g.len() == 16 && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// How a cache write that ran out of space ends its message.
+const DISK_FULL: &str = "the disk is full";
+
 fn io_error(path: &Path, e: std::io::Error) -> Error {
     let what = if e.raw_os_error() == Some(libc::ENOSPC) {
-        "the disk is full"
+        DISK_FULL
     } else {
         ""
     };
