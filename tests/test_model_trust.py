@@ -199,3 +199,61 @@ def test_an_encrypted_model_can_be_signed_and_the_key_come_from_a_systemd_creden
     t = start_tern([f"--model-repository={root}", f"--model-trust-key={keys / 'signer.pem.pub'}"],
                    env={"CREDENTIALS_DIRECTORY": str(creds)})
     infer_simple(t, "both")
+
+
+def external_data_model(root, name):
+    """An ONNX model Y = X + W (FP32 [4]) whose W lives in `1/weights.bin`
+    (ONNX external data, as models over 2 GB keep their weights)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.array([1.5, -2.0, 3.25, 100.0], dtype=np.float32), name="W")
+    graph = helper.make_graph([helper.make_node("Add", ["X", "W"], ["Y"])], "ext",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    (root / name / "1").mkdir(parents=True)
+    onnx.save_model(model, str(root / name / "1" / "model.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    (root / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "onnxruntime_onnx"\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    return root / name
+
+
+def infer_external(t, name):
+    c = httpclient.InferenceServerClient(t.url)
+    x = httpclient.InferInput("X", [4], "FP32")
+    x.set_data_from_numpy(np.ones(4, dtype=np.float32))
+    y = c.infer(name, [x]).as_numpy("Y")
+    assert y.tolist() == [2.5, -1.0, 4.25, 101.0], y
+
+
+def test_signed_and_encrypted_models_with_external_data_read_it_through_the_agents(tmp_path, start_tern):
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    tern_model("keygen", "--sign", keys / "signer.pem")
+    tern_model("keygen", "--encrypt", keys / "model.key")
+    root = tmp_path / "models"
+    signed = external_data_model(root, "ext_signed")
+    assert (signed / "1" / "weights.bin").stat().st_size == 16
+    tern_model("sign", "--key", keys / "signer.pem", signed)
+    plain = tmp_path / "plain"
+    external_data_model(plain, "ext_enc")
+    tern_model("encrypt", "--key", keys / "model.key", "--file", "1/model.onnx", "--file", "1/weights.bin",
+               "--out", root, plain / "ext_enc")
+    assert (root / "ext_enc" / "1" / "weights.bin").read_bytes().startswith(b"TERNENC1")
+    tern_model("sign", "--key", keys / "signer.pem", root / "ext_enc")
+
+    t = start_tern([f"--model-repository={root}", f"--model-trust-key={keys / 'signer.pem.pub'}",
+                    "--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false"])
+    infer_external(t, "ext_signed")
+    infer_external(t, "ext_enc")
+    # Weights changed after signing: the reload is refused, the loaded version serves on.
+    (signed / "1" / "weights.bin").write_bytes(np.zeros(4, dtype=np.float32).tobytes())
+    c = httpclient.InferenceServerClient(t.url)
+    with pytest.raises(InferenceServerException, match="file '1/weights.bin' does not match the signed manifest"):
+        c.load_model("ext_signed")
+    infer_external(t, "ext_signed")

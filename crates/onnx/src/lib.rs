@@ -8,6 +8,7 @@
 //! Runtime's, on, as in Triton); `optimization { graph { level } }` as in Triton.
 
 pub mod device;
+mod external;
 pub mod io;
 
 use std::path::{Path, PathBuf};
@@ -390,8 +391,10 @@ fn open_session(
     if gate.checked() {
         // The bytes the model's agents verified (and decrypted), never the
         // file again: ONNX Runtime copies them, the plaintext stays in memory.
-        // (A model with external data files cannot load this way.)
+        // External data files are read through the gate too (external.rs).
         let bytes = gate.read(path).map_err(|e| e.for_model(&cfg.name))?;
+        builder = external::add_initializers(builder, &bytes, path, gate)
+            .map_err(|e| e.for_model(&cfg.name))?;
         builder.commit_from_memory(&bytes).map_err(failed)
     } else {
         builder.commit_from_file(path).map_err(failed)
