@@ -179,8 +179,8 @@ unit: setup
 # on stable Rust; the coverage instrumentation is added by
 # scripts/fuzz-rustc.sh to Tern's own crates and the targets only. The crate is its own workspace (fuzz/Cargo.lock), built into
 # target/fuzz at opt-level 1 (linted by clippy like the workspace).
-# `make fuzz` runs every target from the committed corpus for FUZZ_SECONDS
-# each (new inputs go to a scratch folder, not the corpus); `make fuzz-long
+# `make fuzz` (part of `make test`) runs every target from the committed
+# corpus for FUZZ_SECONDS each (new inputs go to a scratch folder, not the corpus); `make fuzz-long
 # TARGET=<t> SECONDS=<n>` runs one, then minimises fuzz/corpus/<t> with
 # what it found (-merge=1); RUNS=<n> stops it after n executions if that
 # comes first (its log: target/fuzz/logs/long-<target>.log).
@@ -188,7 +188,11 @@ FUZZ_TARGETS := http_infer http_generate grpc_infer shm_region config_pbtxt conf
 FUZZ_SECONDS ?= 4
 FUZZ_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
 FUZZ_DIR := $(CARGO_TARGET_DIR)/fuzz
-FUZZ_BIN := $(FUZZ_DIR)/$(FUZZ_TRIPLE)/release
+# `make fuzz` builds the cheap `smoke` profile (opt-level 0, the same checks and
+# instrumentation), the campaigns the optimised `release` one.
+FUZZ_PROFILE ?= release
+fuzz: FUZZ_PROFILE := smoke
+FUZZ_BIN = $(FUZZ_DIR)/$(FUZZ_TRIPLE)/$(FUZZ_PROFILE)
 FUZZ_RUSTFLAGS := --cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 	-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 	-Cllvm-args=-sanitizer-coverage-trace-compares
@@ -197,7 +201,7 @@ FUZZ_LIMITS := -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb=1024
 fuzz-build:
 	cd fuzz && RUSTC_WRAPPER=$(CURDIR)/scripts/fuzz-rustc.sh FUZZ_RUSTFLAGS="$(FUZZ_RUSTFLAGS)" \
 		CARGO_TARGET_DIR=$(FUZZ_DIR) $(LINTED) \
-		$(CARGO) build --release --locked --target $(FUZZ_TRIPLE) --bins
+		$(CARGO) build --profile $(FUZZ_PROFILE) --locked --target $(FUZZ_TRIPLE) --bins
 fuzz: fuzz-build
 	@mkdir -p $(FUZZ_DIR)/logs
 	@for t in $(FUZZ_TARGETS); do \
@@ -351,7 +355,7 @@ test-ort-versions: smoke-aarch64 flavours
 		TERN_SMOKE_ORT_LIBS=$$lib TERN_PLUGINS_DIR=$(WASM_OUT) \
 		$(PY) -m pytest tests/test_device_smoke.py -q -rs; done
 
-test: stage-clock setup lint unit e2e ort-oldest test-vs-triton test-torch smoke-aarch64 package-check image-check
+test: stage-clock setup lint unit fuzz e2e ort-oldest test-vs-triton test-torch smoke-aarch64 package-check image-check
 	@$(MAKE) --no-print-directory stage-times
 
 # Cross builds with cargo-zigbuild (the ziglang wheel is the C toolchain and
