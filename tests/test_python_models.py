@@ -83,10 +83,14 @@ def repo(tmp_path_factory):
                 responses = []
                 for request in requests:
                     x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+                    # Triton's keywords for a BLS request, with the caller's trace.
                     call = pb_utils.InferenceRequest(
                         model_name="add_sub",
                         inputs=[pb_utils.Tensor("INPUT0", x), pb_utils.Tensor("INPUT1", np.ones(4, dtype=np.float32))],
-                        requested_output_names=["OUTPUT0"])
+                        requested_output_names=["OUTPUT0"], trace=request.trace(), timeout=10_000_000,
+                        preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
+                        parameters='{"origin": "bls"}')
+                    assert request.trace().get_context() is None
                     sync = call.exec()
                     both = await asyncio.gather(call.async_exec(), call.async_exec())
                     if sync.has_error():
@@ -96,6 +100,65 @@ def repo(tmp_path_factory):
                         total = total + pb_utils.get_output_tensor_by_name(r, "OUTPUT0").as_numpy()
                     responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUT", total)]))
                 return responses
+    """)
+    # Triton's qa/python_models/multi_file, and a package beside model.py.
+    add_model(root, "multi_file", f'name: "multi_file" backend: "python" {IO}', """
+        import file1
+        from . import file2
+        from .helpers import offset
+
+        import triton_python_backend_utils as pb_utils
+
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                if file1.FILE_NAME != "FILE1" or file2.FILE_NAME != "FILE2":
+                    raise pb_utils.TritonModelException("Imports do not work")
+
+            def execute(self, requests):
+                return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+                    "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() + offset())]) for r in requests]
+    """)
+    version = os.path.join(root, "multi_file", "1")
+    for name, text in {"file1.py": 'FILE_NAME = "FILE1"\n', "file2.py": 'FILE_NAME = "FILE2"\n',
+                       "helpers/__init__.py": "from .values import offset\n",
+                       "helpers/values.py": "from .. import file1\n\ndef offset():\n    return len(file1.FILE_NAME)\n"}.items():
+        os.makedirs(os.path.dirname(os.path.join(version, name)), exist_ok=True)
+        with open(os.path.join(version, name), "w") as f:
+            f.write(text)
+    # A BLS request of a sequence: what the called model sees.
+    add_model(root, "sequence_info", """
+        name: "sequence_info" backend: "python"
+        sequence_batching { }
+        input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "OUT" data_type: TYPE_INT64 dims: [ 2 ] } ]
+    """, """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+        class TritonPythonModel:
+            def execute(self, requests):
+                return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+                    "OUT", np.array([r.correlation_id(), r.flags()], dtype=np.int64))]) for r in requests]
+    """)
+    add_model(root, "bls_sequence", """
+        name: "bls_sequence" backend: "python"
+        input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "OUT" data_type: TYPE_INT64 dims: [ 2 ] } ]
+    """, """
+        import triton_python_backend_utils as pb_utils
+        class TritonPythonModel:
+            def execute(self, requests):
+                out = []
+                for r in requests:
+                    call = pb_utils.InferenceRequest(
+                        model_name="sequence_info", inputs=[pb_utils.get_input_tensor_by_name(r, "IN")],
+                        requested_output_names=["OUT"], correlation_id=77,
+                        flags=pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START | pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END)
+                    resp = call.exec()
+                    if resp.has_error():
+                        raise pb_utils.TritonModelException(resp.error().message())
+                    out.append(pb_utils.InferenceResponse(output_tensors=resp.output_tensors()))
+                return out
     """)
     add_model(root, "counter", """
         name: "counter" backend: "python"
@@ -175,6 +238,19 @@ def test_triton_python_models_answer_as_they_are(server, mod, attr):
 
     r = c.infer("uses_stdlib", [tensor(mod, "IN", np.array([3, 1, 3, 2, 3], dtype=np.int64), "INT64")])
     assert json.loads(r.as_numpy("OUT")[0]) == {"count": 5, "mean": "2.40", "mode": 3, "digest": "683db22fa41e6b6d"}
+
+
+def test_a_bls_request_can_be_part_of_a_sequence(server):
+    x = np.zeros(4, dtype=np.float32)
+    r = client(server, httpclient, "url").infer("bls_sequence", [tensor(httpclient, "IN", x, "FP32")])
+    assert r.as_numpy("OUT").tolist() == [77, 3]
+
+
+def test_relative_imports_find_the_version_folder_as_triton_s_stub_does(server):
+    # model.py is imported as `1.model`: `from . import file2` and a package's `from .. import` work.
+    x = np.array([1, 2, 3, 4], dtype=np.float32)
+    r = client(server, httpclient, "url").infer("multi_file", [tensor(httpclient, "IN", x, "FP32")])
+    np.testing.assert_array_equal(r.as_numpy("OUT"), x + 5)
 
 
 @pytest.mark.parametrize("mod,attr", CLIENTS, ids=["http", "grpc"])

@@ -68,6 +68,7 @@ __all__ = [
     "Batch",
     "InferenceRequest",
     "InferenceResponse",
+    "InferenceTrace",
     "InferenceResponseSender",
     "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
     "Logger",
@@ -482,6 +483,10 @@ class Request:
         """Sequence flags: START = 1, END = 2."""
         return self._w.flags
 
+    def trace(self):
+        """This request's trace, to pass to a BLS request (`InferenceTrace`)."""
+        return InferenceTrace()
+
 
 def get_input_tensor_by_name(request, name):
     """The request's input `name`, or None."""
@@ -555,21 +560,51 @@ def _wit_param(v):
     return _t.ParameterValue_String(str(v))
 
 
+class InferenceTrace:
+    """What `Request.trace()` returns and a BLS `InferenceRequest` takes
+    (`trace=`), as Triton's `InferenceTrace`. Tern traces a BLS request as
+    a request of its own; the context of the caller's trace is not passed
+    into the sandbox, so `get_context()` is None."""
+
+    def get_context(self):
+        return None
+
+
 class InferenceRequest:
     """A BLS request to another model of the server, run in-process.
 
     `InferenceRequest(model_name, inputs, requested_output_names=None,
-    model_version=-1, request_id="", parameters=None).exec()` returns an
-    `InferenceResponse`; check `has_error()` as with Triton.
+    model_version=-1, request_id="", parameters=None, correlation_id=0,
+    flags=0, timeout=0, preferred_memory=None, trace=None).exec()` returns
+    an `InferenceResponse`; check `has_error()` as with Triton. A
+    correlation id and flags (`1` start, `2` end) make it a request of a
+    sequence; `timeout` is in microseconds, as Triton's; `parameters` is a
+    dict or its JSON text. Tensors are in CPU memory whatever
+    `preferred_memory` asks for.
     """
 
-    def __init__(self, model_name, inputs, requested_output_names=None, model_version=-1, request_id="", parameters=None):
-        self.model_name = model_name
+    def __init__(self, model_name, inputs, requested_output_names=None, model_version=-1, request_id="",
+                 parameters=None, correlation_id=0, flags=0, timeout=0, preferred_memory=None, trace=None):
+        # A name read from a BYTES input arrives as bytes (Triton takes those too).
+        self.model_name = model_name.decode() if isinstance(model_name, bytes) else str(model_name)
         self.inputs = list(inputs)
         self.requested_output_names = list(requested_output_names or [])
         self.model_version = int(model_version)
         self.request_id = request_id
+        if isinstance(parameters, str):
+            parameters = json.loads(parameters) if parameters else {}
         self.parameters = dict(parameters or {})
+        # Sequences and timeouts travel as the parameters the HTTP frontend
+        # reads them from, which is how the server carries them.
+        if correlation_id:
+            self.parameters["sequence_id"] = correlation_id
+        if flags & 1:
+            self.parameters["sequence_start"] = True
+        if flags & 2:
+            self.parameters["sequence_end"] = True
+        if timeout:
+            self.parameters["timeout"] = int(timeout)
+        self.trace = trace
 
     def exec(self, decoupled=False):
         """Runs the request and waits for its response (errors come back in

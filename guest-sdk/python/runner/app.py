@@ -1,8 +1,9 @@
 """Tern's Python runner: the one prebuilt component that serves Triton
 Python-backend models (`backend: "python"`) as they are. At `initialize` it
 imports `<version>/model.py` (or the config's `default_model_filename`)
-from the version folder the host pre-opens read-only, with the folder on
-`sys.path` for sibling modules, `triton_python_backend_utils` and the
+from the version folder the host pre-opens read-only, as Triton's stub
+does: as the module `<version>.model` (relative imports find its siblings),
+with the folder on `sys.path` for sibling modules, `triton_python_backend_utils` and the
 runner's `numpy` importable, and forwards `initialize`, `execute` and
 `finalize` to its `TritonPythonModel`.
 
@@ -18,6 +19,7 @@ import json
 import os
 import pkgutil
 import sys
+import types
 
 import tern_plugin
 
@@ -105,9 +107,19 @@ def _model_class(args):
     # model loads: the runtime starts each instance with an empty argv.)
     if not sys.argv:
         sys.argv.append("")
-    spec = importlib.util.spec_from_file_location("model", path)
+    # As Triton's stub does, the file is imported as `<version>.<name>`, the
+    # version folder a package, so `from . import helper` finds its siblings.
+    version = str(args["model_version"])
+    package = sys.modules.get(version)
+    if getattr(package, "__path__", None) != [folder]:
+        package = types.ModuleType(version)
+        package.__path__ = [folder]
+        package.__package__ = version
+        sys.modules[version] = package
+    name = f"{version}.{filename[:-3] if filename.endswith('.py') else filename}"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["model"] = module
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except ModuleNotFoundError as e:

@@ -15,6 +15,7 @@ from tern_plugin import (  # noqa: F401 (re-exported)
     InferenceRequest,
     InferenceResponse,
     InferenceResponseSender,
+    InferenceTrace,
     Logger,
     MetricFamily,
     Tensor,
@@ -27,6 +28,20 @@ from tern_plugin import (  # noqa: F401 (re-exported)
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+
+# TRITONSERVER_MemoryType, for BLS requests' `preferred_memory` (the sandbox
+# has CPU memory only: what is asked for is accepted, tensors stay on the CPU).
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_CPU_PINNED = 1
+TRITONSERVER_MEMORY_GPU = 2
+
+
+class PreferredMemory:
+    """Where a BLS request would like its outputs (Triton's `PreferredMemory`)."""
+
+    def __init__(self, preferred_memory_type, preferred_device_id=0):
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
 
 
 class TritonModelException(Exception):
