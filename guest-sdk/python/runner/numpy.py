@@ -16,7 +16,9 @@ pre/post-processing glue, slow for heavy numeric loops.
 
 import array as _array
 import builtins as _b
+import itertools as _it
 import math as _math
+import operator as _op
 import random as _random
 import struct as _struct
 import sys as _sys
@@ -227,15 +229,23 @@ def _caster(d):
 
 
 def _cast_all(values, d):
-    if d.kind == "f" and d.itemsize == 4:
+    code = _ARRAY_CODE.get((d.kind, d.itemsize))
+    if code is not None:
+        # In range (and, for integers, integral): the array module converts
+        # at C speed; anything else (overflow, wrapping, truncation) the slow way.
         try:
-            return _array.array("f", [_b.float(v) for v in values]).tolist()
-        except OverflowError:
+            return _array.array(code, values).tolist()
+        except (OverflowError, TypeError):
             pass
     if d.kind == "f" and d.itemsize == 8:
-        return [_b.float(v) for v in values]
+        return list(map(_b.float, values))
     c = _caster(d)
     return [c(v) for v in values]
+
+
+# (kind, itemsize) -> the array module's typecode holding exactly that type.
+_ARRAY_CODE = {("f", 4): "f", ("i", 1): "b", ("u", 1): "B", ("i", 2): "h", ("u", 2): "H",
+               ("i", 4): "i", ("u", 4): "I", ("i", 8): "q", ("u", 8): "Q"}
 
 
 # --- the array ----------------------------------------------------------------
@@ -254,6 +264,26 @@ def _strides(shape):
         out.append(n)
         n *= s
     return tuple(reversed(out))
+
+
+def _offsets(shape, strides):
+    """The flat source offset of every index of `shape`, in C order, for an
+    array read with `strides` (0 for a broadcast axis)."""
+    offs = [0]
+    for n, st in zip(shape, strides):
+        if n == 1:
+            continue
+        # Each offset so far, n times over (C-level iterators: these lists
+        # are as long as the array)...
+        each = _it.chain.from_iterable(map(_it.repeat, offs, _it.repeat(n)))
+        # ... plus, for an axis that is not broadcast, its steps in turn.
+        offs = list(map(_op.add, each, _it.cycle(range(0, n * st, st)))) if st else list(each)
+    return offs if _count(shape) else []
+
+
+def _gather(data, offs):
+    """`[data[o] for o in offs]`, at C speed."""
+    return list(map(data.__getitem__, offs))
 
 
 class flatiter:
@@ -390,11 +420,7 @@ class ndarray:
         axes = tuple(reversed(range(n))) if not axes else tuple(a % n for a in axes)
         shape = tuple(self._shape[a] for a in axes)
         src = _strides(self._shape)
-        st = [src[a] for a in axes]
-        out = [None] * len(self._data)
-        for i, idx in enumerate(_indices(shape)):
-            out[i] = self._data[_b.sum(k * s for k, s in zip(idx, st))]
-        return ndarray._of(out, shape, self._dtype)
+        return ndarray._of(_gather(self._data, _offsets(shape, [src[a] for a in axes])), shape, self._dtype)
 
     def squeeze(self, axis=None):
         return squeeze(self, axis)
@@ -425,22 +451,22 @@ class ndarray:
         return _binary(other, self, f, out_dtype) if reverse else _binary(self, other, f, out_dtype)
 
     def __add__(self, o):
-        return self._bin(o, lambda a, b: a + b)
+        return self._bin(o, _op.add)
 
     def __radd__(self, o):
-        return self._bin(o, lambda a, b: a + b, reverse=True)
+        return self._bin(o, _op.add, reverse=True)
 
     def __sub__(self, o):
-        return self._bin(o, lambda a, b: a - b)
+        return self._bin(o, _op.sub)
 
     def __rsub__(self, o):
-        return self._bin(o, lambda a, b: a - b, reverse=True)
+        return self._bin(o, _op.sub, reverse=True)
 
     def __mul__(self, o):
-        return self._bin(o, lambda a, b: a * b)
+        return self._bin(o, _op.mul)
 
     def __rmul__(self, o):
-        return self._bin(o, lambda a, b: a * b, reverse=True)
+        return self._bin(o, _op.mul, reverse=True)
 
     def __truediv__(self, o):
         return self._bin(o, _div, "true")
@@ -460,16 +486,16 @@ class ndarray:
     def __pow__(self, o):
         if self._dtype.kind in "iu" and result_type(self, o).kind in "iu" and _b.any(v < 0 for v in asarray(o)._data):
             raise ValueError("Integers to negative integer powers are not allowed.")
-        return self._bin(o, lambda a, b: a**b)
+        return self._bin(o, _op.pow)
 
     def __rmod__(self, o):
         return self._bin(o, _mod, reverse=True)
 
     def __lshift__(self, o):
-        return self._bin(o, lambda a, b: a << b)
+        return self._bin(o, _op.lshift)
 
     def __rshift__(self, o):
-        return self._bin(o, lambda a, b: a >> b)
+        return self._bin(o, _op.rshift)
 
     def _inplace(self, result):
         """`a op= b`: the result written into `a`, in `a`'s dtype (numpy's same-kind casting)."""
@@ -495,16 +521,16 @@ class ndarray:
         return self._inplace(self // o)
 
     def __rpow__(self, o):
-        return self._bin(o, lambda a, b: a**b, reverse=True)
+        return self._bin(o, _op.pow, reverse=True)
 
     def __and__(self, o):
-        return self._bin(o, lambda a, b: a & b)
+        return self._bin(o, _op.and_)
 
     def __or__(self, o):
-        return self._bin(o, lambda a, b: a | b)
+        return self._bin(o, _op.or_)
 
     def __xor__(self, o):
-        return self._bin(o, lambda a, b: a ^ b)
+        return self._bin(o, _op.xor)
 
     def __neg__(self):
         return ndarray._of(_cast_all([-v for v in self._data], self._dtype), self._shape, self._dtype)
@@ -521,22 +547,22 @@ class ndarray:
         return ndarray._of(_cast_all([~v for v in self._data], self._dtype), self._shape, self._dtype)
 
     def __eq__(self, o):  # noqa: D105
-        return self._bin(o, lambda a, b: a == b, bool_d)
+        return self._bin(o, _op.eq, bool_d)
 
     def __ne__(self, o):
-        return self._bin(o, lambda a, b: a != b, bool_d)
+        return self._bin(o, _op.ne, bool_d)
 
     def __lt__(self, o):
-        return self._bin(o, lambda a, b: a < b, bool_d)
+        return self._bin(o, _op.lt, bool_d)
 
     def __le__(self, o):
-        return self._bin(o, lambda a, b: a <= b, bool_d)
+        return self._bin(o, _op.le, bool_d)
 
     def __gt__(self, o):
-        return self._bin(o, lambda a, b: a > b, bool_d)
+        return self._bin(o, _op.gt, bool_d)
 
     def __ge__(self, o):
-        return self._bin(o, lambda a, b: a >= b, bool_d)
+        return self._bin(o, _op.ge, bool_d)
 
     __hash__ = None
 
@@ -828,8 +854,7 @@ def _broadcast_to(a, shape):
     pad = (1,) * (len(shape) - len(a._shape)) + a._shape
     st = _strides(pad)
     st = [0 if p == 1 else s for p, s in zip(pad, st)]
-    data = a._data
-    return ndarray._of([data[_b.sum(i * s for i, s in zip(idx, st))] for idx in _indices(shape)], shape, a._dtype)
+    return ndarray._of(_gather(a._data, _offsets(shape, st)), shape, a._dtype)
 
 
 broadcast_to = _broadcast_to
@@ -841,7 +866,7 @@ def _binary(a, b, f, out_dtype=None):
         d = a._dtype
         if out_dtype == "true":
             out_dtype = d if d.kind == "f" else float64_d
-        values = [f(p, q) for p, q in zip(a._data, b._data)]
+        values = _apply(f, a._data, b._data)
         od = out_dtype or d
         return ndarray._of(values if od.kind == "O" else _cast_all(values, od), a._shape, od)
     x, y = isinstance(a, ndarray), isinstance(b, ndarray)
@@ -855,11 +880,27 @@ def _binary(a, b, f, out_dtype=None):
     xa = a if x else ndarray._of([a], (), d)
     yb = b if y else ndarray._of([b], (), d)
     shape = _broadcast_shape(xa._shape, yb._shape)
-    da = xa._data if xa._shape == shape else _broadcast_to(xa, shape)._data
-    db = yb._data if yb._shape == shape else _broadcast_to(yb, shape)._data
-    values = [f(p, q) for p, q in zip(da, db)]
+    n = _count(shape)
+    # One element against many (a scalar, a [1] array): repeated, not copied out.
+    da = xa._data if xa._shape == shape else (_it.repeat(xa._data[0], n) if len(xa._data) == 1 else _broadcast_to(xa, shape)._data)
+    db = yb._data if yb._shape == shape else (_it.repeat(yb._data[0], n) if len(yb._data) == 1 else _broadcast_to(yb, shape)._data)
+    values = _apply(f, da, db)
     od = out_dtype or d
     return ndarray._of(values if od.kind == "O" else _cast_all(values, od), shape, od)
+
+
+def _apply(f, da, db):
+    """`[f(p, q) for p, q in zip(da, db)]`, at C speed where `f` allows."""
+    if f is _div:
+        # numpy divides integers as float64 (Python's int / int is exact,
+        # which can differ in the last bit). Division by zero is rare: divide
+        # at C speed, redo the slow way if it happens.
+        da, db = list(map(_b.float, da)), list(map(_b.float, db))
+        try:
+            return list(map(_op.truediv, da, db))
+        except ZeroDivisionError:
+            pass
+    return list(map(f, da, db))
 
 
 # --- indexing -----------------------------------------------------------------
@@ -950,11 +991,8 @@ def _axis_groups(a, axis):
     outer = _count(a.shape[:axis])
     n = a.shape[axis]
     inner = _count(a.shape[axis + 1 :])
-    groups = []
-    for o in range(outer):
-        for i in range(inner):
-            base = o * n * inner + i
-            groups.append([a._data[base + k * inner] for k in range(n)])
+    data, span = a._data, n * inner
+    groups = [data[o * span + i : o * span + i + span : inner] for o in range(outer) for i in range(inner)]
     return a.shape[:axis] + a.shape[axis + 1 :], groups
 
 
@@ -1047,9 +1085,12 @@ min = amin  # noqa: A001
 
 def _first_nan_or(f):
     def g(values):
-        for i, v in enumerate(values):
-            if v != v:
-                return i
+        try:
+            nan = _b.any(map(_math.isnan, values))
+        except (TypeError, OverflowError):  # not floats
+            nan = _b.any(v != v for v in values)
+        if nan:
+            return next(i for i, v in enumerate(values) if v != v)
         return values.index(f(values))
     return g
 
