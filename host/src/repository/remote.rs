@@ -1023,6 +1023,15 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_belongs_to_its_model_only() {
+        assert!(is_snapshot_of("m.0123456789abcdef", "m"));
+        assert!(!is_snapshot_of("m.b.0123456789abcdef", "m"));
+        assert!(is_snapshot_of("m.b.0123456789abcdef", "m.b"));
+        assert!(!is_snapshot_of("m.0123456789abcdeg", "m"));
+        assert!(!is_snapshot_of("mm.0123456789abcdef", "m"));
+    }
+
+    #[test]
     fn folder_markers_are_not_files() {
         // A listing as object_store gives it (a marker's trailing '/' removed).
         let meta = |path: &str, size: u64| ObjectMeta {
