@@ -281,6 +281,28 @@ def _offsets(shape, strides):
     return offs if _count(shape) else []
 
 
+def _strided(data, shape, strides):
+    """The elements of `data` read with `strides` over `shape`, in C order
+    (a transpose): axes that are contiguous in `data` merged, then one
+    extended slice per row of the innermost axis, at C speed."""
+    dims = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    if not dims:
+        return list(data[:1]) if _count(shape) else []
+    merged = [dims[0]]
+    for n, st in dims[1:]:
+        pn, pst = merged[-1]
+        if pst == n * st:
+            merged[-1] = (pn * n, st)
+        else:
+            merged.append((n, st))
+    n, st = merged[-1]
+    if not n or not st:
+        return _gather(data, _offsets(shape, strides))
+    rows = _offsets([m for m, _ in merged[:-1]], [t for _, t in merged[:-1]])
+    span = n * st
+    return list(_it.chain.from_iterable(data[o : o + span : st] for o in rows))
+
+
 def _gather(data, offs):
     """`[data[o] for o in offs]`, at C speed."""
     return list(map(data.__getitem__, offs))
@@ -420,7 +442,7 @@ class ndarray:
         axes = tuple(reversed(range(n))) if not axes else tuple(a % n for a in axes)
         shape = tuple(self._shape[a] for a in axes)
         src = _strides(self._shape)
-        return ndarray._of(_gather(self._data, _offsets(shape, [src[a] for a in axes])), shape, self._dtype)
+        return ndarray._of(_strided(self._data, shape, [src[a] for a in axes]), shape, self._dtype)
 
     def squeeze(self, axis=None):
         return squeeze(self, axis)
@@ -866,7 +888,7 @@ def _binary(a, b, f, out_dtype=None):
         d = a._dtype
         if out_dtype == "true":
             out_dtype = d if d.kind == "f" else float64_d
-        values = _apply(f, a._data, b._data)
+        values = _apply(f, a._data, b._data, ints=d.kind != "f")
         od = out_dtype or d
         return ndarray._of(values if od.kind == "O" else _cast_all(values, od), a._shape, od)
     x, y = isinstance(a, ndarray), isinstance(b, ndarray)
@@ -881,21 +903,42 @@ def _binary(a, b, f, out_dtype=None):
     yb = b if y else ndarray._of([b], (), d)
     shape = _broadcast_shape(xa._shape, yb._shape)
     n = _count(shape)
-    # One element against many (a scalar, a [1] array): repeated, not copied out.
-    da = xa._data if xa._shape == shape else (_it.repeat(xa._data[0], n) if len(xa._data) == 1 else _broadcast_to(xa, shape)._data)
-    db = yb._data if yb._shape == shape else (_it.repeat(yb._data[0], n) if len(yb._data) == 1 else _broadcast_to(yb, shape)._data)
-    values = _apply(f, da, db)
+    values = _apply(f, _broadcast_iter(xa, shape, n), _broadcast_iter(yb, shape, n),
+                    ints=xa._dtype.kind != "f" and yb._dtype.kind != "f")
     od = out_dtype or d
     return ndarray._of(values if od.kind == "O" else _cast_all(values, od), shape, od)
 
 
-def _apply(f, da, db):
-    """`[f(p, q) for p, q in zip(da, db)]`, at C speed where `f` allows."""
+def _broadcast_iter(a, shape, n):
+    """The elements of `a` broadcast to `shape` (of `n` elements), without
+    building a list where the pattern allows: one element repeated; a run
+    of axes matching `shape` (a per-channel constant, a row vector), each
+    element repeated for the axes after it and the whole cycled for those
+    before; anything else gathered."""
+    data = a._data
+    if a._shape == shape:
+        return data
+    if len(data) == 1:
+        return _it.repeat(data[0], n)
+    pad = (1,) * (len(shape) - len(a._shape)) + tuple(a._shape)
+    kept = [i for i, p in enumerate(pad) if p != 1]
+    lo, hi = kept[0], kept[-1] + 1
+    if _b.all(pad[i] == shape[i] for i in range(lo, hi)):
+        inner, outer = _count(shape[hi:]), _count(shape[:lo])
+        seq = data if inner == 1 else list(_it.chain.from_iterable(map(_it.repeat, data, _it.repeat(inner))))
+        return seq if outer == 1 else _it.chain.from_iterable(_it.repeat(seq, outer))
+    return _broadcast_to(a, shape)._data
+
+
+def _apply(f, da, db, ints=True):
+    """`[f(p, q) for p, q in zip(da, db)]`, at C speed where `f` allows.
+    `ints`: both operands may hold integers (not float arrays)."""
     if f is _div:
         # numpy divides integers as float64 (Python's int / int is exact,
-        # which can differ in the last bit). Division by zero is rare: divide
-        # at C speed, redo the slow way if it happens.
-        da, db = list(map(_b.float, da)), list(map(_b.float, db))
+        # which can differ in the last bit; int / float already converts).
+        # Division by zero is rare: divide at C speed, redo the slow way if
+        # it happens.
+        da, db = (list(map(_b.float, da)) if ints else list(da)), list(db)
         try:
             return list(map(_op.truediv, da, db))
         except ZeroDivisionError:
