@@ -578,9 +578,9 @@ impl Remote {
                 .fetch_snapshot(name, files, &staging, &snapshot, &link)
                 .await;
             if let Err(e) = result {
-                // A full disk: what was downloaded goes, so the space is
-                // back for the models serving (the next sync starts over).
-                if e.message.ends_with(DISK_FULL) {
+                // No room: what was downloaded goes, so the space is back
+                // for the models serving (the next sync starts over).
+                if out_of_room(&e) {
                     let _ = std::fs::remove_dir_all(&staging);
                     let _ = std::fs::remove_file(listing_path(&snapshot));
                     self.collect_partials(name, None);
@@ -880,14 +880,21 @@ fn is_snapshot_of(stem: &str, model: &str) -> bool {
         .is_some_and(|g| g.len() == 16 && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// How a cache write that ran out of space ends its message.
+/// How a cache write that ran out of room ends its message.
 const DISK_FULL: &str = "the disk is full";
+const TOO_LARGE: &str = "the file is larger than this system lets the server write";
+
+/// Whether an update failed for lack of room (what it wrote is removed).
+fn out_of_room(e: &Error) -> bool {
+    e.message.ends_with(DISK_FULL) || e.message.ends_with(TOO_LARGE)
+}
 
 fn io_error(path: &Path, e: std::io::Error) -> Error {
-    let what = if e.raw_os_error() == Some(libc::ENOSPC) {
-        DISK_FULL
-    } else {
-        ""
+    let what = match e.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => DISK_FULL,
+        // A file size limit (RLIMIT_FSIZE, the file system's largest file).
+        Some(libc::EFBIG) => TOO_LARGE,
+        _ => "",
     };
     Error::unavailable(format!(
         "model cache '{}': {e}{}{what}",
