@@ -197,7 +197,7 @@ class Tensor:
     Without `shape` the tensor is one-dimensional.
     """
 
-    __slots__ = ("_name", "_dtype", "_shape", "_data")
+    __slots__ = ("_name", "_dtype", "_shape", "_data", "_np")
 
     def __init__(self, name, values, datatype=None, shape=None):
         if _is_ndarray(values):
@@ -332,11 +332,18 @@ class Tensor:
                 "as_array() or as_strings() (Triton Python models served with backend: \"python\" have it)",
                 TritonError.UNSUPPORTED,
             )
-        if self._dtype == "BYTES":
-            return np.array(self.as_list(), dtype=np.object_).reshape(self._shape)
-        if self._dtype == "BF16":
-            return np.array(self.as_list(), dtype=np.float32).reshape(self._shape)
-        return np._from_wire(self._data, _TRITON_TO_NUMPY[self._dtype], self._shape)
+        # Decoded once; every call returns that array, as Triton's
+        # as_numpy() returns the tensor's one numpy array.
+        a = getattr(self, "_np", None)
+        if a is None:
+            if self._dtype == "BYTES":
+                a = np.array(self.as_list(), dtype=np.object_).reshape(self._shape)
+            elif self._dtype == "BF16":
+                a = np.array(self.as_list(), dtype=np.float32).reshape(self._shape)
+            else:
+                a = np._from_wire(self._data, _TRITON_TO_NUMPY[self._dtype], self._shape)
+            self._np = a
+        return a
 
     def __repr__(self):
         return f"Tensor({self._name!r}, {self._dtype}, {self._shape})"

@@ -1,6 +1,7 @@
 # Idioms of Triton's own Python-backend test models (qa/python_models):
 # pb_utils.Logger.log with its levels, unittest.main("model", exit=False)
-# (which reads sys.argv), ndarray.flat indexing, np.repeat, np.ubyte.
+# (which reads sys.argv), ndarray.flat indexing, np.repeat, np.ubyte, and
+# as_numpy() giving the tensor's one array each time.
 import json
 import sys
 import unittest
@@ -25,7 +26,8 @@ class TritonPythonModel:
         logger = pb_utils.Logger
         responses = []
         for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            tensor = pb_utils.get_input_tensor_by_name(request, "IN")
+            x = tensor.as_numpy()
             logger.log("execute: verbose", logger.VERBOSE)
             logger.log("execute: error level", logger.ERROR)
             result = unittest.main("model", exit=False, verbosity=0).result
@@ -35,6 +37,7 @@ class TritonPythonModel:
                 "tests_run": result.testsRun,
                 "ok": result.wasSuccessful(),
                 "flat_len": len(x.flat),
+                "same_array": tensor.as_numpy() is x,
                 "levels": [int(logger.INFO), int(logger.WARNING), int(logger.ERROR), int(logger.VERBOSE)],
             }
             responses.append(pb_utils.InferenceResponse(output_tensors=[
