@@ -22,6 +22,16 @@ def tern_model(*args, check=True):
     return r
 
 
+def make_keys(tmp_path, *names):
+    """`tmp_path/keys` with the keys `tern model keygen` makes: `*.pem`
+    signing keys (and their `.pub`), `*.key` encryption keys."""
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    for name in names:
+        tern_model("keygen", "--sign" if name.endswith(".pem") else "--encrypt", keys / name)
+    return keys
+
+
 def simple_model(root, name):
     """The `simple` ONNX add/sub model (INT32 [16]) as `<root>/<name>`."""
     (root / name / "1").mkdir(parents=True)
@@ -48,9 +58,7 @@ def index(t):
 
 
 def test_only_models_whose_signed_manifest_verifies_load(tmp_path, start_tern):
-    keys = tmp_path / "keys"
-    keys.mkdir()
-    tern_model("keygen", "--sign", keys / "signer.pem")
+    keys = make_keys(tmp_path, "signer.pem")
     assert oct(os.stat(keys / "signer.pem").st_mode & 0o777) == "0o600"
     # A key OpenSSL made signs as well (PKCS#8 PEM in, SPKI PEM trusted).
     subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", keys / "ossl.pem"], check=True)
@@ -116,10 +124,7 @@ def test_a_trust_key_that_is_not_a_public_key_stops_the_server(tmp_path, start_t
 
 
 def test_encrypted_models_are_served_from_memory_only(tmp_path, start_tern):
-    keys = tmp_path / "keys"
-    keys.mkdir()
-    tern_model("keygen", "--encrypt", keys / "model.key")
-    tern_model("keygen", "--encrypt", keys / "other.key")
+    keys = make_keys(tmp_path, "model.key", "other.key")
     plain = tmp_path / "plain"
     simple_model(plain, "onnx_enc")
     add_sub_plugin(plain, "wasm_enc")
@@ -183,10 +188,7 @@ def test_encrypted_models_are_served_from_memory_only(tmp_path, start_tern):
 
 
 def test_an_encrypted_model_can_be_signed_and_the_key_come_from_a_systemd_credential(tmp_path, start_tern):
-    keys = tmp_path / "keys"
-    keys.mkdir()
-    tern_model("keygen", "--encrypt", keys / "model.key")
-    tern_model("keygen", "--sign", keys / "signer.pem")
+    keys = make_keys(tmp_path, "model.key", "signer.pem")
     creds = tmp_path / "credentials"
     creds.mkdir()
     shutil.copy(keys / "model.key", creds / "tern-model-key")
@@ -232,10 +234,7 @@ def infer_external(t, name):
 
 
 def test_signed_and_encrypted_models_with_external_data_read_it_through_the_agents(tmp_path, start_tern):
-    keys = tmp_path / "keys"
-    keys.mkdir()
-    tern_model("keygen", "--sign", keys / "signer.pem")
-    tern_model("keygen", "--encrypt", keys / "model.key")
+    keys = make_keys(tmp_path, "signer.pem", "model.key")
     root = tmp_path / "models"
     signed = external_data_model(root, "ext_signed")
     assert (signed / "1" / "weights.bin").stat().st_size == 16
