@@ -3,8 +3,9 @@ precompiled on the build machine with `tern plugin compile` (for
 TERN_SMOKE_TARGET, default this machine) and must all load from that cache;
 the server runs in an address space too small for the pooling allocator (as on
 Jetson kernels with 39-bit addresses), so the engine falls back to on-demand
-allocation. An ONNX model, a Rust plugin, a Python plugin, an ensemble and a
-BLS plugin answer over HTTP and gRPC.
+allocation. An ONNX model, a Rust plugin, a Python plugin, a Triton Python
+model (`backend: "python"`: the Python runner, precompiled for the target
+with the plugins), an ensemble and a BLS plugin answer over HTTP and gRPC.
 
 `make e2e` runs it on this machine (address space capped with prlimit);
 `make smoke-aarch64` runs the aarch64 binary under qemu-user with a 39-bit
@@ -52,15 +53,28 @@ def precompiled(tmp_path_factory):
     os.makedirs(f"{root}/prep_python/1")
     shutil.copy(os.path.join(ROOT, "model_repository", "prep_python", "config.pbtxt"), f"{root}/prep_python")
     shutil.copy(os.path.join(plugins_dir(), "prep_python.wasm"), f"{root}/prep_python/1/model.wasm")
+    shutil.copytree(os.path.join(ROOT, "tests", "python_models", "add_sub"), f"{root}/py_add_sub")
+    with open(f"{root}/py_add_sub/config.pbtxt") as f:
+        config = f.read().replace('name: "add_sub"', 'name: "py_add_sub"')
+    with open(f"{root}/py_add_sub/config.pbtxt", "w") as f:
+        f.write(config)
     cache = str(tmp_path_factory.mktemp("cwasm"))
     host = os.environ.get("TERN_HOST_BIN", tern_bin())
     out = subprocess.run(
-        [host, "plugin", "compile", root, f"--cache-dir={cache}", f"--target={target()}", "--on-demand"],
+        [host, "plugin", "compile", root, f"--cache-dir={cache}", f"--target={target()}", "--on-demand",
+         f"--python-runner={python_runner()}"],
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr
-    assert f"{len(PLUGINS)} plugin(s) compiled for {target()}" in out.stderr, out.stderr
+    assert f"{len(PLUGINS)} plugin(s) and the Python runner compiled for {target()}" in out.stderr, out.stderr
     return root, cache
+
+
+def python_runner():
+    path = os.path.join(plugins_dir(), "python-runner.wasm")
+    if not os.path.isfile(path):
+        pytest.fail(f"the Python runner is not at {path}: run `make python-runner` (make e2e does)")
+    return path
 
 
 @pytest.fixture(scope="module", params=ort_libraries(), ids=lambda lib: os.path.basename(os.path.dirname(lib or "")))
@@ -68,7 +82,7 @@ def device(precompiled, request):
     root, cache = precompiled
     # Under qemu the wrapper reserves the small guest address space itself.
     wrapper = [] if "TERN_SMOKE_TARGET" in os.environ else ["prlimit", f"--as={SMALL_ADDRESS_SPACE}"]
-    t = Tern([f"--model-repository={root}", f"--wasm-cache-dir={cache}"], wrapper=wrapper,
+    t = Tern([f"--model-repository={root}", f"--wasm-cache-dir={cache}", f"--python-runner={python_runner()}"], wrapper=wrapper,
              env={"ORT_DYLIB_PATH": request.param})
     t.ort_library = request.param
     yield t
@@ -78,7 +92,7 @@ def device(precompiled, request):
 def test_the_pool_falls_back_and_every_plugin_comes_from_the_precompiled_cache(device):
     log = device.log()
     assert "pooling allocator unavailable" in log and "pooling=false" in log, log
-    for m in PLUGINS:
+    for m in PLUGINS + ["py_add_sub"]:
         # From the cache, or sharing the code of a model with the same component that was.
         assert f"(Cache) model={m} " in log or f"(Shared) model={m} " in log, (m, log)
     assert "(Compiled)" not in log and "recompiling" not in log, log
@@ -97,6 +111,14 @@ def test_onnx_rust_python_ensemble_and_bls(device, mod):
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     y = np.full((2, 4), 0.5, dtype=np.float32)
     np.testing.assert_array_equal(c.infer("add_sub", add_sub_inputs(x, y, mod)).as_numpy("OUTPUT0"), x + y)
+    a, b = np.array([1, 2, 3, 4], dtype=np.float32), np.array([0.5, -1, 8, 2], dtype=np.float32)
+    ins = []
+    for name, value in (("INPUT0", a), ("INPUT1", b)):
+        ins.append(mod.InferInput(name, [4], "FP32"))
+        ins[-1].set_data_from_numpy(value)
+    r = c.infer("py_add_sub", ins)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
     x = np.random.default_rng(3).normal(size=(len(TEXTS), 4)).astype(np.float32)
     check_prep(c.infer("prep_python", prep_inputs(mod, x, x, TEXTS)), x, x, TEXTS)
     for route in ("simple", "bls_ens,simple_ens"):

@@ -8,11 +8,14 @@ rest of the repository keeps serving. The model folders are in
 tests/python_models (written in the style of Triton's own Python-backend
 tests); the misbehaving ones are written here."""
 
+import importlib.util
 import json
 import os
 import queue
 import shutil
+import sys
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -238,6 +241,66 @@ def test_triton_python_models_answer_as_they_are(server, mod, attr):
 
     r = c.infer("uses_stdlib", [tensor(mod, "IN", np.array([3, 1, 3, 2, 3], dtype=np.int64), "INT64")])
     assert json.loads(r.as_numpy("OUT")[0]) == {"count": 5, "mean": "2.40", "mode": 3, "digest": "683db22fa41e6b6d"}
+
+
+def numpy_ops_inputs():
+    rng = np.random.default_rng(7)
+    x = rng.normal(0, 3, (2, 3, 16, 16)).astype(np.float32)
+    x.reshape(-1)[::97] = 0  # 0/0 and x/0
+    u = rng.integers(0, 256, (1, 32, 32, 3), dtype=np.uint8)
+    i = rng.integers(0, 4, (4, 300), dtype=np.int32)  # ties for argmax
+    i[:, ::7] = rng.integers(-2**31, 2**31 - 1, (4, 43), dtype=np.int32)  # beyond float32's exact integers
+    d = rng.normal(0, 1e6, 1536)
+    return {"X": x, "U": u, "I": i, "D": d}
+
+
+def numpy_ops_reference(inputs):
+    """The numpy_ops model's `results` run by real numpy in this process."""
+    sys.modules.setdefault("triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
+    spec = importlib.util.spec_from_file_location("numpy_ops_model", os.path.join(MODELS, "numpy_ops", "1", "model.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.results({k: v.copy() for k, v in inputs.items()})
+
+
+def decode_numpy_ops(answer):
+    got, held = {}, None
+    for item in answer:
+        name, rest = item.split(b"\0", 1)
+        if name == b"held":
+            held = json.loads(rest)
+            continue
+        dtype, shape, raw = rest.split(b"\0", 2)
+        got[name.decode()] = np.frombuffer(raw, dtype=dtype.decode()).reshape(json.loads(shape))
+    return got, held
+
+
+def assert_same_bits(name, got, want):
+    assert (got.dtype, got.shape) == (want.dtype, want.shape), name
+    if got.dtype.kind == "f":
+        assert np.array_equal(np.isnan(got), np.isnan(want)), name
+        got, want = np.where(np.isnan(got), 0, got), np.where(np.isnan(want), 0, want)
+    assert got.tobytes() == want.tobytes(), f"{name}: {got.reshape(-1)[:8]} != {want.reshape(-1)[:8]}"
+
+
+def test_numpy_work_on_request_tensors_runs_in_host_kernels_bit_for_bit_as_numpy(server):
+    """Request-sized numeric tensors stay in the host while the host's kernels
+    compute as numpy does; every result, held there or not, equals real numpy's."""
+    inputs = numpy_ops_inputs()
+    want = numpy_ops_reference(inputs)
+    ins = [tensor(httpclient, n, v, {"X": "FP32", "U": "UINT8", "I": "INT32", "D": "FP64"}[n]) for n, v in inputs.items()]
+    got, held = decode_numpy_ops(client(server, httpclient, "url").infer("numpy_ops", ins).as_numpy("RESULTS"))
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert_same_bits(name, got[name], want[name])
+    # The host's kernels did the work where they can (the test would pass
+    # without them otherwise): float arithmetic, casts, transposes, argmax.
+    for name in ("add", "mul", "div_zero", "rdiv", "scalar_f32", "broadcast_channel", "broadcast_wide", "mixed_f64",
+                 "u8_f32", "i32_f32", "f64_f32", "transpose", "transpose_T", "preprocess", "argmax_u8", "argmax_i32_0",
+                 "expand_squeeze"):
+        assert name in held, (name, held)
+    for name in ("argmax_f32", "view_write", "to_int", "sum"):
+        assert name not in held, (name, held)
 
 
 def test_a_bls_request_can_be_part_of_a_sequence(server):

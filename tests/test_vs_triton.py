@@ -31,6 +31,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from conftest import ROOT, Tern, tern_bin
+from test_python_models import assert_same_bits, decode_numpy_ops, numpy_ops_inputs
 
 MODELS = os.path.join(ROOT, "tests", "python_models")
 REF = os.environ.get("TERN_TRITON_REF", os.path.join(ROOT, ".cache", "triton-ref"))
@@ -40,7 +41,7 @@ REF_VENV_BIN = os.path.join(REF, "venv", "bin")
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 MESSAGES_FILE = os.path.join(TARGET, "test-vs-triton", "messages.json")
 
-GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess", "request_info", "auto_complete", "triton_idioms")
+GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess", "request_info", "auto_complete", "triton_idioms", "numpy_ops")
 BAD = ("fails_init", "imports_torch", "syntax_error", "auto_complete_conflict")
 PROTOCOLS = ("http-binary", "http-json", "grpc")
 
@@ -425,6 +426,26 @@ def test_numpy_preprocessing_answers_as_triton(servers, case, proto):
     ok = compare(servers, proto, "preprocess", [("IMAGE", case["image"], "UINT8")], ["TENSOR", "BRIGHTEST"])
     assert isinstance(ok, Ok), f"Triton refused it: {ok}"
     assert ok.outputs["TENSOR"][2].shape == (case["image"].shape[0], 3, 32, 32)
+
+
+@pytest.mark.parametrize("proto", ["http-binary", "grpc"])
+def test_numpy_array_work_answers_as_triton(servers, proto):
+    """numpy_ops: float arithmetic, casts, transposes and argmax on request
+    tensors (kept in the host by Tern's runner, real numpy in Triton's stub),
+    every result bit for bit."""
+    inputs = numpy_ops_inputs()
+    datatypes = {"X": "FP32", "U": "UINT8", "I": "INT32", "D": "FP64"}
+    answers = {k: infer(s, proto, "numpy_ops", [(n, v, datatypes[n]) for n, v in inputs.items()], ["RESULTS"])
+               for k, s in servers.items()}
+    got = {}
+    for k, a in answers.items():
+        assert isinstance(a, Ok), (k, a)
+        got[k] = decode_numpy_ops(a.outputs["RESULTS"][2])
+    (tern, tern_held), (triton, triton_held) = got["tern"], got["triton"]
+    assert triton_held == [] and "preprocess" in tern_held, (triton_held, tern_held)
+    assert sorted(tern) == sorted(triton)
+    for name in triton:
+        assert_same_bits(name, tern[name], triton[name])
 
 
 # ---------------------------------------------------------------------------

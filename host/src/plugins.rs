@@ -1,6 +1,7 @@
-//! `tern plugin compile`: precompiles a repository's plugins, for this
-//! machine or a device, with the engine configuration the server runs them
-//! with, into the `.cwasm` cache layout the server reads.
+//! `tern plugin compile`: precompiles a repository's plugins (and the Python
+//! runner, for its `backend: "python"` models), for this machine or a
+//! device, with the engine configuration the server runs them with, into
+//! the `.cwasm` cache layout the server reads.
 
 use std::path::Path;
 
@@ -18,7 +19,24 @@ pub fn compile(o: &CompileOptions) -> Result<Vec<String>> {
     };
     let target = o.target.as_deref().unwrap_or(crate::version::TARGET);
     let runtime = tern_wasm::Runtime::for_target(target, !o.on_demand)?;
-    let done = tern_wasm::precompile::repository(&runtime, &o.repository, cache_dir)?;
+    let mut done = tern_wasm::precompile::repository(&runtime, &o.repository, cache_dir)?;
+    let plugins = done.len();
+    let mut notes = Vec::new();
+    let python = python_models(&o.repository);
+    if !python.is_empty() {
+        let settings = tern_core::backend::BackendSettings {
+            python_runner: o.python_runner.clone(),
+            ..Default::default()
+        };
+        match tern_wasm::python::runner_path(&settings) {
+            Ok(runner) => done.push(tern_wasm::precompile::one(&runtime, &runner, cache_dir)?),
+            Err(e) => notes.push(format!(
+                "the Python runner was not precompiled for the Python model(s) {}: {}",
+                python.join(", "),
+                e.message
+            )),
+        }
+    }
     let mut lines: Vec<String> = done
         .iter()
         .map(|c| {
@@ -31,13 +49,38 @@ pub fn compile(o: &CompileOptions) -> Result<Vec<String>> {
             )
         })
         .collect();
+    lines.extend(notes);
     lines.push(format!(
-        "{} plugin(s) compiled for {target} ({}); serve with --wasm-cache-dir={}",
-        done.len(),
+        "{plugins} plugin(s){} compiled for {target} ({}); serve with --wasm-cache-dir={}",
+        if done.len() > plugins {
+            " and the Python runner"
+        } else {
+            ""
+        },
         runtime.cache_tag(),
         cache_dir.display()
     ));
     Ok(lines)
+}
+
+/// The models of `repository` whose `config.pbtxt` says `backend: "python"`,
+/// sorted (configs that do not parse are the server's to report).
+fn python_models(repository: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(repository) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("config.pbtxt"))
+                .ok()
+                .and_then(|text| tern_core::config::parse_pbtxt(&text).ok())
+                .is_some_and(|c| c.backend == "python")
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 /// Precompiles one component the way a server on this machine would

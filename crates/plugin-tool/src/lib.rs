@@ -82,9 +82,10 @@ enum Command {
         #[arg(long)]
         cache_dir: Option<PathBuf>,
     },
-    /// Precompiles every plugin of a model repository into a .cwasm cache
-    /// folder for a target machine, so it never compiles them at first boot
-    /// (copy the folder to the device's --wasm-cache-dir).
+    /// Precompiles every plugin of a model repository, and the Python runner
+    /// when it has `backend: "python"` models, into a .cwasm cache folder for
+    /// a target machine, so it never compiles them at first boot (copy the
+    /// folder to the device's --wasm-cache-dir).
     Compile {
         /// The model repository.
         repository: PathBuf,
@@ -99,6 +100,10 @@ enum Command {
         /// kernels; its log says "pooling allocator unavailable").
         #[arg(long)]
         on_demand: bool,
+        /// The Python runner to precompile (default: where the server looks
+        /// for it: beside this binary, ../lib/tern, /usr/lib/tern).
+        #[arg(long, env = "TERN_PYTHON_RUNNER")]
+        python_runner: Option<PathBuf>,
     },
 }
 
@@ -116,6 +121,9 @@ pub struct CompileOptions {
     pub target: Option<String>,
     /// Compile for on-demand allocation instead of the pooling allocator.
     pub on_demand: bool,
+    /// The Python runner to precompile for `backend: "python"` models
+    /// (`None` = where the server looks for it).
+    pub python_runner: Option<PathBuf>,
 }
 
 /// Compiles plugins for `tern plugin compile`; returns one line per plugin.
@@ -184,6 +192,7 @@ pub fn main(args: Vec<std::ffi::OsString>, compiler: &Compiler) -> ExitCode {
                 cache_dir,
                 target: None,
                 on_demand: false,
+                python_runner: None,
             })?;
             for l in lines {
                 eprintln!("{l}");
@@ -195,12 +204,14 @@ pub fn main(args: Vec<std::ffi::OsString>, compiler: &Compiler) -> ExitCode {
             cache_dir,
             target,
             on_demand,
+            python_runner,
         } => compiler(&CompileOptions {
             repository,
             file: None,
             cache_dir: Some(cache_dir),
             target,
             on_demand,
+            python_runner,
         })
         .map(|lines| {
             for l in lines {

@@ -28,16 +28,21 @@ pub struct Compiled {
 pub fn repository(runtime: &Runtime, repository: &Path, cache_dir: &Path) -> Result<Vec<Compiled>> {
     let mut out = Vec::new();
     for file in plugin_files(repository)? {
-        let started = Instant::now();
-        let (entry, size) = cache::precompile(runtime, &file, cache_dir)?;
-        out.push(Compiled {
-            source: file,
-            entry,
-            size,
-            took: started.elapsed(),
-        });
+        out.push(one(runtime, &file, cache_dir)?);
     }
     Ok(out)
+}
+
+/// Compiles one component (a plugin, the Python runner) into `cache_dir`.
+pub fn one(runtime: &Runtime, file: &Path, cache_dir: &Path) -> Result<Compiled> {
+    let started = Instant::now();
+    let (entry, size) = cache::precompile(runtime, file, cache_dir)?;
+    Ok(Compiled {
+        source: file.to_path_buf(),
+        entry,
+        size,
+        took: started.elapsed(),
+    })
 }
 
 /// The `.wasm` files in the numeric version folders of every model, sorted.

@@ -49,12 +49,13 @@ def _preload_stdlib():
 
 _preload_stdlib()
 
-import numpy  # noqa: E402,F401 (the runner's numpy, snapshotted with the rest)
+import numpy  # noqa: E402 (the runner's numpy, snapshotted with the rest)
 import triton_python_backend_utils  # noqa: E402,F401
 
 import sandbox_asyncio  # noqa: E402
 
 sandbox_asyncio.install()
+numpy._host_arrays()  # tensors' values stay in the host while its kernels can compute on them
 
 # --- run time ------------------------------------------------------------------
 

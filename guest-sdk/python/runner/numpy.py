@@ -10,8 +10,13 @@ reductions, reshaping, slicing, boolean and integer-array indexing,
 `tobytes`/`frombuffer`. A function outside the subset raises
 `NotImplementedError` naming it and the model file and line that called it.
 docs/plugins.md ("Triton Python models") lists the subset and where it
-differs from numpy. Values are held as Python lists: fine for
-pre/post-processing glue, slow for heavy numeric loops.
+differs from numpy. Values are held as Python lists (fine for
+pre/post-processing glue, slow for heavy numeric loops) — except, inside
+the runner, a request's larger numeric tensors and what they become
+through the operations the host's kernels compute exactly as numpy does
+(float arithmetic, casts to float, transposes, reshapes, integer argmax):
+those stay in the host as `ops.array`s, and Python values are made only
+when code reads them (see "arrays held by the host" below).
 """
 
 import array as _array
@@ -329,31 +334,61 @@ class flatiter:
         self.base.reshape(-1)[key] = value
 
 
-class ndarray:
-    """An n-dimensional array: a flat list in C order, a shape and a dtype."""
+class _Store:
+    """An array's elements in C order: a Python list, or an `ops.array` the
+    host holds (`held`, of shape `held_shape`) until Python code reads them.
+    Arrays that are views of one another (`reshape`) share their store."""
 
-    __slots__ = ("_data", "_shape", "_dtype")
+    __slots__ = ("values", "held", "held_shape")
+
+    def __init__(self, values, held=None, held_shape=None):
+        self.values, self.held, self.held_shape = values, held, held_shape
+
+
+class ndarray:
+    """An n-dimensional array: its elements (a `_Store`), a shape and a dtype."""
+
+    __slots__ = ("_store", "_shape", "_dtype")
     __array_priority__ = 0
 
     def __init__(self, shape, dtype=float64_d, buffer=None):  # noqa: A002 (numpy's name)
         d = globals()["dtype"](dtype)
         shape = (shape,) if isinstance(shape, _b.int) else tuple(_b.int(s) for s in shape)
         self._shape, self._dtype = shape, d
-        self._data = list(buffer) if buffer is not None else [_zero(d)] * _count(shape)
+        self._store = _Store(list(buffer) if buffer is not None else [_zero(d)] * _count(shape))
 
     @classmethod
     def _of(cls, data, shape, d):
         a = object.__new__(cls)
-        a._data, a._shape, a._dtype = data, tuple(shape), d
+        a._store, a._shape, a._dtype = _Store(data), tuple(shape), d
         return a
+
+    @classmethod
+    def _sharing(cls, store, shape, d):
+        a = object.__new__(cls)
+        a._store, a._shape, a._dtype = store, tuple(shape), d
+        return a
+
+    @property
+    def _data(self):
+        """The elements as a flat list (fetched from the host, once, if it holds them)."""
+        s = self._store
+        if s.values is None:
+            s.values = _fetch(s.held, self._dtype)
+            s.held = s.held_shape = None
+        return s.values
+
+    @_data.setter
+    def _data(self, values):
+        self._store = _Store(values)
 
     # properties
     shape = property(lambda self: self._shape)
     dtype = property(lambda self: self._dtype)
     ndim = property(lambda self: len(self._shape))
-    size = property(lambda self: len(self._data))
+    size = property(lambda self: _count(self._shape))
     itemsize = property(lambda self: self._dtype.itemsize)
-    nbytes = property(lambda self: self._dtype.itemsize * len(self._data))
+    nbytes = property(lambda self: self._dtype.itemsize * _count(self._shape))
     T = property(lambda self: self.transpose())
     flat = property(lambda self: flatiter(self))
 
@@ -399,15 +434,25 @@ class ndarray:
         return _nest(self._data, self._shape)
 
     def tobytes(self):
+        s = self._store
+        if s.held is not None:
+            return _b.bytes(s.held.data())
         return _to_bytes(self._data, self._dtype)
 
     def astype(self, dtype, copy=True):  # noqa: A002
         d = globals()["dtype"](dtype)
         if d is self._dtype:
             return self.copy() if copy else self
+        if self._store.held is not None and _host_casts(self._dtype, d):
+            r = _host_call(lambda: _held_handle(self).cast(_HOST_DT[d.name]), self._shape, d)
+            if r is not None:
+                return r
         return ndarray._of(_cast_all(self._data, d), self._shape, d)
 
     def copy(self):
+        s = self._store
+        if s.held is not None:  # host arrays never change: the copy holds the same one
+            return ndarray._sharing(_Store(None, s.held, s.held_shape), self._shape, self._dtype)
         return ndarray._of(list(self._data), self._shape, self._dtype)
 
     def view(self):
@@ -422,13 +467,13 @@ class ndarray:
             raise ValueError("can only specify one unknown dimension")
         if -1 in shape:
             known = _count([s for s in shape if s != -1])
-            shape[shape.index(-1)] = len(self._data) // known if known else 0
-        if _count(shape) != len(self._data):
-            raise ValueError(f"cannot reshape array of size {len(self._data)} into shape {tuple(shape)}")
-        return ndarray._of(self._data, shape, self._dtype)
+            shape[shape.index(-1)] = self.size // known if known else 0
+        if _count(shape) != self.size:
+            raise ValueError(f"cannot reshape array of size {self.size} into shape {tuple(shape)}")
+        return ndarray._sharing(self._store, shape, self._dtype)
 
     def flatten(self):
-        return ndarray._of(list(self._data), (len(self._data),), self._dtype)
+        return self.copy().reshape(-1)
 
     def repeat(self, repeats, axis=None):
         return repeat(self, repeats, axis)
@@ -441,6 +486,10 @@ class ndarray:
         n = len(self._shape)
         axes = tuple(reversed(range(n))) if not axes else tuple(a % n for a in axes)
         shape = tuple(self._shape[a] for a in axes)
+        if self._store.held is not None:
+            r = _host_call(lambda: _held_handle(self).transpose(list(axes)), shape, self._dtype)
+            if r is not None:
+                return r
         src = _strides(self._shape)
         return ndarray._of(_strided(self._data, shape, [src[a] for a in axes]), shape, self._dtype)
 
@@ -843,9 +892,16 @@ def frombuffer(buffer, dtype=float64_d, count=-1, offset=0):  # noqa: A002
 
 def _from_wire(raw, dtype, shape):  # noqa: A002
     """A tensor's little-endian bytes as an array of `shape`: `frombuffer`
-    and `reshape` in one step (how `pb_utils.Tensor.as_numpy()` reads)."""
-    a = frombuffer(raw, dtype)
+    and `reshape` in one step (how `pb_utils.Tensor.as_numpy()` reads).
+    Inside the runner a numeric tensor of `_HOST_MIN` elements or more
+    goes to the host as it is."""
     shape = tuple(_b.int(s) for s in shape)
+    d = dtype_of(dtype)
+    if _OPS is not None and d.name in _HOST_DT and _count(shape) >= _HOST_MIN and len(raw) == _count(shape) * d.itemsize:
+        a = _host_call(lambda: _OPS.Array.from_data(_HOST_DT[d.name], list(shape), _b.bytes(raw)), shape, d)
+        if a is not None:
+            return a
+    a = frombuffer(raw, dtype)
     if _count(shape) != len(a._data):
         raise ValueError(f"cannot reshape array of size {len(a._data)} into shape {shape}")
     a._shape = shape
@@ -883,6 +939,11 @@ broadcast_to = _broadcast_to
 
 
 def _binary(a, b, f, out_dtype=None):
+    if _OPS is not None and (type(a) is ndarray and a._store.held is not None or type(b) is ndarray and b._store.held is not None) \
+            and f in _HOST_BINARY and out_dtype in (None, "true"):
+        r = _host_binary(a, b, f)
+        if r is not None:
+            return r
     if type(a) is ndarray and type(b) is ndarray and a._dtype is b._dtype and a._shape == b._shape:
         # Same dtype and shape (the common case): no promotion or broadcasting to work out.
         d = a._dtype
@@ -1140,6 +1201,12 @@ def _first_nan_or(f):
 
 def argmax(a, axis=None):
     a = asarray(a)
+    if axis is not None and a._store.held is not None and a.dtype.kind in "biu" and a.dtype.itemsize <= 4:
+        # Integers are exact as the kernel's f64 and hold no NaN; ties give the first, as numpy.
+        ax = axis % a.ndim
+        r = _host_call(lambda: _held_handle(a).argmax(ax), a.shape[:ax] + a.shape[ax + 1 :], int64_d)
+        if r is not None:
+            return r
     return _reduce(a.flatten() if axis is None else a, _first_nan_or(_b.max), None if axis is None else axis, int64_d)
 
 
@@ -1365,13 +1432,13 @@ def squeeze(a, axis=None):
             if a.shape[x] != 1:
                 raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
         shape = tuple(s for i, s in enumerate(a.shape) if i not in axes)
-    return ndarray._of(a._data, shape, a.dtype)
+    return ndarray._sharing(a._store, shape, a.dtype)
 
 
 def expand_dims(a, axis):
     a = asarray(a)
     axis = axis % (a.ndim + 1)
-    return ndarray._of(a._data, a.shape[:axis] + (1,) + a.shape[axis:], a.dtype)
+    return ndarray._sharing(a._store, a.shape[:axis] + (1,) + a.shape[axis:], a.dtype)
 
 
 def concatenate(arrays, axis=0):
@@ -1630,3 +1697,91 @@ def __getattr__(name):
         f"numpy.{name} is not in the numpy subset of Tern's Python runner (called from {_caller()}); "
         "docs/plugins.md lists the subset (\"Triton Python models\")"
     )
+
+
+# --- arrays held by the host ----------------------------------------------------
+#
+# Inside the runner (`_host_arrays()` is called by its app), numeric tensors
+# of `_HOST_MIN` elements or more reach `as_numpy()` as `ops.array`s held by
+# the host, and the operations the host's kernels compute exactly as numpy
+# does keep them there: float arithmetic (+ - * / between float32/float64
+# operands, numpy's broadcasting; the kernels compute in float64 and round
+# once, which gives the correctly rounded float32 result as numpy's float32
+# loops do), casts from bool/integers of up to 32 bits and floats to
+# float32/float64, transposes, reshapes, and argmax along an axis of
+# integers of up to 32 bits. Everything else reads the values into a Python
+# list first (once per array) and goes on as below. The host counts its
+# arrays against the model's memory cap; if it refuses one, the list path
+# runs instead.
+
+_OPS = None
+_ERR = ()
+_HOST_DT = {}
+_HOST_MIN = 256
+_HOST_BINARY = {}
+
+
+def _host_arrays(enabled=True):
+    """Turns host-held arrays on (the runner, at start) or off (a test's reference)."""
+    global _OPS, _ERR, _HOST_DT, _HOST_BINARY
+    if not enabled:
+        _OPS = None
+        return
+    from componentize_py_types import Err
+    from wit_world.imports import ops, types
+
+    names = ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float32", "float64")
+    _HOST_DT = {n: getattr(types.DataType, "BOOL" if n == "bool" else n.upper().replace("FLOAT", "FP")) for n in names}
+    _HOST_BINARY = {_op.add: ops.BinaryOp.ADD, _op.sub: ops.BinaryOp.SUB, _op.mul: ops.BinaryOp.MUL, _div: ops.BinaryOp.DIV}
+    _ERR, _OPS = Err, ops
+
+
+def _fetch(held, d):
+    return frombuffer(_b.bytes(held.data()), d)._data
+
+
+def _host_call(make, shape, d):
+    """An array over the host array `make()` returns, or None if the host refused it."""
+    try:
+        h = make()
+    except _ERR:
+        return None
+    return ndarray._sharing(_Store(None, h, tuple(shape)), shape, d)
+
+
+def _held_handle(a):
+    """The host array holding `a`, of `a`'s shape."""
+    s = a._store
+    return s.held if s.held_shape == a._shape else s.held.reshape(list(a._shape))
+
+
+def _host_handle(a, d):
+    """`a` (an array or a scalar of dtype `d`'s kind) as a host array."""
+    if isinstance(a, ndarray):
+        if a._store.held is not None:
+            return _held_handle(a)
+        return _OPS.Array.from_data(_HOST_DT[a._dtype.name], list(a._shape), a.tobytes())
+    return _OPS.Array.from_data(_HOST_DT[d.name], [], _to_bytes([_caster(d)(a)], d))
+
+
+def _host_casts(src, dst):
+    return dst.kind == "f" and dst.itemsize >= 4 and (src.kind == "f" and src.itemsize >= 4 or src.kind in "biu" and src.itemsize <= 4)
+
+
+def _host_binary(a, b, f):
+    """`f(a, b)` by the host's kernel (one side is held there) when numpy
+    would compute in float32 or float64 from float operands; else None."""
+    x, y = isinstance(a, ndarray), isinstance(b, ndarray)
+    for v, is_array in ((a, x), (b, y)):
+        k = v._dtype if is_array else getattr(v, "dtype", None)
+        if k is None:
+            if not isinstance(v, (_b.int, _b.float)):
+                return None
+        elif not isinstance(k, dtype) or k.kind != "f" or k.itemsize < 4:
+            return None
+    d = result_type(a, b)
+    if d.kind != "f" or d.itemsize < 4:
+        return None
+    shape = _broadcast_shape(a._shape if x else (), b._shape if y else ())
+    op = _HOST_BINARY[f]
+    return _host_call(lambda: _host_handle(a, d).binary(op, _host_handle(b, d)), shape, d)
