@@ -209,6 +209,8 @@ class Tensor:
             self._shape = list(values.shape) if shape is None else [int(d) for d in shape]
             if dt == "BYTES" or values.dtype.name == "object":
                 self._data = _encode_strings(values.ravel().tolist())
+            elif values.dtype.name == _TRITON_TO_NUMPY[dt]:
+                self._data = values.tobytes()
             else:
                 self._data = values.astype(_TRITON_TO_NUMPY[dt], copy=False).tobytes()
             return
@@ -322,6 +324,9 @@ class Tensor:
         """The tensor as an array of the Python runner's `numpy` (BYTES: an
         object array of `bytes`). Plugins built with `tern plugin build`
         have no numpy: there it raises UNSUPPORTED."""
+        a = getattr(self, "_np", None)
+        if a is not None:
+            return a
         try:
             import numpy as np
         except ImportError:
@@ -334,15 +339,13 @@ class Tensor:
             )
         # Decoded once; every call returns that array, as Triton's
         # as_numpy() returns the tensor's one numpy array.
-        a = getattr(self, "_np", None)
-        if a is None:
-            if self._dtype == "BYTES":
-                a = np.array(self.as_list(), dtype=np.object_).reshape(self._shape)
-            elif self._dtype == "BF16":
-                a = np.array(self.as_list(), dtype=np.float32).reshape(self._shape)
-            else:
-                a = np._from_wire(self._data, _TRITON_TO_NUMPY[self._dtype], self._shape)
-            self._np = a
+        if self._dtype == "BYTES":
+            a = np.array(self.as_list(), dtype=np.object_).reshape(self._shape)
+        elif self._dtype == "BF16":
+            a = np.array(self.as_list(), dtype=np.float32).reshape(self._shape)
+        else:
+            a = np._from_wire(self._data, _TRITON_TO_NUMPY[self._dtype], self._shape)
+        self._np = a
         return a
 
     def __repr__(self):

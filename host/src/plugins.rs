@@ -106,3 +106,25 @@ fn compile_for_this_server(file: &Path, cache_dir: Option<&Path>) -> Result<Vec<
         cache_dir.display()
     )])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_models_are_those_whose_config_names_the_python_backend() {
+        let repo = tempfile::tempdir().unwrap();
+        for (name, config) in [
+            ("b_py", "name: \"b_py\" backend: \"python\""),
+            ("a_py", "backend: \"python\" max_batch_size: 4"),
+            ("plugin", "backend: \"wasm\""),
+            ("broken", "backend: \"python\" no_such_field: 1"),
+        ] {
+            std::fs::create_dir_all(repo.path().join(name)).unwrap();
+            std::fs::write(repo.path().join(name).join("config.pbtxt"), config).unwrap();
+        }
+        std::fs::create_dir_all(repo.path().join("no_config/1")).unwrap();
+        assert_eq!(python_models(repo.path()), ["a_py", "b_py"]);
+        assert!(python_models(&repo.path().join("missing")).is_empty());
+    }
+}
