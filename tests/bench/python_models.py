@@ -17,8 +17,12 @@ start of the round fills); perf_analyzer runs synchronously at concurrency 1
 and 16 (three windows after warm-up, its own figures); then the resident
 memory: Tern's process, Triton's server plus its stub processes. Each figure
 is the median over rounds; "Tern/Triton" is the ratio within a round, median
-over rounds. The client shares the 2 cores with the server. Output: a
-markdown table on stdout and target/bench-python/results.json.
+over rounds. The client shares the 2 cores with the server. For `add_sub`,
+a third server, `tern-rust`, serves the Rust `add_sub` plugin
+(plugins/add_sub, same inputs and outputs, one instance, no batching): what
+Tern's request path costs with a compiled model, the ceiling of any Python
+model on this machine. Output: a markdown table on stdout and
+target/bench-python/results.json.
 """
 
 import argparse
@@ -66,7 +70,7 @@ class Server:
         self.http, self.grpc, metrics = free_port(), free_port(), free_port()
         ports = [f"--http-port={self.http}", f"--grpc-port={self.grpc}", f"--metrics-port={metrics}"]
         env = dict(os.environ)
-        if kind == "tern":
+        if kind.startswith("tern"):
             cmd = [a.tern, f"--model-repository={repo}", f"--python-runner={a.runner}",
                    f"--wasm-cache-dir={os.path.join(scratch, 'cwasm', 'wasm')}", *ports]
         else:
@@ -131,6 +135,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--duration", type=float, default=1.5, help="perf_analyzer window, seconds (three per figure)")
     ap.add_argument("--models", default="add_sub,strings,preprocess")
+    ap.add_argument("--rust-plugins", default=os.path.join(ROOT, "target", "wasm32-wasip2", "release"),
+                    help="folder with add_sub.wasm (the Rust twin of add_sub; skipped when missing)")
     a = ap.parse_args()
     a.runner = a.runner or os.path.join(os.path.dirname(a.tern), "python-runner.wasm")
     models = a.models.split(",")
@@ -141,13 +147,25 @@ def main():
         for m in models:
             repo = os.path.join(scratch, "repo-" + m)
             shutil.copytree(os.path.join(MODELS, m), os.path.join(repo, m))
+        rust = os.path.join(a.rust_plugins, "add_sub.wasm")
+        servers = {m: ["tern", "triton"] for m in models}
+        if "add_sub" in models and os.path.isfile(rust):
+            twin = os.path.join(scratch, "repo-add_sub-rust", "add_sub")
+            os.makedirs(os.path.join(twin, "1"))
+            shutil.copy(rust, os.path.join(twin, "1", "model.wasm"))
+            with open(os.path.join(MODELS, "add_sub", "config.pbtxt")) as f:
+                config = f.read().replace('backend: "python"', 'backend: "wasm"')
+            with open(os.path.join(twin, "config.pbtxt"), "w") as f:
+                f.write(config)
+            servers["add_sub"].append("tern-rust")
         # Fill Tern's .cwasm cache once (a first start compiles the runner).
         Server("tern", a, os.path.join(scratch, "repo-" + models[0]), scratch).stop()
         for r in range(a.rounds):
             for i, m in enumerate(models):
-                order = ["tern", "triton"] if (r + i) % 2 == 0 else ["triton", "tern"]
+                order = servers[m][(r + i) % len(servers[m]):] + servers[m][:(r + i) % len(servers[m])]
                 for kind in order:
-                    s = Server(kind, a, os.path.join(scratch, "repo-" + m), scratch)
+                    repo = os.path.join(scratch, "repo-" + m + ("-rust" if kind == "tern-rust" else ""))
+                    s = Server(kind, a, repo, scratch)
                     try:
                         row = {"round": r, "model": m, "server": kind, "ready_s": s.ready_s}
                         for c in (1, 16):
@@ -162,7 +180,7 @@ def main():
     print("\n| model | server | c1 infer/s | c16 infer/s | p99 c16 ms | Tern/Triton c1 | Tern/Triton c16 | ready s | RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for m in models:
-        for kind in ("tern", "triton"):
+        for kind in servers[m]:
             rs = [x for x in runs if x["model"] == m and x["server"] == kind]
             thr = {c: med([x[f"c{c}"].get("throughput") for x in rs]) for c in (1, 16)}
             ratio = {}
@@ -171,13 +189,13 @@ def main():
                 for r in range(a.rounds):
                     t = [x for x in runs if x["model"] == m and x["round"] == r]
                     tt = {x["server"]: x[f"c{c}"].get("throughput") for x in t}
-                    if tt.get("tern") and tt.get("triton"):
-                        per_round.append(tt["tern"] / tt["triton"])
+                    if tt.get(kind) and tt.get("triton"):
+                        per_round.append(tt[kind] / tt["triton"])
                 ratio[c] = med(per_round)
             p99 = med([x["c16"].get("p99_ms") for x in rs])
             fmt = lambda v, d=0: "—" if v is None else f"{v:,.{d}f}"  # noqa: E731
             print(f"| {m} | {kind} | {fmt(thr[1])} | {fmt(thr[16])} | {fmt(p99, 1)} | "
-                  f"{fmt(ratio[1], 2) if kind == 'tern' else ''} | {fmt(ratio[16], 2) if kind == 'tern' else ''} | "
+                  f"{fmt(ratio[1], 2) if kind != 'triton' else ''} | {fmt(ratio[16], 2) if kind != 'triton' else ''} | "
                   f"{fmt(med([x['ready_s'] for x in rs]), 2)} | {fmt(med([x['rss_mib'] for x in rs]))} |")
 
 

@@ -1722,7 +1722,7 @@ _HOST_BINARY = {}
 
 
 def _host_arrays(enabled=True):
-    """Turns host-held arrays on (the runner, at start) or off (a test's reference)."""
+    """Turns host-held arrays on (the runner does, at start) or off."""
     global _OPS, _ERR, _HOST_DT, _HOST_BINARY
     if not enabled:
         _OPS = None
