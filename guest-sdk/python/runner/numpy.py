@@ -1727,11 +1727,12 @@ def _host_arrays(enabled=True):
     if not enabled:
         _OPS = None
         return
+    import tern_plugin
     from componentize_py_types import Err
-    from wit_world.imports import ops, types
+    from wit_world.imports import ops
 
-    names = ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float32", "float64")
-    _HOST_DT = {n: getattr(types.DataType, "BOOL" if n == "bool" else n.upper().replace("FLOAT", "FP")) for n in names}
+    # The SDK's tables: numpy name -> Triton name -> WIT data type (not BYTES or FP16).
+    _HOST_DT = {n: tern_plugin._DTYPES[t][0] for n, t in tern_plugin._NUMPY_TO_TRITON.items() if t not in ("BYTES", "FP16")}
     _HOST_BINARY = {_op.add: ops.BinaryOp.ADD, _op.sub: ops.BinaryOp.SUB, _op.mul: ops.BinaryOp.MUL, _div: ops.BinaryOp.DIV}
     _ERR, _OPS = Err, ops
 
