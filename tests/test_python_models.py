@@ -199,6 +199,13 @@ def repo(tmp_path_factory):
             def auto_complete_config(config):
                 config.set_max_batch_size(4)
     """)
+    # retry_once without iterative_sequence: its rescheduling is refused.
+    shutil.copytree(os.path.join(root, "retry_once"), os.path.join(root, "retry_plain"))
+    config = os.path.join(root, "retry_plain", "config.pbtxt")
+    with open(config) as f:
+        text = f.read().replace('name: "retry_once"', 'name: "retry_plain"')
+    with open(config, "w") as f:
+        f.write(text.replace("sequence_batching { iterative_sequence: true }", ""))
     return root
 
 
@@ -335,6 +342,45 @@ def test_decoupled_senders_stream_over_grpc(server):
         values.append(int(result.as_numpy("I")[0]))
     c.stop_stream()
     assert values == [0, 1, 2]
+
+
+def test_rescheduling_without_iterative_sequence_is_refused_not_left_hanging(server):
+    # Triton 2.51 logs this error and never answers the client.
+    ones = np.ones(4, dtype=np.float32)
+    for mod, attr in CLIENTS:
+        inputs = [tensor(mod, "INPUT0", ones, "FP32"), tensor(mod, "INPUT1", ones, "FP32")]
+        with pytest.raises(InferenceServerException) as e:
+            client(server, mod, attr).infer("retry_plain", inputs)
+        assert "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not " \
+            "configured to handle such a flag." in e.value.message()
+        assert e.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+        # The instance serves on (the model counted that first run: this is its second).
+        r = client(server, mod, attr).infer("retry_plain", inputs)
+        assert r.as_numpy("RUNS").tolist() == [2]
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), ones + ones)
+
+
+def test_a_cancelled_iterative_request_stops_rescheduling_and_frees_the_instance(server):
+    got = queue.Queue()
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    c.async_stream_infer("countdown", [tensor(grpcclient, "COUNT", np.array([2_000_000_000], dtype=np.int32), "INT32")])
+    for _ in range(3):
+        result, error = got.get(timeout=30)
+        assert error is None, error
+    c.stop_stream(cancel_requests=True)
+    # The model's one instance runs the next request: the endless one was let go.
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    got = queue.Queue()
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    c.async_stream_infer("countdown", [tensor(grpcclient, "COUNT", np.array([2], dtype=np.int32), "INT32")])
+    left = []
+    for _ in range(2):
+        result, error = got.get(timeout=30)
+        assert error is None, error
+        left.append(int(result.as_numpy("LEFT")[0]))
+    c.stop_stream()
+    assert left == [1, 0]
 
 
 def reasons(server):

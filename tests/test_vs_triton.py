@@ -16,6 +16,7 @@ Run by `make test-vs-triton` only (`make e2e` ignores this file)."""
 import contextlib
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -41,7 +42,8 @@ REF_VENV_BIN = os.path.join(REF, "venv", "bin")
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 MESSAGES_FILE = os.path.join(TARGET, "test-vs-triton", "messages.json")
 
-GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess", "request_info", "auto_complete", "triton_idioms", "numpy_ops")
+GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess", "request_info", "auto_complete", "triton_idioms", "numpy_ops",
+        "countdown", "retry_once")
 BAD = ("fails_init", "imports_torch", "syntax_error", "auto_complete_conflict")
 PROTOCOLS = ("http-binary", "http-json", "grpc")
 
@@ -446,6 +448,70 @@ def test_numpy_array_work_answers_as_triton(servers, proto):
     assert sorted(tern) == sorted(triton)
     for name in triton:
         assert_same_bits(name, tern[name], triton[name])
+
+
+# ---------------------------------------------------------------------------
+# Request rescheduling (`iterative_sequence`): countdown (decoupled) answers
+# once per run, retry_once (not decoupled) answers on its second run.
+
+
+def countdown_stream(server, count, **sequence):
+    """The responses of one countdown request over a gRPC stream, as plain data."""
+    got = queue.Queue()
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    t = grpcclient.InferInput("COUNT", [1], "INT32")
+    t.set_data_from_numpy(np.array([count], dtype=np.int32))
+    c.async_stream_infer("countdown", [t], **sequence)
+    answers = []
+    try:
+        while True:
+            result, error = got.get(timeout=30)
+            if error is not None:
+                answers.append(("error", error.message()))
+                break
+            answers.append({n: result.as_numpy(n).tolist() for n in ("LEFT", "RUN", "FLAGS", "HAS_ID")})
+            if answers[-1]["LEFT"] == [0]:
+                break
+    finally:
+        c.stop_stream()
+        c.close()
+    return answers
+
+
+def generate_stream(server, model, body):
+    request = urllib.request.Request(f"http://{server.url}/v2/models/{model}/generate_stream",
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return [json.loads(line[len("data: "):]) for line in r.read().decode().splitlines() if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("how", ["implicit", "client_id", "one"])
+def test_rescheduled_decoupled_requests_answer_as_triton(servers, how):
+    count, sequence = {"implicit": (3, {}), "client_id": (2, {"sequence_id": 4242, "sequence_start": True}),
+                       "one": (1, {})}[how]
+    answers = {k: countdown_stream(s, count, **sequence) for k, s in servers.items()}
+    assert answers["tern"] == answers["triton"]
+    assert [a["RUN"] for a in answers["tern"]] == [[n] for n in range(1, count + 1)]
+    assert [a["FLAGS"] for a in answers["tern"]] == [[1]] + [[0]] * (count - 1)
+
+
+def test_rescheduled_requests_stream_through_generate_as_on_triton(servers):
+    answers = {k: generate_stream(s, "countdown", {"COUNT": 2}) for k, s in servers.items()}
+    assert answers["tern"] == answers["triton"] and len(answers["tern"]) == 2
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_rescheduled_requests_answer_as_triton(servers, proto):
+    a, b = f32(1.5, -2, 3, 4), f32(0.25, 8, -1, 1e-3)
+    ok = compare(servers, proto, "retry_once", [("INPUT0", a, "FP32"), ("INPUT1", b, "FP32")], ["OUTPUT0", "RUNS"])
+    assert isinstance(ok, Ok) and ok.outputs["RUNS"][2].tolist() == [2], ok
+    # A response for a request it rescheduled: Triton's refusal.
+    answers = {k: infer(s, proto, "retry_once", [("INPUT0", -a, "FP32"), ("INPUT1", b, "FP32")], ["OUTPUT0"])
+               for k, s in servers.items()}
+    assert_same_answer(answers["triton"], answers["tern"])
+    for a in answers.values():
+        assert "Expected a None object in the execute function return list for reschduled request" in a.message
 
 
 # ---------------------------------------------------------------------------

@@ -45,6 +45,16 @@ from wit_world.imports import types as _t
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 """Response flag: the request's last message (decoupled models)."""
 
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+"""Release flag: the request is done (the default after every `execute`)."""
+
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+"""Release flag: run the request through `execute` again (models with
+`sequence_batching { iterative_sequence: true }`)."""
+
+_RESCHEDULE_REFUSED = ("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, "
+                       "while the model is not configured to handle such a flag.")
+
 
 def _bundle_codecs():
     """Imports every codec of the standard library now, while the component
@@ -70,6 +80,8 @@ __all__ = [
     "InferenceResponse",
     "InferenceTrace",
     "InferenceResponseSender",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
     "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
     "Logger",
     "MetricFamily",
@@ -426,13 +438,27 @@ _RESERVED = ("timeout", "priority", "binary_data_output")
 class Request:
     """One inference request (what `execute` receives), Triton-style accessors."""
 
-    __slots__ = ("_w", "_inputs", "_index", "_sender")
+    __slots__ = ("_w", "_inputs", "_index", "_sender", "_release", "_again")
 
     def __init__(self, w, index=0):
         self._w = w
         self._inputs = None
         self._index = index
         self._sender = None
+        self._release = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._again = False
+
+    def set_release_flags(self, flags):
+        """How the request is released when `execute` returns (Triton's
+        `set_release_flags`): `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` runs
+        it through `execute` again (a non-decoupled model returns None for
+        it this time), which needs `sequence_batching { iterative_sequence:
+        true }` in the config; `TRITONSERVER_REQUEST_RELEASE_ALL` (the
+        default) ends it."""
+        if flags not in (TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
+            raise TritonError(f"unknown request release flags {flags!r}: use TRITONSERVER_REQUEST_RELEASE_ALL "
+                              "or TRITONSERVER_REQUEST_RELEASE_RESCHEDULE", TritonError.INVALID_ARG)
+        self._release = flags
 
     def get_response_sender(self):
         """This request's `InferenceResponseSender` (decoupled models only;
@@ -490,8 +516,9 @@ class Request:
         return 0 if isinstance(c, _t.CorrelationId_None_) else c.value
 
     def flags(self):
-        """Sequence flags: START = 1, END = 2."""
-        return self._w.flags
+        """Sequence flags: START = 1, END = 2 (0 when a rescheduled request
+        runs again, as in Triton)."""
+        return 0 if self._again else self._w.flags
 
     def trace(self):
         """This request's trace, to pass to a BLS request (`InferenceTrace`)."""
@@ -927,20 +954,16 @@ def export(model_class):
             except Exception as e:  # noqa: BLE001 (every failure fails the load)
                 raise Err(_as_error(e)) from None
             state["model"] = m
-            state["decoupled"] = bool(json.loads(ctx.config_json).get("model_transaction_policy", {}).get("decoupled"))
+            config = json.loads(ctx.config_json)
+            state["decoupled"] = bool(config.get("model_transaction_policy", {}).get("decoupled"))
+            state["iterative"] = bool(config.get("sequence_batching", {}).get("iterative_sequence"))
 
         def execute(self, requests):
             m = state.get("model")
             if m is None:
                 return [Err(_t.Error(code=_t.ErrorCode.INTERNAL, message="execute called before initialize"))] * len(requests)
             try:
-                responses = _run(m.execute([Request(r, i) for i, r in enumerate(requests)]))
-                if responses is None and state.get("decoupled"):
-                    return []  # answered through the response senders
-                if responses is None or len(responses) != len(requests):
-                    n = "None" if responses is None else len(responses)
-                    raise TritonError(f"execute returned {n} response(s) for {len(requests)} request(s)")
-                return [_response(r) for r in responses]
+                return _execute(m, [Request(r, i) for i, r in enumerate(requests)], state)
             except Exception as e:  # noqa: BLE001 (reported to every request)
                 err = _as_error(e)
                 return [Err(err) for _ in requests]
@@ -951,6 +974,64 @@ def export(model_class):
                 _run(m.finalize())
 
     return Model
+
+
+def _execute(m, batch, state):
+    """Runs the model's `execute` on `batch`, then again on the requests it
+    released with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` until none is
+    (Triton's request rescheduling, for `iterative_sequence` models): the
+    rescheduled requests run together, see `flags()` 0 and fresh input
+    tensors, and keep their response senders. Returns the batch's answers
+    (none for a decoupled model that returned None)."""
+    decoupled = state.get("decoupled")
+    answers = [None] * len(batch)
+    pending = batch
+    while pending:
+        for r in pending:
+            r._release = TRITONSERVER_REQUEST_RELEASE_ALL
+        responses = _run(m.execute(pending))
+        if decoupled and responses is None:
+            pass  # answered through the response senders
+        elif responses is None or len(responses) != len(pending):
+            n = "None" if responses is None else len(responses)
+            raise TritonError(f"execute returned {n} response(s) for {len(pending)} request(s)")
+        again = []
+        for k, r in enumerate(pending):
+            if r._release != TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                if responses is not None:
+                    answers[r._index] = _response(responses[k])
+                continue
+            if responses is not None and responses[k] is not None:
+                raise TritonError("Expected a None object in the execute function return list for "
+                                  f"reschduled request, found type '{type(responses[k])}'.")
+            refusal = _reschedule_refusal(r, state)
+            if refusal is None:
+                again.append(r)
+            elif decoupled:
+                try:
+                    r.get_response_sender()._s.send_error(refusal)
+                except Exception:  # noqa: BLE001 (the stream may be gone already)
+                    pass
+            else:
+                answers[r._index] = Err(refusal)
+        for r in again:
+            r._again = True
+            r._inputs = None
+        pending = again
+    if decoupled and all(a is None for a in answers):
+        return []
+    return answers
+
+
+def _reschedule_refusal(r, state):
+    """Why a request released with RESCHEDULE cannot run again (an error), or
+    None when it can: the model must be an `iterative_sequence` one, the
+    request must not end its sequence, and its client must still be there."""
+    if not state.get("iterative") or (r._w.flags & 2):
+        return _t.Error(code=_t.ErrorCode.INVALID_ARG, message=_RESCHEDULE_REFUSED)
+    if r.is_cancelled():
+        return _t.Error(code=_t.ErrorCode.CANCELLED, message="the request was cancelled while it was rescheduled")
+    return None
 
 
 def _response(r):

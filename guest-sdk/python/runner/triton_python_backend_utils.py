@@ -11,6 +11,8 @@ import numpy as np
 
 import tern_plugin as _sdk
 from tern_plugin import (  # noqa: F401 (re-exported)
+    TRITONSERVER_REQUEST_RELEASE_ALL,
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
     TRITONSERVER_RESPONSE_COMPLETE_FINAL,
     InferenceRequest,
     InferenceResponse,

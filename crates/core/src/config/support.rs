@@ -63,8 +63,5 @@ pub fn check_supported(cfg: &ModelConfig) -> Result<()> {
     if cfg.instance_group.iter().any(|g| g.passive) {
         return unsupported("instance_group.passive");
     }
-    if crate::sequence::batching(cfg).is_some_and(|sb| sb.iterative_sequence) {
-        return unsupported("sequence_batching.iterative_sequence");
-    }
     Ok(())
 }

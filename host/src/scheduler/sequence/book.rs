@@ -186,6 +186,11 @@ impl<T: Queued> Book<T> {
         })
     }
 
+    /// Whether sequence `id` has started and not ended.
+    pub fn is_live(&self, id: &CorrelationId) -> bool {
+        self.live.contains_key(id)
+    }
+
     /// Starts a sequence: a free slot, or the backlog.
     fn begin(&mut self, id: CorrelationId, now: Instant) -> SeqKey {
         let key = self.next_key;

@@ -67,6 +67,8 @@ impl Queued for Item {
 struct State {
     book: Book<Item>,
     next_seq: u64,
+    /// The last implicit correlation id given (`iterative_sequence`).
+    implicit: u64,
     closed: bool,
 }
 
@@ -75,6 +77,10 @@ struct Shared {
     version: i64,
     policy: BatchPolicy,
     controls: Controls,
+    /// `iterative_sequence`: every request is a sequence of its own, which
+    /// the backend may run through `execute` several times (Triton's
+    /// request rescheduling); one without a correlation id gets one.
+    iterative: bool,
     state: Mutex<State>,
     /// One per instance: its thread waits here for requests of its sequences.
     wake: Vec<Condvar>,
@@ -157,12 +163,14 @@ impl Pool {
             state: Mutex::new(State {
                 book,
                 next_seq: 0,
+                implicit: 0,
                 closed: false,
             }),
             reorder: Mutex::new(Reorder::default()),
             preserve_ordering,
             stats: ModelStats::new(summaries),
             controls,
+            iterative: sb.iterative_sequence,
             policy,
             config,
             version,
@@ -211,10 +219,28 @@ impl Pool {
         if s.config.max_batch_size > 0 && batch_size != 1 {
             return refused(messages::sequence_batch_size_one(m));
         }
-        let flags = match request.sequence() {
+        let mut request = request;
+        let mut flags = match request.sequence() {
             Ok(f) => f,
             Err(e) => return refused(e),
         };
+        if s.iterative && flags.id.is_none() {
+            // As Triton's iterative sequencer: a sequence of its own, under
+            // the next implicit id, starting here.
+            let id = s.implicit_id();
+            request
+                .parameters
+                .insert("sequence_id".into(), tern_core::Parameter::Int(id as i64));
+            request
+                .parameters
+                .insert("sequence_start".into(), tern_core::Parameter::Bool(true));
+            request.parameters.remove("sequence_end");
+            flags.id = Some(CorrelationId::Number(id));
+            flags.start = true;
+        }
+        // An iterative sequence ends with its one request, however many
+        // times the backend runs it.
+        let closes = flags.end || s.iterative;
         let Some(id) = flags.id else {
             return refused(messages::sequence_correlation_id_required(m));
         };
@@ -248,7 +274,7 @@ impl Pool {
                 expires,
                 reply,
             };
-            match st.book.enqueue(&id, flags.start, flags.end, item, arrived) {
+            match st.book.enqueue(&id, flags.start, closes, item, arrived) {
                 Ok(placed) => {
                     st.next_seq += 1;
                     if placed.restarted {
@@ -486,6 +512,24 @@ fn answer_swept(s: &Shared, i: Option<usize>, swept: book::Swept<Item>) {
     for other in swept.moved {
         if Some(other) != i {
             s.wake[other].notify_one();
+        }
+    }
+}
+
+impl Shared {
+    /// The next implicit correlation id (from 1, as Triton's iterative
+    /// sequencer), skipping ids of sequences clients keep open.
+    fn implicit_id(&self) -> u64 {
+        let mut st = self
+            .state
+            .lock()
+            .expect("sequence lock poisoned: nothing panics while holding it");
+        loop {
+            st.implicit = st.implicit.wrapping_add(1).max(1);
+            let id = st.implicit;
+            if !st.book.is_live(&CorrelationId::Number(id)) {
+                return id;
+            }
         }
     }
 }

@@ -380,3 +380,44 @@ fn cancelling_a_request_of_a_backlog_sequence_cancels_the_whole_sequence() {
         );
     });
 }
+
+/// `iterative_sequence`: a request without a correlation id is a sequence
+/// of its own (an implicit id, START, fresh state), which ends with it, so
+/// its slot is free at once; one with an id still needs START.
+#[test]
+fn iterative_sequences_are_one_request_each() {
+    let (pool, _) = pool("iterative_sequence: true direct {}", 1, 10_000_000);
+    runtime().block_on(async {
+        for v in 1..=12 {
+            let mut r = request(Parameter::Int(0), false, false, v);
+            r.parameters.clear();
+            let out = pool.schedule(r, 1, Instant::now()).await.unwrap();
+            assert_eq!(int(&out.outputs[0]), v, "state starts afresh");
+            assert_eq!(int(&out.outputs[1]), 1, "READY");
+        }
+        assert_eq!(pool.sequences(), 0, "every sequence ended with its request");
+        let e = pool
+            .schedule(
+                request(Parameter::Int(9), false, false, 1),
+                1,
+                Instant::now(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            e.message.contains("must specify the START flag"),
+            "{}",
+            e.message
+        );
+        let out = pool
+            .schedule(
+                request(Parameter::Int(9), true, false, 5),
+                1,
+                Instant::now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(int(&out.outputs[0]), 5);
+        assert_eq!(pool.sequences(), 0);
+    });
+}
