@@ -199,6 +199,31 @@ def repo(tmp_path_factory):
             def auto_complete_config(config):
                 config.set_max_batch_size(4)
     """)
+    add_model(root, "starts_thread", 'name: "starts_thread" backend: "python" model_transaction_policy { decoupled: true } ' + IO, """
+        import threading
+
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                for request in requests:
+                    sender = request.get_response_sender()
+                    thread = threading.Thread(target=self.respond, args=(sender,))
+                    thread.daemon = True
+                    thread.start()
+                return None
+
+            def respond(self, sender):
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    """)
+    add_model(root, "runs_subprocess", f'name: "runs_subprocess" backend: "python" {IO}', """
+        import subprocess
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                subprocess.run(["/bin/true"], check=True)
+                return []
+    """)
     # retry_once without iterative_sequence: its rescheduling is refused.
     shutil.copytree(os.path.join(root, "retry_once"), os.path.join(root, "retry_plain"))
     config = os.path.join(root, "retry_plain", "config.pbtxt")
@@ -381,6 +406,27 @@ def test_a_cancelled_iterative_request_stops_rescheduling_and_frees_the_instance
         left.append(int(result.as_numpy("LEFT")[0]))
     c.stop_stream()
     assert left == [1, 0]
+
+
+def test_threads_and_processes_fail_clearly_at_the_call(server):
+    # A decoupled model sending from a thread, as Triton's examples do: the
+    # stream ends with the error (the call, the model's line, what to do).
+    got = queue.Queue()
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    c.async_stream_infer("starts_thread", [tensor(grpcclient, "IN", np.ones(4, dtype=np.float32), "FP32")])
+    result, error = got.get(timeout=30)
+    c.stop_stream()
+    assert error is not None, result
+    assert "model.py line 12 calls threading.Thread.start(): the sandbox has no threads: send a decoupled " \
+        "model's responses from execute itself, or make execute `async def`" in error.message(), error.message()
+    with pytest.raises(InferenceServerException) as e:
+        client(server, httpclient, "url").infer("runs_subprocess", [tensor(httpclient, "IN", np.ones(4, dtype=np.float32), "FP32")])
+    assert "model.py line 6 calls subprocess.Popen(): the sandbox cannot start processes: call other models " \
+        "with BLS" in e.value.message(), e.value.message()
+    assert e.value.status() == "501"
+    # The instances serve on.
+    assert reasons(server)["starts_thread"][0] == "READY"
 
 
 def reasons(server):

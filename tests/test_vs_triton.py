@@ -43,7 +43,7 @@ TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 MESSAGES_FILE = os.path.join(TARGET, "test-vs-triton", "messages.json")
 
 GOOD = ("add_sub", "strings", "uses_stdlib", "preprocess", "request_info", "auto_complete", "triton_idioms", "numpy_ops",
-        "countdown", "retry_once")
+        "countdown", "retry_once", "error_midstream")
 BAD = ("fails_init", "imports_torch", "syntax_error", "auto_complete_conflict")
 PROTOCOLS = ("http-binary", "http-json", "grpc")
 
@@ -455,28 +455,49 @@ def test_numpy_array_work_answers_as_triton(servers, proto):
 # once per run, retry_once (not decoupled) answers on its second run.
 
 
-def countdown_stream(server, count, **sequence):
-    """The responses of one countdown request over a gRPC stream, as plain data."""
+def stream_answers(server, model, inputs, outputs, stop, wait=30, **options):
+    """What one request to a decoupled model gets over a gRPC stream, as plain
+    data: each response's `outputs` (and its final flag), or its error, until
+    `stop(answers)` says the stream has ended or nothing more comes within
+    `wait` seconds."""
     got = queue.Queue()
     c = grpcclient.InferenceServerClient(server.grpc_url)
     c.start_stream(callback=lambda result, error: got.put((result, error)))
-    t = grpcclient.InferInput("COUNT", [1], "INT32")
-    t.set_data_from_numpy(np.array([count], dtype=np.int32))
-    c.async_stream_infer("countdown", [t], **sequence)
+    ins = []
+    for name, value, datatype in inputs:
+        t = grpcclient.InferInput(name, list(value.shape), datatype)
+        t.set_data_from_numpy(value)
+        ins.append(t)
+    c.async_stream_infer(model, ins, **options)
     answers = []
     try:
-        while True:
-            result, error = got.get(timeout=30)
+        while not stop(answers):
+            try:
+                result, error = got.get(timeout=wait)
+            except queue.Empty:
+                answers.append("(nothing more)")
+                break
             if error is not None:
                 answers.append(("error", error.message()))
-                break
-            answers.append({n: result.as_numpy(n).tolist() for n in ("LEFT", "RUN", "FLAGS", "HAS_ID")})
-            if answers[-1]["LEFT"] == [0]:
-                break
+                continue
+            response = result.get_response()
+            final = response.parameters["triton_final_response"].bool_param \
+                if "triton_final_response" in response.parameters else None
+            values = {n: result.as_numpy(n).tolist() for n in outputs if result.as_numpy(n) is not None}
+            answers.append((values, final))
     finally:
-        c.stop_stream()
+        c.stop_stream(cancel_requests=True)  # a stream without the final flag ends here
         c.close()
     return answers
+
+
+def countdown_stream(server, count, **sequence):
+    """The responses of one countdown request (the last has LEFT 0)."""
+    answers = stream_answers(server, "countdown", [("COUNT", np.array([count], dtype=np.int32), "INT32")],
+                             ("LEFT", "RUN", "FLAGS", "HAS_ID"),
+                             lambda a: bool(a) and (not isinstance(a[-1], tuple) or a[-1][0] == "error"
+                                                    or a[-1][0].get("LEFT") == [0]), **sequence)
+    return [a[0] if isinstance(a, tuple) and a[0] != "error" else a for a in answers]
 
 
 def generate_stream(server, model, body):
@@ -499,6 +520,26 @@ def test_rescheduled_decoupled_requests_answer_as_triton(servers, how):
 def test_rescheduled_requests_stream_through_generate_as_on_triton(servers):
     answers = {k: generate_stream(s, "countdown", {"COUNT": 2}) for k, s in servers.items()}
     assert answers["tern"] == answers["triton"] and len(answers["tern"]) == 2
+
+
+@pytest.mark.parametrize("empty_final", [True, False])
+def test_error_responses_inside_a_stream_answer_as_triton(servers, empty_final):
+    """error_midstream: responses and error responses, then the final flag
+    alone; an error response ends nothing, the final flag ends the stream."""
+    def ended(answers):
+        return bool(answers) and (answers[-1] == "(nothing more)" or answers[-1][1] is True)
+    answers = {k: stream_answers(s, "error_midstream", [("N", np.array([5], dtype=np.int32), "INT32")], ("I",),
+                                 ended, wait=30 if empty_final else 3, enable_empty_final_response=empty_final)
+               for k, s in servers.items()}
+    assert answers["tern"] == answers["triton"]
+    assert answers["tern"][:5] == [({"I": [0]}, False), ("error", "odd value 1 refused"), ({"I": [2]}, False),
+                                   ("error", "odd value 3 refused"), ({"I": [4]}, False)]
+    assert answers["tern"][5:] == ([({}, True)] if empty_final else ["(nothing more)"])
+
+
+def test_error_responses_inside_a_generate_stream_answer_as_triton(servers):
+    answers = {k: generate_stream(s, "error_midstream", {"N": 4}) for k, s in servers.items()}
+    assert answers["tern"] == answers["triton"] and len(answers["tern"]) == 4
 
 
 @pytest.mark.parametrize("proto", PROTOCOLS)

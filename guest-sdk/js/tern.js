@@ -21,9 +21,9 @@
 // `Response`), or a `TernError` for that request alone; throwing fails the
 // whole batch. Build with `tern plugin build <dir>`.
 
-import * as host from "tern:plugin/host@0.1.2";
-import * as responses from "tern:plugin/responses@0.1.2";
-import * as ops from "tern:plugin/ops@0.1.2";
+import * as host from "tern:plugin/host@0.1.3";
+import * as responses from "tern:plugin/responses@0.1.3";
+import * as ops from "tern:plugin/ops@0.1.3";
 
 /**
  * Native pre/post-processing kernels (`tern:plugin/ops`): `ops.decodeImage`,
@@ -405,7 +405,8 @@ export const RESPONSE_COMPLETE_FINAL = 1;
  * Decoupled models (`model_transaction_policy { decoupled: true }`): the
  * response sender of request `index` of the batch `execute` is running.
  * `send(response, flags)` (a `{ outputs }` object, or `undefined` with
- * RESPONSE_COMPLETE_FINAL), `sendError(error)`, `isCancelled()`; keep it
+ * RESPONSE_COMPLETE_FINAL), `sendError(error, flags)` (the last message
+ * unless `flags` is 0: then more responses may follow), `isCancelled()`; keep it
  * as long as needed. `execute` then returns nothing.
  */
 export function responseSender(index) {
@@ -424,9 +425,10 @@ export function responseSender(index) {
         throw asTernError(e);
       }
     },
-    sendError(error) {
+    sendError(error, flags = RESPONSE_COMPLETE_FINAL) {
       try {
-        s.sendError(witError(error));
+        if (flags & RESPONSE_COMPLETE_FINAL) s.sendError(witError(error));
+        else s.sendErrorResponse(witError(error), flags);
       } catch (e) {
         throw asTernError(e);
       }

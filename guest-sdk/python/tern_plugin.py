@@ -405,7 +405,8 @@ class InferenceResponseSender:
 
     def send(self, response=None, flags=0):
         """Sends `response` (an `InferenceResponse`; `None` only with the final
-        flag). Raises `TritonError` once the sender is closed or the client
+        flag; one with an error reaches the client as an error, and ends the
+        stream only with the final flag, as in Triton). Raises `TritonError` once the sender is closed or the client
         has gone away (`TritonError.CANCELLED`)."""
         if self._closed:
             raise TritonError("Unable to send response. Response sender has been closed.")
@@ -417,8 +418,8 @@ class InferenceResponseSender:
             self._closed = True
         try:
             if response is not None and response.has_error():
-                self._s.send_error(response._wit().value)
-                self._closed = True
+                # An error response ends the stream only with the final flag, as in Triton.
+                self._s.send_error_response(response._wit().value, flags)
             else:
                 self._s.send(None if response is None else response._wit().value, flags)
         except Err as e:
@@ -962,10 +963,17 @@ def export(model_class):
             m = state.get("model")
             if m is None:
                 return [Err(_t.Error(code=_t.ErrorCode.INTERNAL, message="execute called before initialize"))] * len(requests)
+            batch = [Request(r, i) for i, r in enumerate(requests)]
             try:
-                return _execute(m, [Request(r, i) for i, r in enumerate(requests)], state)
+                return _execute(m, batch, state)
             except Exception as e:  # noqa: BLE001 (reported to every request)
                 err = _as_error(e)
+                if state.get("decoupled"):
+                    # Through each request's sender, before the senders are let
+                    # go of (which sends the final flag alone).
+                    for r in batch:
+                        _fail_stream(r, err)
+                    return []
                 return [Err(err) for _ in requests]
 
         def finalize(self):
@@ -1008,10 +1016,7 @@ def _execute(m, batch, state):
             if refusal is None:
                 again.append(r)
             elif decoupled:
-                try:
-                    r.get_response_sender()._s.send_error(refusal)
-                except Exception:  # noqa: BLE001 (the stream may be gone already)
-                    pass
+                _fail_stream(r, refusal)
             else:
                 answers[r._index] = Err(refusal)
         for r in again:
@@ -1021,6 +1026,18 @@ def _execute(m, batch, state):
     if decoupled and all(a is None for a in answers):
         return []
     return answers
+
+
+def _fail_stream(r, err):
+    """Ends request `r` of a decoupled model with `err`, unless its stream has
+    ended already (the final flag sent, or the client gone)."""
+    try:
+        sender = r.get_response_sender()
+        if not sender._closed:
+            sender._closed = True
+            sender._s.send_error(err)
+    except Exception:  # noqa: BLE001 (the stream may be gone already)
+        pass
 
 
 def _reschedule_refusal(r, state):

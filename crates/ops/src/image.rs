@@ -190,21 +190,28 @@ fn decode_unguarded(data: &[u8], color: Color, budget: usize) -> Result<Array> {
 /// components, as the file's markers cannot be trusted to say which it
 /// is); image-webp allocates the first VP8 partition (< 512 KiB) and then
 /// each DCT partition (< 16 MiB) at the size the file declares, before
-/// reading it, so a 61-byte file can make it allocate 16 MiB. Found by the
-/// `image` fuzz target (fuzz/README.md).
+/// reading it, so a 61-byte file can make it allocate 16 MiB, while a
+/// lossless WebP is decoded into ARGB words (4 bytes a pixel) before it is
+/// written out as RGB(A). Found by the `image` fuzz target (fuzz/README.md).
 fn decoder_buffers(format: Option<ImageFormat>, data: &[u8], (w, h): (u32, u32)) -> u64 {
     let (w, h) = (u64::from(w), u64::from(h));
     match format {
         Some(ImageFormat::Jpeg) => w * 256 + (w + 32) * (h + 32) * 4 * 2,
-        // Lossy ("VP8 ") or extended ("VP8X", which may hold lossy data);
-        // lossless ("VP8L") has no partitions.
-        // Its partitions (the first < 512 KiB, one DCT partition < 16 MiB,
-        // allocated at their declared sizes) and the YUV 4:2:0 frame it
-        // decodes into, in whole 16x16 macroblocks, with a row of
-        // per-macroblock state.
-        Some(ImageFormat::WebP) if data.get(12..16) != Some(b"VP8L") => {
+        Some(ImageFormat::WebP) => {
+            // Lossy: its partitions (the first < 512 KiB, one DCT partition
+            // < 16 MiB, allocated at their declared sizes) and the YUV 4:2:0
+            // frame it decodes into, in whole 16x16 macroblocks, with a row
+            // of per-macroblock state.
             let (mw, mh) = (w.div_ceil(16) * 16, h.div_ceil(16) * 16);
-            (1 << 24) + (1 << 19) + mw * mh * 3 / 2 + w * 64
+            let lossy = (1 << 24) + (1 << 19) + mw * mh * 3 / 2 + w * 64;
+            // Lossless ("VP8L"): the ARGB frame.
+            let lossless = w * h * 4;
+            match data.get(12..16) {
+                Some(b"VP8L") => lossless,
+                Some(b"VP8 ") => lossy,
+                // Extended ("VP8X"): either.
+                _ => lossy.max(lossless),
+            }
         }
         _ => 0,
     }
@@ -601,13 +608,31 @@ mod tests {
             decode(&tall, Color::Gray, 2 << 20).unwrap().shape(),
             &[2000, 42, 1]
         );
-        // Lossless WebP has no partitions: only its pixels count.
+        // Lossless WebP has no partitions: its pixels and its ARGB frame count.
         let lossless = encode(&rgb(8, 8, |_, _| [1, 2, 3]), ImageFormat::WebP);
         assert_eq!(&lossless[12..16], b"VP8L");
         assert_eq!(
             decode(&lossless, Color::Rgb, 64 << 10).unwrap().shape(),
             &[8, 8, 3]
         );
+        // A 121-byte lossless WebP (the fuzzer's) declaring 9216 x 1084
+        // pixels: its 40 MB ARGB frame beside the 30 MB of RGB took the
+        // decode 2.8 MB past a 64 MiB budget before it was counted.
+        let argb = [
+            0x52, 0x49, 0x46, 0x46, 0x00, 0x00, 0xf3, 0x00, 0x57, 0x45, 0x42, 0x50, 0x56, 0x50,
+            0x38, 0x4c, 0x3b, 0x00, 0x00, 0x00, 0x2f, 0xff, 0xe3, 0x0e, 0x01, 0x17, 0x1f, 0xd9,
+            0xff, 0x00, 0x0b, 0x08, 0x00, 0x01, 0xff, 0xef, 0xff, 0x02, 0x3e, 0xbb, 0xef, 0x76,
+            0x6d, 0x30, 0xb7, 0x06, 0xe4, 0x21, 0x04, 0x33, 0x5c, 0x5c, 0x4e, 0x00, 0xc9, 0xe1,
+            0x34, 0x02, 0x00, 0x00, 0x00, 0x00, 0x24, 0xc2, 0xe9, 0x0e, 0xaa, 0x00, 0x00, 0xcb,
+            0x0a, 0x59, 0x87, 0x57, 0x45, 0x42, 0xf2, 0x50, 0x56, 0x50, 0x38, 0xff, 0xe0, 0x00,
+            0x10, 0x4c, 0xc2, 0x01, 0x00, 0x00, 0x2f, 0x00, 0x00, 0x06, 0x66, 0x66, 0x66, 0x66,
+            0xc6, 0xc2, 0xc7, 0xcd, 0xc3, 0xd1, 0xcc, 0x34, 0x32, 0xff, 0xc2, 0x00, 0x0b, 0x08,
+            0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xc0,
+        ];
+        assert_eq!(probe(&argb).unwrap(), (9216, 1084, 3));
+        let e = decode(&argb, Color::Rgb, 64 << 20).unwrap_err();
+        assert_eq!(e.code, tern_core::error::Code::Unavailable, "{}", e.message);
+        assert!(e.message.contains("9216x1084"), "{}", e.message);
     }
 
     #[test]

@@ -334,6 +334,19 @@ impl responses::HostResponseSender for HostState {
             .map_err(|e| error_to_wit(&e))
     }
 
+    fn send_error_response(
+        &mut self,
+        sender: Resource<SenderHandle>,
+        error: wit::Error,
+        flags: u32,
+    ) -> std::result::Result<(), wit::Error> {
+        let h = self.table.get(&sender).map_err(resource_error)?;
+        h.responder
+            .0
+            .send(Some(Err(error_from_wit(error))), flags & 1 != 0)
+            .map_err(|e| error_to_wit(&e))
+    }
+
     fn is_cancelled(&mut self, sender: Resource<SenderHandle>) -> bool {
         self.table
             .get(&sender)

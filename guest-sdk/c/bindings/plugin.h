@@ -540,7 +540,7 @@ typedef struct {
   size_t len;
 } exports_tern_plugin_model_list_result_response_error_t;
 
-// Imported Functions from `tern:plugin/host@0.1.2`
+// Imported Functions from `tern:plugin/host@0.1.3`
 // Writes a line to the server's log, tagged with the plugin's model name.
 extern void tern_plugin_host_log(tern_plugin_host_log_level_t level, plugin_string_t *message);
 // Business logic scripting: runs a request on any model of the server
@@ -561,13 +561,18 @@ extern bool tern_plugin_host_metric_record(uint32_t family, plugin_list_tuple2_s
 // Gauges only: sets the value.
 extern bool tern_plugin_host_metric_set(uint32_t family, plugin_list_tuple2_string_string_t *labels, double value, tern_plugin_host_error_t *err);
 
-// Imported Functions from `tern:plugin/responses@0.1.2`
+// Imported Functions from `tern:plugin/responses@0.1.3`
 // Sends a response (or, with `none`, only the flags). Fails once
 // the final flag was sent, or with `cancelled` when the client has
 // gone away.
 extern bool tern_plugin_responses_method_response_sender_send(tern_plugin_responses_borrow_response_sender_t self, tern_plugin_responses_response_t *maybe_response, tern_plugin_responses_response_flags_t flags, tern_plugin_responses_error_t *err);
 // Sends an error as the request's last message (the final flag).
 extern bool tern_plugin_responses_method_response_sender_send_error(tern_plugin_responses_borrow_response_sender_t self, tern_plugin_responses_error_t *error, tern_plugin_responses_error_t *err);
+// Sends an error as one of the request's responses (since 0.1.3):
+// without the final flag the request stays open and more responses
+// may follow, as a Triton error response without
+// TRITONSERVER_RESPONSE_COMPLETE_FINAL.
+extern bool tern_plugin_responses_method_response_sender_send_error_response(tern_plugin_responses_borrow_response_sender_t self, tern_plugin_responses_error_t *error, tern_plugin_responses_response_flags_t flags, tern_plugin_responses_error_t *err);
 // Whether the client has gone away (the request is cancelled).
 extern bool tern_plugin_responses_method_response_sender_is_cancelled(tern_plugin_responses_borrow_response_sender_t self);
 // The response sender of request `index` of the batch `execute` is
@@ -584,7 +589,7 @@ extern bool tern_plugin_responses_method_response_stream_next(tern_plugin_respon
 // response it sends — many for a decoupled model, one for any other.
 extern bool tern_plugin_responses_infer_stream(tern_plugin_responses_infer_request_t *request, tern_plugin_responses_own_response_stream_t *ret, tern_plugin_responses_error_t *err);
 
-// Imported Functions from `tern:plugin/ops@0.1.2`
+// Imported Functions from `tern:plugin/ops@0.1.3`
 // An array of the given elements (`data` is `shape`'s element count
 // times the type's size).
 extern bool tern_plugin_ops_static_array_from_data(tern_plugin_ops_data_type_t datatype, plugin_list_s64_t *shape, plugin_list_u8_t *data, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
@@ -679,7 +684,7 @@ extern void tern_plugin_ops_nms(tern_plugin_ops_list_detection_t *boxes, float s
 // replaces an output of that name in the response `execute` returns.
 extern bool tern_plugin_ops_set_output(uint32_t index, plugin_string_t *name, tern_plugin_ops_borrow_array_t array, tern_plugin_ops_error_t *err);
 
-// Exported Functions from `tern:plugin/model@0.1.2`
+// Exported Functions from `tern:plugin/model@0.1.3`
 bool exports_tern_plugin_model_initialize(exports_tern_plugin_model_model_context_t *ctx, exports_tern_plugin_model_error_t *err);
 void exports_tern_plugin_model_execute(exports_tern_plugin_model_list_request_t *requests, exports_tern_plugin_model_list_result_response_error_t *ret);
 void exports_tern_plugin_model_finalize(void);

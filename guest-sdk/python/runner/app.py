@@ -57,6 +57,51 @@ import sandbox_asyncio  # noqa: E402
 sandbox_asyncio.install()
 numpy._host_arrays()  # tensors' values stay in the host while its kernels can compute on them
 
+
+# --- what the sandbox has no room for: a clear error at the call ----------------
+
+_NO_THREADS = ("the sandbox has no threads: send a decoupled model's responses from execute itself, or make "
+               "execute `async def` and run asyncio tasks (asyncio.create_task, asyncio.gather)")
+_NO_PROCESSES = ("the sandbox cannot start processes: call other models with BLS "
+                 "(pb_utils.InferenceRequest(...).exec()) or do the work in Python")
+
+
+def _refuse(call, why):
+    """Replaces `call` (a thread or process start) with one that raises
+    UNSUPPORTED naming the call, the model's file and line, and what to do
+    instead. (Found at run time rather than when the model loads: a model
+    whose other code paths never start a thread keeps serving.)"""
+    def refused(*args, **kwargs):
+        where = ""
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename.startswith("/models/"):
+                where = f"{os.path.basename(frame.f_code.co_filename)} line {frame.f_lineno} "
+                break
+            frame = frame.f_back
+        raise tern_plugin.TritonError(f"{where}calls {call}: {why}", tern_plugin.TritonError.UNSUPPORTED)
+    return refused
+
+
+def _refuse_threads_and_processes():
+    import subprocess
+    import threading
+
+    threading.Thread.start = _refuse("threading.Thread.start()", _NO_THREADS)
+    # subprocess.run, call, check_output, ... all start a Popen.
+    subprocess.Popen = _refuse("subprocess.Popen()", _NO_PROCESSES)
+    for name in ("system", "popen", "fork", "forkpty", "spawnv", "spawnve", "posix_spawn"):
+        if hasattr(os, name):
+            setattr(os, name, _refuse(f"os.{name}()", _NO_PROCESSES))
+    try:
+        import multiprocessing.process
+    except ImportError:  # not in the sandbox's standard library
+        return
+    multiprocessing.process.BaseProcess.start = _refuse("multiprocessing.Process.start()", _NO_PROCESSES)
+
+
+_refuse_threads_and_processes()
+
 # --- run time ------------------------------------------------------------------
 
 # What cannot run in the sandbox, and what to do instead.
