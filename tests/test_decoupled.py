@@ -126,6 +126,11 @@ def test_every_guest_language_streams_and_reports_errors_in_band(dsrv, model):
         assert error is not None and "COUNT must be >= 0, got -1" in str(error)
         s.send(model, [count_input(grpcclient, 1)], enable_empty_final_response=True)
         assert outs(s.until_final()) == [0, None]
+        # An error response without the final flag (contract 0.1.3): more responses follow.
+        s.send(model, [count_input(grpcclient, -3)], enable_empty_final_response=True)
+        result, error = s.take()
+        assert error is not None and "COUNT -3: an error response, the stream stays open" in str(error)
+        assert outs(s.until_final()) == [7, None]
     finally:
         s.close()
 

@@ -402,8 +402,11 @@ int tern_send(const tern_sender *s, tern_result *response, uint32_t flags, tern_
     tern_plugin_responses_borrow_response_sender_t b = tern_plugin_responses_borrow_response_sender(s->handle);
     tern_plugin_types_error_t e;
     bool ok;
-    if (response && response->is_err) {
+    if (response && response->is_err && (flags & TERN_RESPONSE_COMPLETE_FINAL)) {
         ok = tern_plugin_responses_method_response_sender_send_error(b, &response->val.err, &e);
+    } else if (response && response->is_err) {
+        /* An error response; the stream stays open (contract 0.1.3). */
+        ok = tern_plugin_responses_method_response_sender_send_error_response(b, &response->val.err, flags, &e);
     } else {
         ok = tern_plugin_responses_method_response_sender_send(b, response ? &response->val.ok : NULL, flags, &e);
     }

@@ -229,7 +229,9 @@ typedef struct {
 /* The response sender of request `index` of the running batch. */
 int tern_response_sender(size_t index, tern_sender *out, tern_error *err);
 /* Sends `response` (NULL: only the flags; a result turned into an error with
- * tern_fail() is sent as the request's last message) and frees its contents. */
+ * tern_fail() is an error response: the request's last message with
+ * TERN_RESPONSE_COMPLETE_FINAL, else more responses may follow) and frees
+ * its contents. */
 int tern_send(const tern_sender *s, tern_result *response, uint32_t flags, tern_error *err);
 /* Whether the client has gone away. */
 int tern_sender_is_cancelled(const tern_sender *s);

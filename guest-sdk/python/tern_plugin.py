@@ -406,8 +406,9 @@ class InferenceResponseSender:
     def send(self, response=None, flags=0):
         """Sends `response` (an `InferenceResponse`; `None` only with the final
         flag; one with an error reaches the client as an error, and ends the
-        stream only with the final flag, as in Triton). Raises `TritonError` once the sender is closed or the client
-        has gone away (`TritonError.CANCELLED`)."""
+        stream only with the final flag, as in Triton). Raises `TritonError`
+        once the sender is closed or the client has gone away
+        (`TritonError.CANCELLED`)."""
         if self._closed:
             raise TritonError("Unable to send response. Response sender has been closed.")
         if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):

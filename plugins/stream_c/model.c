@@ -1,7 +1,8 @@
 /*
  * `stream_c`: the decoupled test plugin in C: for each request, COUNT
  * (INT32 [1]) responses OUT = 0, 1, ... through its response sender, then
- * the final flag alone; a negative COUNT is answered with an error.
+ * the final flag alone; a negative COUNT is answered with an error; COUNT
+ * -3 with an error response, then OUT = 7, then the final flag.
  */
 #include "tern_plugin.h"
 
@@ -22,6 +23,19 @@ void tern_model_execute(const tern_request *reqs, size_t n, tern_result *results
         }
         size_t count = 0;
         const int32_t *c = tern_data(tern_input(&reqs[i], "COUNT"), TERN_INT32, &count, &err);
+        if (c && count == 1 && c[0] == -3) {
+            static const int64_t one[1] = {1};
+            const int32_t seven = 7;
+            tern_result r = {0};
+            tern_fail(&r, TERN_INVALID_ARG, "COUNT -3: an error response, the stream stays open");
+            tern_send(&s, &r, 0, &err);
+            tern_result o = {0};
+            tern_add_output(&o, tern_tensor_new("OUT", TERN_INT32, one, 1, &seven, sizeof seven));
+            tern_send(&s, &o, 0, &err);
+            tern_send(&s, NULL, TERN_RESPONSE_COMPLETE_FINAL, &err);
+            tern_sender_drop(&s);
+            continue;
+        }
         if (!c || count != 1 || c[0] < 0) {
             tern_result r = {0};
             tern_fail(&r, TERN_INVALID_ARG, "COUNT must be >= 0, got %d", c && count == 1 ? c[0] : -1);

@@ -1,6 +1,8 @@
 //! `stream_count`: a decoupled test plugin. For each request, `COUNT` (INT32
 //! `[1]`) responses `OUT` = 0, 1, ... (INT32 `[1]`), then the final flag on
-//! its own; a negative `COUNT` is answered with an error. Request
+//! its own; a negative `COUNT` is answered with an error (`-3`: with an
+//! error response that leaves the stream open, then `OUT` = 7, then the
+//! final flag). Request
 //! parameters: `delay_ms` sleeps before each response; `later` (bool) keeps
 //! the response sender and answers during the instance's next `execute`
 //! call — a decoupled model may answer after `execute` returned; `ignore`
@@ -40,6 +42,15 @@ fn run(job: Job) -> Result<(), Error> {
         count,
         delay,
     } = job;
+    if count == -3 {
+        sender.send_error_response(
+            &Error::invalid_arg("COUNT -3: an error response, the stream stays open"),
+            0,
+        )?;
+        let out = Tensor::from_vec("OUT", vec![1], vec![7]);
+        sender.send(Some(&Response::new(vec![out])), 0)?;
+        return sender.send(None, RESPONSE_COMPLETE_FINAL);
+    }
     if count < 0 {
         return sender.send_error(&Error::invalid_arg(format!(
             "COUNT must be >= 0, got {count}"
