@@ -3,7 +3,9 @@
 //! requests of a sequence run in order on the instance whose slot the
 //! sequence holds, the model gets the control inputs the config declares,
 //! and implicit state travels from one request's state output to the next
-//! request's state input. [`book`] keeps the slots, backlog and strategies,
+//! request's state input. With `iterative_sequence` every request is a
+//! sequence of its own (an implicit correlation id when it has none), which
+//! ends with it. [`book`] keeps the slots, backlog and strategies,
 //! [`control`] builds the control and state tensors; this module runs one
 //! OS thread per instance, each forming its own batches.
 
