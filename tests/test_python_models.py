@@ -355,11 +355,18 @@ def test_bls_calls_sync_and_async(server, mod, attr):
     np.testing.assert_array_equal(r.as_numpy("OUT"), 3 * (x + 1))
 
 
-def test_decoupled_senders_stream_over_grpc(server):
+def stream_one(server, model, name, value):
+    """Sends one INT32 [1] request to a decoupled model over a gRPC stream;
+    returns the client and the queue its (result, error) messages arrive on."""
     got = queue.Queue()
     c = grpcclient.InferenceServerClient(server.grpc_url)
     c.start_stream(callback=lambda result, error: got.put((result, error)))
-    c.async_stream_infer("counter", [tensor(grpcclient, "N", np.array([3], dtype=np.int32), "INT32")])
+    c.async_stream_infer(model, [tensor(grpcclient, name, np.array([value], dtype=np.int32), "INT32")])
+    return c, got
+
+
+def test_decoupled_senders_stream_over_grpc(server):
+    c, got = stream_one(server, "counter", "N", 3)
     values = []
     for _ in range(3):
         result, error = got.get(timeout=30)
@@ -386,19 +393,13 @@ def test_rescheduling_without_iterative_sequence_is_refused_not_left_hanging(ser
 
 
 def test_a_cancelled_iterative_request_stops_rescheduling_and_frees_the_instance(server):
-    got = queue.Queue()
-    c = grpcclient.InferenceServerClient(server.grpc_url)
-    c.start_stream(callback=lambda result, error: got.put((result, error)))
-    c.async_stream_infer("countdown", [tensor(grpcclient, "COUNT", np.array([2_000_000_000], dtype=np.int32), "INT32")])
+    c, got = stream_one(server, "countdown", "COUNT", 2_000_000_000)
     for _ in range(3):
         result, error = got.get(timeout=30)
         assert error is None, error
     c.stop_stream(cancel_requests=True)
     # The model's one instance runs the next request: the endless one was let go.
-    c = grpcclient.InferenceServerClient(server.grpc_url)
-    got = queue.Queue()
-    c.start_stream(callback=lambda result, error: got.put((result, error)))
-    c.async_stream_infer("countdown", [tensor(grpcclient, "COUNT", np.array([2], dtype=np.int32), "INT32")])
+    c, got = stream_one(server, "countdown", "COUNT", 2)
     left = []
     for _ in range(2):
         result, error = got.get(timeout=30)
