@@ -327,7 +327,8 @@ def test_numpy_work_on_request_tensors_runs_in_host_kernels_bit_for_bit_as_numpy
         assert_same_bits(name, got[name], want[name])
     # The host's kernels did the work where they can (the test would pass
     # without them otherwise): float arithmetic, casts, transposes, argmax.
-    for name in ("add", "mul", "div_zero", "rdiv", "scalar_f32", "broadcast_channel", "broadcast_wide", "mixed_f64",
+    for name in ("add", "mul", "div_zero", "rdiv", "scalar_f32", "radd_rmul", "f64", "small_first",
+                 "small_changed", "broadcast_channel", "broadcast_wide", "mixed_f64",
                  "u8_f32", "i32_f32", "f64_f32", "transpose", "transpose_T", "preprocess", "argmax_u8", "argmax_i32_0",
                  "expand_squeeze"):
         assert name in held, (name, held)

@@ -126,8 +126,13 @@ _TRITON_TO_NUMPY = {
 _NUMPY_TO_TRITON = {v: k for k, v in _TRITON_TO_NUMPY.items()}
 
 
+# The Python runner's numpy array type (set by that numpy when it loads).
+_NDARRAY = None
+
+
 def _is_ndarray(v):
-    return type(v).__name__ == "ndarray" and hasattr(v, "dtype") and hasattr(v, "tobytes")
+    t = type(v)
+    return t is _NDARRAY or t.__name__ == "ndarray" and hasattr(v, "dtype") and hasattr(v, "tobytes")
 
 
 def _dtype(name):
@@ -212,6 +217,7 @@ class Tensor:
     __slots__ = ("_name", "_dtype", "_shape", "_data", "_np")
 
     def __init__(self, name, values, datatype=None, shape=None):
+        self._np = None
         if _is_ndarray(values):
             # An array of the Python runner's numpy: its dtype, shape and bytes.
             dt = datatype or _NUMPY_TO_TRITON.get(values.dtype.name)
@@ -255,11 +261,16 @@ class Tensor:
         """A tensor from raw little-endian bytes (Triton's wire layout)."""
         t = cls.__new__(cls)
         t._name, t._dtype, t._shape, t._data = name, _dtype(datatype), [int(d) for d in shape], bytes(data)
+        t._np = None
         return t
 
     @classmethod
     def _from_wit(cls, w):
-        return cls.from_bytes(w.name, _NAMES[w.datatype], w.shape, w.data)
+        # The bindings give a list of ints and bytes: kept as they are.
+        t = cls.__new__(cls)
+        t._name, t._dtype, t._shape, t._data = w.name, _NAMES[w.datatype], w.shape, w.data
+        t._np = None
+        return t
 
     def _wit(self, name=None):
         return _t.Tensor(name=name or self._name, datatype=_DTYPES[self._dtype][0], shape=self._shape, data=self._data)
@@ -336,14 +347,11 @@ class Tensor:
         """The tensor as an array of the Python runner's `numpy` (BYTES: an
         object array of `bytes`). Plugins built with `tern plugin build`
         have no numpy: there it raises UNSUPPORTED."""
-        a = getattr(self, "_np", None)
+        a = self._np
         if a is not None:
             return a
-        try:
-            import numpy as np
-        except ImportError:
-            np = None
-        if np is None or not getattr(np, "__version__", "").endswith("+tern"):
+        np = _runner_numpy()
+        if np is None:
             raise TritonError(
                 "numpy is not available inside a Tern plugin built with `tern plugin build`; use as_list(), "
                 "as_array() or as_strings() (Triton Python models served with backend: \"python\" have it)",
@@ -362,6 +370,22 @@ class Tensor:
 
     def __repr__(self):
         return f"Tensor({self._name!r}, {self._dtype}, {self._shape})"
+
+
+_NUMPY = []
+
+
+def _runner_numpy():
+    """The Python runner's `numpy` (None in a plugin built without it)."""
+    if not _NUMPY:
+        try:
+            import numpy as np
+        except ImportError:
+            np = None
+        if np is None or not getattr(np, "__version__", "").endswith("+tern"):
+            return None
+        _NUMPY.append(np)
+    return _NUMPY[0]
 
 
 def _unpack(code, size, data):

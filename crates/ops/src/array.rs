@@ -71,10 +71,11 @@ macro_rules! decode_as {
 
 macro_rules! encode_as {
     ($values:expr, $t:ty, $conv:expr) => {{
-        let mut out = Vec::with_capacity($values.len() * std::mem::size_of::<$t>());
-        for &v in $values {
+        const N: usize = std::mem::size_of::<$t>();
+        let mut out = vec![0u8; $values.len() * N];
+        for (c, &v) in out.chunks_exact_mut(N).zip($values) {
             let x: $t = $conv(v);
-            out.extend_from_slice(&x.to_le_bytes());
+            c.copy_from_slice(&x.to_le_bytes());
         }
         out
     }};
@@ -253,10 +254,12 @@ impl Array {
         let shape: Vec<usize> = perm.iter().map(|&p| self.shape[p]).collect();
         let src_strides = strides(&self.shape);
         let strides: Vec<usize> = perm.iter().map(|&p| src_strides[p]).collect();
-        let mut out = Vec::with_capacity(self.data.len());
-        for_each_index(&shape, &strides, |offset| {
-            out.extend_from_slice(&self.data[offset * size..(offset + 1) * size])
-        });
+        let out = match size {
+            1 => gather::<1>(&self.data, &shape, &strides),
+            2 => gather::<2>(&self.data, &shape, &strides),
+            4 => gather::<4>(&self.data, &shape, &strides),
+            _ => gather::<8>(&self.data, &shape, &strides),
+        };
         Array::new(self.dtype, shape, out.into())
     }
 
@@ -413,6 +416,59 @@ pub fn for_each_index(shape: &[usize], strides: &[usize], mut f: impl FnMut(usiz
             idx[axis] = 0;
         }
     }
+}
+
+/// Like [`for_each_index`] for two arrays read together: calls `f` with
+/// the offsets into each (`a_strides`, `b_strides`, 0 on broadcast axes) of
+/// every index of `shape`, in C order.
+pub fn for_each_pair(
+    shape: &[usize],
+    a_strides: &[usize],
+    b_strides: &[usize],
+    mut f: impl FnMut(usize, usize),
+) {
+    if shape.contains(&0) {
+        return;
+    }
+    let rank = shape.len();
+    if rank == 0 {
+        f(0, 0);
+        return;
+    }
+    let mut idx = vec![0usize; rank];
+    let (mut a, mut b) = (0usize, 0usize);
+    let (last, sa, sb) = (shape[rank - 1], a_strides[rank - 1], b_strides[rank - 1]);
+    loop {
+        // The innermost axis as a plain loop.
+        for i in 0..last {
+            f(a + i * sa, b + i * sb);
+        }
+        let mut axis = rank - 1;
+        loop {
+            if axis == 0 {
+                return;
+            }
+            axis -= 1;
+            idx[axis] += 1;
+            a += a_strides[axis];
+            b += b_strides[axis];
+            if idx[axis] < shape[axis] {
+                break;
+            }
+            a -= a_strides[axis] * shape[axis];
+            b -= b_strides[axis] * shape[axis];
+            idx[axis] = 0;
+        }
+    }
+}
+
+/// The `N`-byte elements of `data` at the offsets [`for_each_index`] gives
+/// for `shape` read with `strides`, in that order.
+fn gather<const N: usize>(data: &[u8], shape: &[usize], strides: &[usize]) -> Vec<u8> {
+    let (items, _) = data.as_chunks::<N>();
+    let mut out: Vec<[u8; N]> = Vec::with_capacity(items.len());
+    for_each_index(shape, strides, |offset| out.push(items[offset]));
+    out.into_flattened()
 }
 
 #[cfg(test)]

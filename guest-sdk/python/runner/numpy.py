@@ -119,6 +119,18 @@ bool = bool_  # noqa: A001
 object = object_  # noqa: A001
 
 
+def _dt(spec):
+    """`dtype(spec)`, without the class call for the specs code passes most
+    (a dtype, a scalar type such as `np.float32`, a name)."""
+    if type(spec) is dtype:
+        return spec
+    try:
+        found = _DTYPES.get(spec)
+    except TypeError:  # unhashable: dtype() explains
+        found = None
+    return found if found is not None else dtype(spec)
+
+
 def _lookup(spec):
     if spec is None:
         return float64_d
@@ -339,10 +351,15 @@ class _Store:
     host holds (`held`, of shape `held_shape`) until Python code reads them.
     Arrays that are views of one another (`reshape`) share their store."""
 
-    __slots__ = ("values", "held", "held_shape")
+    __slots__ = ("values", "held", "held_shape", "mirror")
 
     def __init__(self, values, held=None, held_shape=None):
         self.values, self.held, self.held_shape = values, held, held_shape
+        # A host copy of a small list (a constant such as a per-channel
+        # mean, used again each request): (the bytes it was made from,
+        # shape, dtype, host array), used while the list still gives those
+        # bytes.
+        self.mirror = None
 
 
 class ndarray:
@@ -360,7 +377,7 @@ class ndarray:
     @classmethod
     def _of(cls, data, shape, d):
         a = object.__new__(cls)
-        a._store, a._shape, a._dtype = _Store(data), tuple(shape), d
+        a._store, a._shape, a._dtype = _Store(data), shape if type(shape) is tuple else tuple(shape), d
         return a
 
     @classmethod
@@ -398,6 +415,12 @@ class ndarray:
         return self._shape[0]
 
     def __iter__(self):
+        if len(self._shape) == 1:
+            # What self[i] gives, without working out the index each time.
+            d = self._dtype
+            for i in range(self._shape[0]):
+                yield _scalar(self._data[i], d)
+            return
         for i in range(len(self)):
             yield self[i]
 
@@ -440,7 +463,7 @@ class ndarray:
         return _to_bytes(self._data, self._dtype)
 
     def astype(self, dtype, copy=True):  # noqa: A002
-        d = globals()["dtype"](dtype)
+        d = _dt(dtype)
         if d is self._dtype:
             return self.copy() if copy else self
         if self._store.held is not None and _host_casts(self._dtype, d):
@@ -731,6 +754,7 @@ def _indices(shape):
 
 
 _CODES = {"b": "b", "B": "B", "h": "h", "H": "H", "i": "i", "I": "I", "q": "q", "Q": "Q", "f": "f", "d": "d"}
+_BIG = _sys.byteorder == "big"
 
 
 def _to_bytes(data, d):
@@ -758,6 +782,9 @@ def _shape_of(obj):
 
 def _flatten(obj, out):
     if isinstance(obj, (list, tuple)):
+        if not _b.any(isinstance(x, (list, tuple, ndarray)) for x in obj):
+            out.extend(obj)  # a flat list of scalars (the common case)
+            return out
         for x in obj:
             _flatten(x, out)
     elif isinstance(obj, ndarray):
@@ -895,14 +922,20 @@ def _from_wire(raw, dtype, shape):  # noqa: A002
     and `reshape` in one step (how `pb_utils.Tensor.as_numpy()` reads).
     Inside the runner a numeric tensor of `_HOST_MIN` elements or more
     goes to the host as it is."""
-    shape = tuple(_b.int(s) for s in shape)
-    d = dtype_of(dtype)
-    if _OPS is not None and d.name in _HOST_DT and _count(shape) >= _HOST_MIN and len(raw) == _count(shape) * d.itemsize:
+    shape = tuple(map(_b.int, shape))
+    d = _dt(dtype)
+    n = _count(shape)
+    if _OPS is not None and n >= _HOST_MIN and d.name in _HOST_DT and len(raw) == n * d.itemsize:
         a = _host_call(lambda: _OPS.Array.from_data(_HOST_DT[d.name], list(shape), _b.bytes(raw)), shape, d)
         if a is not None:
             return a
+    code = _CODES.get(d.char)
+    if code is not None and not _BIG and len(raw) == n * d.itemsize:
+        # The common case (numbers, sizes agreeing): straight from the bytes.
+        values = _array.array(code, raw).tolist()
+        return ndarray._of(values, shape, d)
     a = frombuffer(raw, dtype)
-    if _count(shape) != len(a._data):
+    if n != len(a._data):
         raise ValueError(f"cannot reshape array of size {len(a._data)} into shape {shape}")
     a._shape = shape
     return a
@@ -1731,6 +1764,8 @@ def _host_arrays(enabled=True):
     from componentize_py_types import Err
     from wit_world.imports import ops
 
+    tern_plugin._NDARRAY = ndarray  # pb_utils.Tensor(name, array) knows the type at once
+
     # The SDK's tables: numpy name -> Triton name -> WIT data type (not BYTES or FP16).
     _HOST_DT = {n: tern_plugin._DTYPES[t][0] for n, t in tern_plugin._NUMPY_TO_TRITON.items() if t not in ("BYTES", "FP16")}
     _HOST_BINARY = {_op.add: ops.BinaryOp.ADD, _op.sub: ops.BinaryOp.SUB, _op.mul: ops.BinaryOp.MUL, _div: ops.BinaryOp.DIV}
@@ -1756,12 +1791,23 @@ def _held_handle(a):
     return s.held if s.held_shape == a._shape else s.held.reshape(list(a._shape))
 
 
+_MIRROR_MAX = 512  # bytes
+
+
 def _host_handle(a, d):
     """`a` (an array or a scalar of dtype `d`'s kind) as a host array."""
     if isinstance(a, ndarray):
-        if a._store.held is not None:
+        s = a._store
+        if s.held is not None:
             return _held_handle(a)
-        return _OPS.Array.from_data(_HOST_DT[a._dtype.name], list(a._shape), a.tobytes())
+        raw = a.tobytes()
+        m = s.mirror
+        if m is not None and m[0] == raw and m[1] == a._shape and m[2] is a._dtype:
+            return m[3]
+        h = _OPS.Array.from_data(_HOST_DT[a._dtype.name], list(a._shape), raw)
+        if len(raw) <= _MIRROR_MAX:
+            s.mirror = (raw, a._shape, a._dtype, h)
+        return h
     return _OPS.Array.from_data(_HOST_DT[d.name], [], _to_bytes([_caster(d)(a)], d))
 
 
@@ -1773,16 +1819,25 @@ def _host_binary(a, b, f):
     """`f(a, b)` by the host's kernel (one side is held there) when numpy
     would compute in float32 or float64 from float operands; else None."""
     x, y = isinstance(a, ndarray), isinstance(b, ndarray)
-    for v, is_array in ((a, x), (b, y)):
-        k = v._dtype if is_array else getattr(v, "dtype", None)
+    ka = a._dtype if x else getattr(a, "dtype", None)
+    kb = b._dtype if y else getattr(b, "dtype", None)
+    for v, k in ((a, ka), (b, kb)):
         if k is None:
             if not isinstance(v, (_b.int, _b.float)):
                 return None
         elif not isinstance(k, dtype) or k.kind != "f" or k.itemsize < 4:
             return None
-    d = result_type(a, b)
-    if d.kind != "f" or d.itemsize < 4:
-        return None
-    shape = _broadcast_shape(a._shape if x else (), b._shape if y else ())
+    # result_type() for these operands: two float types promote; a Python
+    # number takes the other side's type (numpy 2's weak scalars).
+    d = (ka if ka is kb else _promote(ka, kb)) if ka is not None and kb is not None else (ka or kb)
     op = _HOST_BINARY[f]
+    if x and not y and a._dtype is d:
+        # array op scalar: the host's scalar kernel, no array for the scalar
+        # (the same arithmetic: the scalar is first rounded to `d`).
+        v = _b.float(_caster(d)(b))
+        return _host_call(lambda: _host_handle(a, d).scalar(op, v), a._shape, d)
+    if y and not x and b._dtype is d and f in (_op.add, _op.mul):
+        v = _b.float(_caster(d)(a))
+        return _host_call(lambda: _host_handle(b, d).scalar(op, v), b._shape, d)
+    shape = _broadcast_shape(a._shape if x else (), b._shape if y else ())
     return _host_call(lambda: _host_handle(a, d).binary(op, _host_handle(b, d)), shape, d)

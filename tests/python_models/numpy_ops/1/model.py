@@ -30,6 +30,13 @@ def results(inputs):
     out["rsub"] = 3 - x()
     out["scalar_f32"] = x() / np.float32(255.0) + np.float32(0.1)
     out["scalar_py"] = x() * 0.1 + 1e-3
+    out["radd_rmul"] = 2.5 + np.float32(3.0) * x()
+    # A small constant changed between two uses (-0.0 against 0.0: equal
+    # as numbers, not as bits): the second product sees the change.
+    m = np.array([0.0, 1.0, 2.0], dtype=np.float32).reshape(3, 1, 1)
+    out["small_first"] = x() * m
+    m[0] = -0.0
+    out["small_changed"] = x() * m
     out["broadcast_channel"] = (x() - MEAN) / MEAN
     out["broadcast_wide"] = x() * WIDE
     out["mixed_f64"] = x() + d().reshape(2, 3, 16, 16)
