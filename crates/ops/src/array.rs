@@ -258,7 +258,12 @@ impl Array {
             1 => gather::<1>(&self.data, &shape, &strides),
             2 => gather::<2>(&self.data, &shape, &strides),
             4 => gather::<4>(&self.data, &shape, &strides),
-            _ => gather::<8>(&self.data, &shape, &strides),
+            8 => gather::<8>(&self.data, &shape, &strides),
+            other => {
+                return Err(Error::internal(format!(
+                    "transpose: no element of {other} bytes"
+                )))
+            }
         };
         Array::new(self.dtype, shape, out.into())
     }
@@ -520,6 +525,22 @@ mod tests {
         assert_eq!(&f32s(&b)[6..12], &[1., 5., 9., 13., 17., 21.]);
         assert!(a.transpose(&[0, 0]).is_err());
         assert!(a.transpose(&[0]).is_err());
+        // Every element size moves whole elements (the values survive a
+        // round trip through each type).
+        for dtype in [
+            DataType::Uint8,
+            DataType::Int16,
+            DataType::Fp32,
+            DataType::Fp64,
+        ] {
+            let c = iota(vec![2, 3, 4])
+                .cast(dtype)
+                .unwrap()
+                .transpose(&[2, 0, 1])
+                .unwrap();
+            assert_eq!((c.dtype(), c.shape()), (dtype, &[4, 2, 3][..]));
+            assert_eq!(&f32s(&c)[6..12], &[1., 5., 9., 13., 17., 21.], "{dtype:?}");
+        }
     }
 
     #[test]
