@@ -21,7 +21,10 @@ over rounds. The client shares the 2 cores with the server. For `add_sub`,
 a third server, `tern-rust`, serves the Rust `add_sub` plugin
 (plugins/add_sub, same inputs and outputs, one instance, no batching): what
 Tern's request path costs with a compiled model, the ceiling of any Python
-model on this machine. Output: a markdown table on stdout and
+model on this machine; and a fourth, `tern-floor`, a Python model with
+add_sub's config that copies each input's bytes to an output through the
+runner's SDK (no numpy): what the runner's call costs before any model
+code. Output: a markdown table on stdout and
 target/bench-python/results.json.
 """
 
@@ -62,6 +65,27 @@ def rss_kb(pid):
         except (OSError, StopIteration):
             pass
     return total
+
+
+# The `tern-floor` model: add_sub's inputs and outputs, no work.
+FLOOR = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a, b = request.inputs()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor.from_bytes("OUTPUT0", a.datatype(), a.shape(), a.as_bytes()),
+                pb_utils.Tensor.from_bytes("OUTPUT1", b.datatype(), b.shape(), b.as_bytes()),
+            ]))
+        return responses
+'''
+
+# The repository folder suffix of each Tern variant beside the plain one.
+VARIANTS = {"tern-rust": "-rust", "tern-floor": "-floor"}
 
 
 class Server:
@@ -158,13 +182,19 @@ def main():
             with open(os.path.join(twin, "config.pbtxt"), "w") as f:
                 f.write(config)
             servers["add_sub"].append("tern-rust")
+        if "add_sub" in models:
+            floor = os.path.join(scratch, "repo-add_sub-floor", "add_sub")
+            shutil.copytree(os.path.join(MODELS, "add_sub"), floor)
+            with open(os.path.join(floor, "1", "model.py"), "w") as f:
+                f.write(FLOOR)
+            servers["add_sub"].append("tern-floor")
         # Fill Tern's .cwasm cache once (a first start compiles the runner).
         Server("tern", a, os.path.join(scratch, "repo-" + models[0]), scratch).stop()
         for r in range(a.rounds):
             for i, m in enumerate(models):
                 order = servers[m][(r + i) % len(servers[m]):] + servers[m][:(r + i) % len(servers[m])]
                 for kind in order:
-                    repo = os.path.join(scratch, "repo-" + m + ("-rust" if kind == "tern-rust" else ""))
+                    repo = os.path.join(scratch, "repo-" + m + VARIANTS.get(kind, ""))
                     s = Server(kind, a, repo, scratch)
                     try:
                         row = {"round": r, "model": m, "server": kind, "ready_s": s.ready_s}
