@@ -485,6 +485,8 @@ class ndarray:
     def reshape(self, *shape, order="C"):
         if len(shape) == 1 and not isinstance(shape[0], _b.int):
             shape = tuple(shape[0])
+        if shape == self._shape:  # a.reshape(b.shape) where it is already that shape
+            return ndarray._sharing(self._store, self._shape, self._dtype)
         shape = [_b.int(s) for s in shape]
         if shape.count(-1) > 1:
             raise ValueError("can only specify one unknown dimension")
@@ -799,12 +801,15 @@ def array(obj, dtype=None, copy=True, ndmin=0):  # noqa: A002
     if isinstance(obj, ndarray):
         a = obj.astype(dtype) if dtype is not None else (obj.copy() if copy else obj)
     else:
-        if isinstance(obj, (list, tuple)) and obj and _b.all(isinstance(x, ndarray) for x in obj):
-            return stack(obj).astype(dtype) if dtype is not None else stack(obj)
-        shape = _shape_of(obj)
-        flat = _flatten(obj, [])
-        if len(flat) != _count(shape):
-            raise ValueError("setting an array element with a sequence: the nested lists are not rectangular")
+        if isinstance(obj, (list, tuple)) and not _b.any(isinstance(x, (list, tuple, ndarray)) for x in obj):
+            flat, shape = list(obj), (len(obj),)  # a flat list of scalars (the common case)
+        else:
+            if isinstance(obj, (list, tuple)) and obj and _b.all(isinstance(x, ndarray) for x in obj):
+                return stack(obj).astype(dtype) if dtype is not None else stack(obj)
+            shape = _shape_of(obj)
+            flat = _flatten(obj, [])
+            if len(flat) != _count(shape):
+                raise ValueError("setting an array element with a sequence: the nested lists are not rectangular")
         if dtype is None:
             d = bool_d if flat and _b.all(isinstance(v, _b.bool) for v in flat) else None
             if d is None:
@@ -814,7 +819,7 @@ def array(obj, dtype=None, copy=True, ndmin=0):  # noqa: A002
                     if k not in (bool_d, int64_d, float64_d, object_d):
                         d = k if len(kinds) == 1 else _promote(d, k)
         else:
-            d = globals()["dtype"](dtype)
+            d = _dt(dtype)
         a = ndarray._of(_cast_all(flat, d) if d.kind != "O" else flat, shape, d)
     while a.ndim < ndmin:
         a = a.reshape((1,) + a.shape)
