@@ -390,40 +390,11 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 /// Calls `f` with the source offset of every element of `shape` in
 /// row-major order, given the source strides of each axis.
 pub fn for_each_index(shape: &[usize], strides: &[usize], mut f: impl FnMut(usize)) {
-    if shape.contains(&0) {
-        return;
-    }
-    let rank = shape.len();
-    if rank == 0 {
-        f(0);
-        return;
-    }
-    let mut idx = vec![0usize; rank];
-    let mut offset = 0usize;
-    loop {
-        // The innermost axis as a plain loop.
-        let (last, stride) = (shape[rank - 1], strides[rank - 1]);
-        for i in 0..last {
-            f(offset + i * stride);
-        }
-        let mut axis = rank - 1;
-        loop {
-            if axis == 0 {
-                return;
-            }
-            axis -= 1;
-            idx[axis] += 1;
-            offset += strides[axis];
-            if idx[axis] < shape[axis] {
-                break;
-            }
-            offset -= strides[axis] * shape[axis];
-            idx[axis] = 0;
-        }
-    }
+    for_each_pair(shape, strides, strides, |offset, _| f(offset));
 }
 
-/// Like [`for_each_index`] for two arrays read together: calls `f` with
+/// Walks `shape` for two arrays read together ([`for_each_index`] is the
+/// one-array case): calls `f` with
 /// the offsets into each (`a_strides`, `b_strides`, 0 on broadcast axes) of
 /// every index of `shape`, in C order.
 pub fn for_each_pair(
