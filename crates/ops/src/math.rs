@@ -252,11 +252,19 @@ pub fn scalar(op: BinaryOp, a: &Array, value: f64) -> Result<Array> {
         a.dtype()
     };
     if a.dtype() == DataType::Fp32 {
-        let v: Vec<f32> = a
-            .to_f32()
-            .into_iter()
-            .map(|x| op.apply(x as f64, value) as f32)
-            .collect();
+        let x = a.to_f32();
+        // One loop per operation, so that each inlines its arithmetic (the
+        // same values: computed in f64, rounded once).
+        let v: Vec<f32> = match op {
+            BinaryOp::Add => x.iter().map(|&p| (p as f64 + value) as f32).collect(),
+            BinaryOp::Sub => x.iter().map(|&p| (p as f64 - value) as f32).collect(),
+            BinaryOp::Mul => x.iter().map(|&p| (p as f64 * value) as f32).collect(),
+            BinaryOp::Div => x.iter().map(|&p| (p as f64 / value) as f32).collect(),
+            _ => x
+                .iter()
+                .map(|&p| op.apply(p as f64, value) as f32)
+                .collect(),
+        };
         return Ok(Array::from_f32(a.shape().to_vec(), &v));
     }
     let v: Vec<f64> = a.to_f64().into_iter().map(|x| op.apply(x, value)).collect();
@@ -478,6 +486,35 @@ mod tests {
         let d = binary(BinaryOp::Mul, &a, &col).unwrap();
         assert_eq!(d.to_f32(), vec![1., 2., 3., 8., 10., 12.]);
         assert!(binary(BinaryOp::Add, &a, &arr(vec![2], &[1., 2.])).is_err());
+    }
+
+    #[test]
+    fn fp32_scalar_matches_the_f64_rule() {
+        // The FP32 loops give what every other type gets: the operation in
+        // f64 on the widened element, rounded once.
+        let v: Vec<f32> = (0..50).map(|i| ((i as f32) * 0.37).sin() * 300.0).collect();
+        let a = arr(vec![5, 10], &v);
+        let ops = [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Maximum,
+            BinaryOp::Minimum,
+            BinaryOp::Pow,
+        ];
+        for op in ops {
+            for value in [255.0, 0.1f32 as f64, -3.0, 0.0] {
+                let got = scalar(op, &a, value).unwrap();
+                assert_eq!(got.shape(), &[5, 10]);
+                let want: Vec<f32> = v
+                    .iter()
+                    .map(|&p| op.apply(p as f64, value) as f32)
+                    .collect();
+                let want = Array::from_f32(vec![5, 10], &want);
+                assert_eq!(got.data(), want.data(), "{op:?} {value}");
+            }
+        }
     }
 
     #[test]

@@ -209,7 +209,19 @@ def _scalar_dtype(v):
     return object_d
 
 
+_CASTERS = {}
+
+
 def _caster(d):
+    """The function converting a Python value to dtype `d`'s values (made
+    once per dtype: the float ones hold a compiled `struct.Struct`)."""
+    c = _CASTERS.get(d.name)
+    if c is None:
+        c = _CASTERS[d.name] = _make_caster(d)
+    return c
+
+
+def _make_caster(d):
     if d.kind == "f":
         if d.itemsize == 8:
             return _b.float
