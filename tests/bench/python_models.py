@@ -15,7 +15,11 @@ starts alone with only that model; time to READY is from the spawn to the
 first 200 of /v2/health/ready (Tern with a warm .cwasm cache, which a first
 start of the round fills); perf_analyzer runs synchronously at concurrency 1
 and 16 (three windows after warm-up, its own figures); then the resident
-memory: Tern's process, Triton's server plus its stub processes. Each figure
+memory: Tern's process, Triton's server plus its stub processes. At
+concurrency 1 it also records the median latency and the server's own time
+per request from its statistics (compute input + infer + output: for Triton
+that includes the IPC with its stub), which separate the model's cost from
+the client's and the network's. Each figure
 is the median over rounds; "Tern/Triton" is the ratio within a round, median
 over rounds. The client shares the 2 cores with the server. For `add_sub`,
 a third server, `tern-rust`, serves the Rust `add_sub` plugin
@@ -142,7 +146,12 @@ def perf(a, server, model, conc):
             return {"error": (p.stdout + p.stderr).strip()[-600:]}
     finally:
         os.unlink(report)
-    return {"throughput": float(rows[0]["Inferences/Second"]), "p99_ms": float(rows[0]["p99 latency"]) / 1000}
+    row = rows[0]
+    # The server's own time per request, as its statistics report it
+    # (compute input + infer + output; Triton's includes its stub's IPC).
+    compute = sum(float(row.get(k) or 0) for k in ("Server Compute Input", "Server Compute Infer", "Server Compute Output"))
+    return {"throughput": float(row["Inferences/Second"]), "p99_ms": float(row["p99 latency"]) / 1000,
+            "latency_us": float(row["p50 latency"]), "compute_us": compute}
 
 
 def med(values):
@@ -207,8 +216,9 @@ def main():
                     print(json.dumps(row), flush=True)
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump({"rounds": a.rounds, "duration_s": a.duration, "runs": runs}, f, indent=1)
-    print("\n| model | server | c1 infer/s | c16 infer/s | p99 c16 ms | Tern/Triton c1 | Tern/Triton c16 | ready s | RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| model | server | c1 infer/s | c16 infer/s | p99 c16 ms | Tern/Triton c1 | Tern/Triton c16 | ready s | RSS MiB "
+          "| c1 p50 latency us | c1 server compute us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for m in models:
         for kind in servers[m]:
             rs = [x for x in runs if x["model"] == m and x["server"] == kind]
@@ -226,7 +236,8 @@ def main():
             fmt = lambda v, d=0: "—" if v is None else f"{v:,.{d}f}"  # noqa: E731
             print(f"| {m} | {kind} | {fmt(thr[1])} | {fmt(thr[16])} | {fmt(p99, 1)} | "
                   f"{fmt(ratio[1], 2) if kind != 'triton' else ''} | {fmt(ratio[16], 2) if kind != 'triton' else ''} | "
-                  f"{fmt(med([x['ready_s'] for x in rs]), 2)} | {fmt(med([x['rss_mib'] for x in rs]))} |")
+                  f"{fmt(med([x['ready_s'] for x in rs]), 2)} | {fmt(med([x['rss_mib'] for x in rs]))} | "
+                  f"{fmt(med([x['c1'].get('latency_us') for x in rs]))} | {fmt(med([x['c1'].get('compute_us') for x in rs]))} |")
 
 
 if __name__ == "__main__":
