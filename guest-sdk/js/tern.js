@@ -21,9 +21,9 @@
 // `Response`), or a `TernError` for that request alone; throwing fails the
 // whole batch. Build with `tern plugin build <dir>`.
 
-import * as host from "tern:plugin/host@0.1.3";
-import * as responses from "tern:plugin/responses@0.1.3";
-import * as ops from "tern:plugin/ops@0.1.3";
+import * as host from "tern:plugin/host@0.1.4";
+import * as responses from "tern:plugin/responses@0.1.4";
+import * as ops from "tern:plugin/ops@0.1.4";
 
 /**
  * Native pre/post-processing kernels (`tern:plugin/ops`): `ops.decodeImage`,

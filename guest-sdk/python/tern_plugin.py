@@ -464,7 +464,7 @@ _RESERVED = ("timeout", "priority", "binary_data_output")
 class Request:
     """One inference request (what `execute` receives), Triton-style accessors."""
 
-    __slots__ = ("_w", "_inputs", "_index", "_sender", "_release", "_again")
+    __slots__ = ("_w", "_inputs", "_index", "_sender", "_release")
 
     def __init__(self, w, index=0):
         self._w = w
@@ -472,13 +472,12 @@ class Request:
         self._index = index
         self._sender = None
         self._release = TRITONSERVER_REQUEST_RELEASE_ALL
-        self._again = False
 
     def set_release_flags(self, flags):
         """How the request is released when `execute` returns (Triton's
-        `set_release_flags`): `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` runs
-        it through `execute` again (a non-decoupled model returns None for
-        it this time), which needs `sequence_batching { iterative_sequence:
+        `set_release_flags`): `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` queues
+        it to run through `execute` again (a non-decoupled model returns None
+        for it this time), which needs `sequence_batching { iterative_sequence:
         true }` in the config; `TRITONSERVER_REQUEST_RELEASE_ALL` (the
         default) ends it."""
         if flags not in (TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
@@ -544,7 +543,7 @@ class Request:
     def flags(self):
         """Sequence flags: START = 1, END = 2 (0 when a rescheduled request
         runs again, as in Triton)."""
-        return 0 if self._again else self._w.flags
+        return self._w.flags
 
     def trace(self):
         """This request's trace, to pass to a BLS request (`InferenceTrace`)."""
@@ -1010,47 +1009,48 @@ def export(model_class):
 
 
 def _execute(m, batch, state):
-    """Runs the model's `execute` on `batch`, then again on the requests it
-    released with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` until none is
-    (Triton's request rescheduling, for `iterative_sequence` models): the
-    rescheduled requests run together, see `flags()` 0 and fresh input
-    tensors, and keep their response senders. Returns the batch's answers
-    (none for a decoupled model that returned None)."""
+    """Runs the model's `execute` on `batch` and returns the batch's answers
+    (none for a decoupled model that returned None). A request the model
+    released with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` (Triton's request
+    rescheduling, for `iterative_sequence` models) goes back to the host,
+    which queues it again behind the requests waiting: it runs through
+    `execute` later, with `flags()` 0, the same inputs and its response
+    sender still open."""
     decoupled = state.get("decoupled")
+    for r in batch:
+        r._release = TRITONSERVER_REQUEST_RELEASE_ALL
+    responses = _run(m.execute(batch))
+    if decoupled and responses is None:
+        pass  # answered through the response senders
+    elif responses is None or len(responses) != len(batch):
+        n = "None" if responses is None else len(responses)
+        raise TritonError(f"execute returned {n} response(s) for {len(batch)} request(s)")
     answers = [None] * len(batch)
-    pending = batch
-    while pending:
-        for r in pending:
-            r._release = TRITONSERVER_REQUEST_RELEASE_ALL
-        responses = _run(m.execute(pending))
-        if decoupled and responses is None:
-            pass  # answered through the response senders
-        elif responses is None or len(responses) != len(pending):
-            n = "None" if responses is None else len(responses)
-            raise TritonError(f"execute returned {n} response(s) for {len(pending)} request(s)")
-        again = []
-        for k, r in enumerate(pending):
-            if r._release != TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-                if responses is not None:
-                    answers[r._index] = _response(responses[k])
-                continue
-            if responses is not None and responses[k] is not None:
-                raise TritonError("Expected a None object in the execute function return list for "
-                                  f"reschduled request, found type '{type(responses[k])}'.")
-            refusal = _reschedule_refusal(r, state)
-            if refusal is None:
-                again.append(r)
-            elif decoupled:
-                _fail_stream(r, refusal)
-            else:
-                answers[r._index] = Err(refusal)
-        for r in again:
-            r._again = True
-            r._inputs = None
-        pending = again
+    for k, r in enumerate(batch):
+        if r._release != TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            if responses is not None:
+                answers[k] = _response(responses[k])
+            continue
+        if responses is not None and responses[k] is not None:
+            raise TritonError("Expected a None object in the execute function return list for "
+                              f"reschduled request, found type '{type(responses[k])}'.")
+        refusal = _reschedule_refusal(r, state)
+        if refusal is None:
+            try:
+                _responses.reschedule(r._index)
+            except Err as e:
+                refusal = e.value
+        if refusal is None:
+            if not decoupled:
+                # Ignored by the host: the request is not answered this time.
+                answers[k] = Err(_t.Error(code=_t.ErrorCode.UNKNOWN, message="rescheduled"))
+        elif decoupled:
+            _fail_stream(r, refusal)
+        else:
+            answers[k] = Err(refusal)
     if decoupled and all(a is None for a in answers):
         return []
-    return answers
+    return [Err(_t.Error(code=_t.ErrorCode.INTERNAL, message="no response")) if a is None else a for a in answers]
 
 
 def _fail_stream(r, err):

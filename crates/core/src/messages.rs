@@ -144,6 +144,15 @@ pub fn sequence_start_required(id: &str, model: &str) -> Error {
     ))
 }
 
+/// A request released for rescheduling by a model without
+/// `sequence_batching { iterative_sequence: true }` (`INVALID_ARG`;
+/// Triton's `InferenceRequest::Release`).
+pub fn reschedule_not_iterative() -> Error {
+    Error::invalid_arg(
+        "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag.",
+    )
+}
+
 /// A model that enables the response cache with a scheduler or transaction
 /// policy the cache cannot serve (`INVALID_ARG` at load; Triton's
 /// `model_config_utils.cc`): `what` is `sequence batching scheduler` or

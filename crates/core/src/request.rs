@@ -175,6 +175,10 @@ pub struct InferResponse {
     /// Compute time that produced it (statistics only): the execution's for
     /// a model, the composing models' sum for an ensemble.
     pub compute: ComputeTimes,
+    /// Not a response: the backend released the request to run again
+    /// (Triton's request rescheduling, `iterative_sequence` models), and
+    /// the sequence batcher queues it again.
+    pub rescheduled: bool,
 }
 
 /// Compute durations of one execution, as Triton's statistics split them.

@@ -528,21 +528,61 @@ impl WasmInstance {
             );
         };
         let result = call_execute(&m, store, plugin, batch, timing);
+        // Requests the plugin released to run again (none after a failure).
+        let again: Vec<bool> = match &result {
+            Ok(_) if !store.data().limits.hit => {
+                store.data().running.iter().map(|r| r.rescheduled).collect()
+            }
+            _ => Vec::new(),
+        };
+        // Senders dropped during the call: their requests' streams end now,
+        // unless the request runs again.
+        for (i, r) in store.data().running.iter().enumerate() {
+            if r.close_after && !again.get(i).copied().unwrap_or(false) {
+                if let Some(sink) = r.responder.as_ref().filter(|s| !s.0.is_closed()) {
+                    let _ = sink.0.send(None, true);
+                }
+            }
+        }
         let mut extra = take_set_outputs(store);
+        let mut out = self.answers(&m, batch, result, &mut extra, &again);
+        for (i, _) in again.iter().enumerate().filter(|(_, &a)| a) {
+            // No answer now, whatever `execute` returned for it: the
+            // scheduler queues it again.
+            out[i] = Ok(InferResponse {
+                rescheduled: true,
+                ..placeholder(&m, &batch[i])
+            });
+        }
+        out
+    }
+
+    /// The batch's answers from what `execute` returned (or how it failed);
+    /// `again` marks requests released to run again (a decoupled model's are
+    /// not ended).
+    fn answers(
+        &mut self,
+        m: &WasmModel,
+        batch: &[InferRequest],
+        result: wasmtime::Result<Answers>,
+        extra: &mut dyn FnMut(usize) -> Vec<Tensor>,
+        again: &[bool],
+    ) -> Vec<Result<InferResponse>> {
+        let Some((store, _)) = self.live.as_mut() else {
+            return self.fail_all(batch.len(), Error::internal("the plugin instance is gone"));
+        };
         if m.decoupled {
             if let Ok(results) = &result {
                 if results.is_empty() || results.len() == batch.len() {
-                    return decoupled_results(&m, batch, result.unwrap_or_default(), &mut extra);
+                    return decoupled_results(m, batch, result.unwrap_or_default(), extra, again);
                 }
             }
         }
         match result {
             Ok(results) if results.len() == batch.len() && store.data().limits.hit => {
-                self.answered_at_memory_cap(&m, batch, results, &mut extra)
+                self.answered_at_memory_cap(m, batch, results, extra)
             }
-            Ok(results) if results.len() == batch.len() => {
-                responses(&m, batch, results, &mut extra)
-            }
+            Ok(results) if results.len() == batch.len() => responses(m, batch, results, extra),
             Ok(results) => self.fail_all(
                 batch.len(),
                 Error::internal(format!(
@@ -555,7 +595,7 @@ impl WasmInstance {
             Err(e) => {
                 let what = describe(store, &e, m.sandbox);
                 m.counters.record(store.data().limits.hit, timed_out(&e));
-                self.restart_after_trap(&m, batch.len(), &what, &e)
+                self.restart_after_trap(m, batch.len(), &what, &e)
             }
         }
     }
@@ -641,6 +681,8 @@ fn begin_call(m: &WasmModel, store: &mut Store<HostState>, batch: &[InferRequest
             responder: r.responder.clone(),
             inputs: r.inputs.clone(),
             outputs: Vec::new(),
+            rescheduled: false,
+            close_after: false,
         })
         .collect();
     state.chain = call_chain(batch, &m.name);
@@ -728,6 +770,7 @@ fn decoupled_results(
     batch: &[InferRequest],
     results: Answers,
     extra: &mut dyn FnMut(usize) -> Vec<Tensor>,
+    again: &[bool],
 ) -> Vec<Result<InferResponse>> {
     let mut results = results.into_iter();
     batch
@@ -735,6 +778,10 @@ fn decoupled_results(
         .enumerate()
         .map(|(i, req)| {
             let given = results.next().map(|r| response(m, req, r, extra(i)));
+            if again.get(i).copied().unwrap_or(false) {
+                // Released to run again: its stream stays open.
+                return Ok(placeholder(m, req));
+            }
             let open = req.responder.as_ref().filter(|r| !r.0.is_closed());
             match (given, open) {
                 (Some(r), Some(sink)) => {

@@ -19,6 +19,7 @@ use super::tern::plugin::responses;
 use super::tern::plugin::types as wit;
 use super::PluginTelemetry;
 use tern_core::error::{Code, Error, Result};
+use tern_core::messages;
 use tern_core::router::ModelRouter;
 use tern_core::{
     DataType, InferRequest, InferResponse, Parameter, Parameters, RequestedOutput, Tensor,
@@ -78,6 +79,11 @@ pub struct Running {
     pub inputs: Vec<Tensor>,
     /// Outputs made with `ops.set-output`.
     pub outputs: Vec<Tensor>,
+    /// Released with `responses.reschedule`: it runs again, unanswered.
+    pub rescheduled: bool,
+    /// A sender of it was dropped during the call without the final flag:
+    /// the flag goes out after the call, unless the request was rescheduled.
+    pub close_after: bool,
 }
 
 /// The host side of a `response-sender` resource: the sink of one request.
@@ -86,13 +92,16 @@ pub struct SenderHandle {
     shape: Arc<ResponseShape>,
     id: String,
     batch_size: usize,
+    /// Whether dropping it sends the final flag (not while its request is
+    /// running: see [`Running::close_after`]).
+    final_on_drop: bool,
 }
 
 impl Drop for SenderHandle {
     /// A sender the plugin let go of (or whose instance ended) without the
     /// final flag closes its stream.
     fn drop(&mut self) {
-        if !self.responder.0.is_closed() {
+        if self.final_on_drop && !self.responder.0.is_closed() {
             let _ = self.responder.0.send(None, true);
         }
     }
@@ -354,8 +363,18 @@ impl responses::HostResponseSender for HostState {
     }
 
     fn drop(&mut self, sender: Resource<SenderHandle>) -> wasmtime::Result<()> {
-        self.table.delete(sender)?;
+        let mut h = self.table.delete(sender)?;
         self.senders = self.senders.saturating_sub(1);
+        // During the call that runs its request, the final flag waits for
+        // the call's end: the plugin may still reschedule the request.
+        if let Some(r) = self.running.iter_mut().find(|r| {
+            r.responder
+                .as_ref()
+                .is_some_and(|x| Arc::ptr_eq(&x.0, &h.responder.0))
+        }) {
+            r.close_after = true;
+            h.final_on_drop = false;
+        }
         Ok(())
     }
 }
@@ -442,6 +461,7 @@ impl responses::Host for HostState {
             shape,
             id: running.id.clone(),
             batch_size: running.batch_size,
+            final_on_drop: true,
         };
         let r = self.table.push(handle).map_err(resource_error)?;
         self.senders += 1;
@@ -453,6 +473,23 @@ impl responses::Host for HostState {
             .get(index as usize)
             .and_then(|r| r.responder.as_ref())
             .is_some_and(|r| r.0.is_cancelled())
+    }
+
+    fn reschedule(&mut self, index: u32) -> std::result::Result<(), wit::Error> {
+        let iterative = self.shape.as_ref().is_some_and(|s| {
+            tern_core::sequence::batching(&s.config).is_some_and(|b| b.iterative_sequence)
+        });
+        if !iterative {
+            return Err(error_to_wit(&messages::reschedule_not_iterative()));
+        }
+        let model = self.model.clone();
+        let Some(running) = self.running.get_mut(index as usize) else {
+            return Err(error_to_wit(&Error::invalid_arg(format!(
+                "model '{model}': no request {index} in the batch now executing (requests are rescheduled during execute)"
+            ))));
+        };
+        running.rescheduled = true;
+        Ok(())
     }
 }
 

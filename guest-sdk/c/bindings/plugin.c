@@ -3,147 +3,150 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `tern:plugin/host@0.1.3`
+// Imported Functions from `tern:plugin/host@0.1.4`
 
-__attribute__((__import_module__("tern:plugin/host@0.1.3"), __import_name__("log")))
+__attribute__((__import_module__("tern:plugin/host@0.1.4"), __import_name__("log")))
 extern void __wasm_import_tern_plugin_host_log(int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.3"), __import_name__("infer")))
+__attribute__((__import_module__("tern:plugin/host@0.1.4"), __import_name__("infer")))
 extern void __wasm_import_tern_plugin_host_infer(uint8_t *, size_t, int64_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.3"), __import_name__("metric-family")))
+__attribute__((__import_module__("tern:plugin/host@0.1.4"), __import_name__("metric-family")))
 extern void __wasm_import_tern_plugin_host_metric_family(uint8_t *, size_t, uint8_t *, size_t, int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.3"), __import_name__("metric-record")))
+__attribute__((__import_module__("tern:plugin/host@0.1.4"), __import_name__("metric-record")))
 extern void __wasm_import_tern_plugin_host_metric_record(int32_t, uint8_t *, size_t, double, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/host@0.1.3"), __import_name__("metric-set")))
+__attribute__((__import_module__("tern:plugin/host@0.1.4"), __import_name__("metric-set")))
 extern void __wasm_import_tern_plugin_host_metric_set(int32_t, uint8_t *, size_t, double, uint8_t *);
 
-// Imported Functions from `tern:plugin/responses@0.1.3`
+// Imported Functions from `tern:plugin/responses@0.1.4`
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.3"), __import_name__("[method]response-sender.send")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("[method]response-sender.send")))
 extern void __wasm_import_tern_plugin_responses_method_response_sender_send(int32_t, int32_t, uint8_t *, size_t, uint8_t *, size_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.3"), __import_name__("[method]response-sender.send-error")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("[method]response-sender.send-error")))
 extern void __wasm_import_tern_plugin_responses_method_response_sender_send_error(int32_t, int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.3"), __import_name__("[method]response-sender.send-error-response")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("[method]response-sender.send-error-response")))
 extern void __wasm_import_tern_plugin_responses_method_response_sender_send_error_response(int32_t, int32_t, uint8_t *, size_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.3"), __import_name__("[method]response-sender.is-cancelled")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("[method]response-sender.is-cancelled")))
 extern int32_t __wasm_import_tern_plugin_responses_method_response_sender_is_cancelled(int32_t);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.3"), __import_name__("sender")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("sender")))
 extern void __wasm_import_tern_plugin_responses_sender(int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.3"), __import_name__("is-cancelled")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("is-cancelled")))
 extern int32_t __wasm_import_tern_plugin_responses_is_cancelled(int32_t);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.3"), __import_name__("[method]response-stream.next")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("reschedule")))
+extern void __wasm_import_tern_plugin_responses_reschedule(int32_t, uint8_t *);
+
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("[method]response-stream.next")))
 extern void __wasm_import_tern_plugin_responses_method_response_stream_next(int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.3"), __import_name__("infer-stream")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("infer-stream")))
 extern void __wasm_import_tern_plugin_responses_infer_stream(uint8_t *, size_t, int64_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-// Imported Functions from `tern:plugin/ops@0.1.3`
+// Imported Functions from `tern:plugin/ops@0.1.4`
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[static]array.from-data")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[static]array.from-data")))
 extern void __wasm_import_tern_plugin_ops_static_array_from_data(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[static]array.input")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[static]array.input")))
 extern void __wasm_import_tern_plugin_ops_static_array_input(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.datatype")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.datatype")))
 extern int32_t __wasm_import_tern_plugin_ops_method_array_datatype(int32_t);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.shape")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.shape")))
 extern void __wasm_import_tern_plugin_ops_method_array_shape(int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.data")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.data")))
 extern void __wasm_import_tern_plugin_ops_method_array_data(int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.reshape")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.reshape")))
 extern void __wasm_import_tern_plugin_ops_method_array_reshape(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.transpose")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.transpose")))
 extern void __wasm_import_tern_plugin_ops_method_array_transpose(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.slice")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.slice")))
 extern void __wasm_import_tern_plugin_ops_method_array_slice(int32_t, int32_t, int64_t, int64_t, int64_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.cast")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.cast")))
 extern void __wasm_import_tern_plugin_ops_method_array_cast(int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.binary")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.binary")))
 extern void __wasm_import_tern_plugin_ops_method_array_binary(int32_t, int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.scalar")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.scalar")))
 extern void __wasm_import_tern_plugin_ops_method_array_scalar(int32_t, int32_t, double, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.unary")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.unary")))
 extern void __wasm_import_tern_plugin_ops_method_array_unary(int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.clip")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.clip")))
 extern void __wasm_import_tern_plugin_ops_method_array_clip(int32_t, double, double, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.softmax")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.softmax")))
 extern void __wasm_import_tern_plugin_ops_method_array_softmax(int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.reduce")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.reduce")))
 extern void __wasm_import_tern_plugin_ops_method_array_reduce(int32_t, int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.argmax")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.argmax")))
 extern void __wasm_import_tern_plugin_ops_method_array_argmax(int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.top-k")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.top-k")))
 extern void __wasm_import_tern_plugin_ops_method_array_top_k(int32_t, int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[method]array.split")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[method]array.split")))
 extern void __wasm_import_tern_plugin_ops_method_array_split(int32_t, int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[static]array.concat")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[static]array.concat")))
 extern void __wasm_import_tern_plugin_ops_static_array_concat(uint8_t *, size_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("decode-image")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("decode-image")))
 extern void __wasm_import_tern_plugin_ops_decode_image(uint8_t *, size_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("probe-image")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("probe-image")))
 extern void __wasm_import_tern_plugin_ops_probe_image(uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("convert-color")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("convert-color")))
 extern void __wasm_import_tern_plugin_ops_convert_color(int32_t, int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("resize")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("resize")))
 extern void __wasm_import_tern_plugin_ops_resize(int32_t, int32_t, int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("pad")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("pad")))
 extern void __wasm_import_tern_plugin_ops_pad(int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("crop")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("crop")))
 extern void __wasm_import_tern_plugin_ops_crop(int32_t, int32_t, int32_t, int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("letterbox")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("letterbox")))
 extern void __wasm_import_tern_plugin_ops_letterbox(int32_t, int32_t, int32_t, int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("normalize")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("normalize")))
 extern void __wasm_import_tern_plugin_ops_normalize(int32_t, int32_t, int32_t, double, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("yolo-decode")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("yolo-decode")))
 extern void __wasm_import_tern_plugin_ops_yolo_decode(int32_t, int32_t, float, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("iou")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("iou")))
 extern float __wasm_import_tern_plugin_ops_iou(float, float, float, float, float, int32_t, int32_t, float, float, float, float, float, int32_t, int32_t);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("nms")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("nms")))
 extern void __wasm_import_tern_plugin_ops_nms(uint8_t *, size_t, float, float, int32_t, int32_t, uint8_t *);
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("set-output")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("set-output")))
 extern void __wasm_import_tern_plugin_ops_set_output(int32_t, uint8_t *, size_t, int32_t, uint8_t *);
 
-// Exported Functions from `tern:plugin/model@0.1.3`
+// Exported Functions from `tern:plugin/model@0.1.4`
 
-__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.3#initialize")))
+__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.4#initialize")))
 void __wasm_export_exports_tern_plugin_model_initialize_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -158,7 +161,7 @@ void __wasm_export_exports_tern_plugin_model_initialize_post_return(uint8_t * ar
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.3#execute")))
+__attribute__((__weak__, __export_name__("cabi_post_tern:plugin/model@0.1.4#execute")))
 void __wasm_export_exports_tern_plugin_model_execute_post_return(uint8_t * arg0) {
   size_t len9 = *((size_t*) (arg0 + sizeof(void*)));
   if (len9 > 0) {
@@ -456,7 +459,7 @@ void tern_plugin_responses_response_free(tern_plugin_responses_response_t *ptr) 
   tern_plugin_types_response_free(ptr);
 }
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.3"), __import_name__("[resource-drop]response-sender")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("[resource-drop]response-sender")))
 extern void __wasm_import_tern_plugin_responses_response_sender_drop(int32_t handle);
 
 void tern_plugin_responses_response_sender_drop_own(tern_plugin_responses_own_response_sender_t handle) {
@@ -471,7 +474,7 @@ tern_plugin_responses_borrow_response_sender_t tern_plugin_responses_borrow_resp
   return (tern_plugin_responses_borrow_response_sender_t) { arg.__handle };
 }
 
-__attribute__((__import_module__("tern:plugin/responses@0.1.3"), __import_name__("[resource-drop]response-stream")))
+__attribute__((__import_module__("tern:plugin/responses@0.1.4"), __import_name__("[resource-drop]response-stream")))
 extern void __wasm_import_tern_plugin_responses_response_stream_drop(int32_t handle);
 
 void tern_plugin_responses_response_stream_drop_own(tern_plugin_responses_own_response_stream_t handle) {
@@ -531,7 +534,7 @@ void tern_plugin_ops_error_free(tern_plugin_ops_error_t *ptr) {
   tern_plugin_types_error_free(ptr);
 }
 
-__attribute__((__import_module__("tern:plugin/ops@0.1.3"), __import_name__("[resource-drop]array")))
+__attribute__((__import_module__("tern:plugin/ops@0.1.4"), __import_name__("[resource-drop]array")))
 extern void __wasm_import_tern_plugin_ops_array_drop(int32_t handle);
 
 void tern_plugin_ops_array_drop_own(tern_plugin_ops_own_array_t handle) {
@@ -995,6 +998,34 @@ bool tern_plugin_responses_sender(uint32_t index, tern_plugin_responses_own_resp
 bool tern_plugin_responses_is_cancelled(uint32_t index) {
   int32_t ret = __wasm_import_tern_plugin_responses_is_cancelled((int32_t) (index));
   return ret;
+}
+
+bool tern_plugin_responses_reschedule(uint32_t index, tern_plugin_responses_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tern_plugin_responses_reschedule((int32_t) (index), ptr);
+  tern_plugin_responses_result_void_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tern_plugin_types_error_t) {
+        (tern_plugin_types_error_code_t) (int32_t) *((uint8_t*) (ptr + sizeof(void*))),
+        (plugin_string_t) (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) },
+      };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
 }
 
 bool tern_plugin_responses_method_response_stream_next(tern_plugin_responses_borrow_response_stream_t self, tern_plugin_responses_result_response_error_t *ret) {
@@ -1894,7 +1925,7 @@ bool tern_plugin_ops_set_output(uint32_t index, plugin_string_t *name, tern_plug
   }
 }
 
-__attribute__((__export_name__("tern:plugin/model@0.1.3#initialize")))
+__attribute__((__export_name__("tern:plugin/model@0.1.4#initialize")))
 uint8_t * __wasm_export_exports_tern_plugin_model_initialize(uint8_t * arg, size_t arg0, int64_t arg1, uint8_t * arg2, size_t arg3, uint8_t * arg4, size_t arg5, int32_t arg6, int32_t arg7, uint8_t * arg8, size_t arg9) {
   exports_tern_plugin_model_model_context_t arg10 = (tern_plugin_types_model_context_t) {
     (plugin_string_t) (plugin_string_t) { (uint8_t*)(arg), (arg0) },
@@ -1923,7 +1954,7 @@ uint8_t * __wasm_export_exports_tern_plugin_model_initialize(uint8_t * arg, size
   return ptr;
 }
 
-__attribute__((__export_name__("tern:plugin/model@0.1.3#execute")))
+__attribute__((__export_name__("tern:plugin/model@0.1.4#execute")))
 uint8_t * __wasm_export_exports_tern_plugin_model_execute(uint8_t * arg, size_t arg0) {
   exports_tern_plugin_model_list_request_t arg2 = (exports_tern_plugin_model_list_request_t) { (exports_tern_plugin_model_request_t*)(arg), (arg0) };
   exports_tern_plugin_model_list_result_response_error_t ret;
@@ -1934,7 +1965,7 @@ uint8_t * __wasm_export_exports_tern_plugin_model_execute(uint8_t * arg, size_t 
   return ptr;
 }
 
-__attribute__((__export_name__("tern:plugin/model@0.1.3#finalize")))
+__attribute__((__export_name__("tern:plugin/model@0.1.4#finalize")))
 void __wasm_export_exports_tern_plugin_model_finalize(void) {
   exports_tern_plugin_model_finalize();
 }

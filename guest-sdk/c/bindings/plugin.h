@@ -540,7 +540,7 @@ typedef struct {
   size_t len;
 } exports_tern_plugin_model_list_result_response_error_t;
 
-// Imported Functions from `tern:plugin/host@0.1.3`
+// Imported Functions from `tern:plugin/host@0.1.4`
 // Writes a line to the server's log, tagged with the plugin's model name.
 extern void tern_plugin_host_log(tern_plugin_host_log_level_t level, plugin_string_t *message);
 // Business logic scripting: runs a request on any model of the server
@@ -561,7 +561,7 @@ extern bool tern_plugin_host_metric_record(uint32_t family, plugin_list_tuple2_s
 // Gauges only: sets the value.
 extern bool tern_plugin_host_metric_set(uint32_t family, plugin_list_tuple2_string_string_t *labels, double value, tern_plugin_host_error_t *err);
 
-// Imported Functions from `tern:plugin/responses@0.1.3`
+// Imported Functions from `tern:plugin/responses@0.1.4`
 // Sends a response (or, with `none`, only the flags). Fails once
 // the final flag was sent, or with `cancelled` when the client has
 // gone away.
@@ -581,6 +581,14 @@ extern bool tern_plugin_responses_sender(uint32_t index, tern_plugin_responses_o
 // Whether the client of request `index` of the running batch has gone
 // away (Triton's `request.is_cancelled()`; any model).
 extern bool tern_plugin_responses_is_cancelled(uint32_t index);
+// Releases request `index` of the running batch to run again (since
+// 0.1.4; Triton's `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`, models with
+// `sequence_batching { iterative_sequence: true }` only): this call
+// gives it no response (its entry in `execute`'s list is ignored), its
+// response sender stays open, and the host queues it again behind the
+// requests already waiting, with the same inputs and without the START
+// flag.
+extern bool tern_plugin_responses_reschedule(uint32_t index, tern_plugin_responses_error_t *err);
 // The next response or error, waiting for it (within the calling
 // `execute`'s deadline); `none` once the stream has ended.
 extern bool tern_plugin_responses_method_response_stream_next(tern_plugin_responses_borrow_response_stream_t self, tern_plugin_responses_result_response_error_t *ret);
@@ -589,7 +597,7 @@ extern bool tern_plugin_responses_method_response_stream_next(tern_plugin_respon
 // response it sends — many for a decoupled model, one for any other.
 extern bool tern_plugin_responses_infer_stream(tern_plugin_responses_infer_request_t *request, tern_plugin_responses_own_response_stream_t *ret, tern_plugin_responses_error_t *err);
 
-// Imported Functions from `tern:plugin/ops@0.1.3`
+// Imported Functions from `tern:plugin/ops@0.1.4`
 // An array of the given elements (`data` is `shape`'s element count
 // times the type's size).
 extern bool tern_plugin_ops_static_array_from_data(tern_plugin_ops_data_type_t datatype, plugin_list_s64_t *shape, plugin_list_u8_t *data, tern_plugin_ops_own_array_t *ret, tern_plugin_ops_error_t *err);
@@ -684,7 +692,7 @@ extern void tern_plugin_ops_nms(tern_plugin_ops_list_detection_t *boxes, float s
 // replaces an output of that name in the response `execute` returns.
 extern bool tern_plugin_ops_set_output(uint32_t index, plugin_string_t *name, tern_plugin_ops_borrow_array_t array, tern_plugin_ops_error_t *err);
 
-// Exported Functions from `tern:plugin/model@0.1.3`
+// Exported Functions from `tern:plugin/model@0.1.4`
 bool exports_tern_plugin_model_initialize(exports_tern_plugin_model_model_context_t *ctx, exports_tern_plugin_model_error_t *err);
 void exports_tern_plugin_model_execute(exports_tern_plugin_model_list_request_t *requests, exports_tern_plugin_model_list_result_response_error_t *ret);
 void exports_tern_plugin_model_finalize(void);

@@ -162,6 +162,7 @@ impl Ensemble {
             outputs,
             parameters,
             compute,
+            ..Default::default()
         })
     }
 

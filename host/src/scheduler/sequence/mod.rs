@@ -566,6 +566,7 @@ fn worker(s: Arc<Shared>, i: usize, name: String, mut instance: Box<dyn Instance
             times,
             start,
         } = execute_batch(&m, &name, instance.as_mut(), &requests);
+        let mut requests = requests;
         let done = Instant::now();
         let outcomes: Vec<RequestOutcome> = rows
             .iter()
@@ -582,13 +583,23 @@ fn worker(s: Arc<Shared>, i: usize, name: String, mut instance: Box<dyn Instance
         // Filler rows are part of the execution, not requests of anyone's.
         s.stats.record_execution(requests.len(), times, &outcomes);
         let mut answers = Vec::with_capacity(outcomes.len());
+        let mut woken = Vec::new();
         {
             let mut st = s
                 .state
                 .lock()
                 .expect("sequence lock poisoned: nothing panics while holding it");
-            for (row, result) in rows.into_iter().zip(results) {
+            for (pos, (row, result)) in rows.into_iter().zip(results).enumerate() {
                 let Some(row) = row else { continue };
+                if matches!(&result, Ok(r) if r.rescheduled) {
+                    let request = std::mem::take(&mut requests[pos]);
+                    match requeue(&s, &mut st, row, request, done) {
+                        Ok(Some(i)) => woken.push(i),
+                        Ok(None) => {}
+                        Err((seq, reply, e)) => answers.push((seq, reply, Err(e))),
+                    }
+                    continue;
+                }
                 let result = result.map(|mut r| {
                     let produced = s.controls.take_states(&mut r);
                     r.compute = times;
@@ -602,9 +613,59 @@ fn worker(s: Arc<Shared>, i: usize, name: String, mut instance: Box<dyn Instance
                 answers.push((row.seq, row.reply, result));
             }
         }
+        for i in woken {
+            s.wake[i].notify_one();
+        }
         for (seq, reply, result) in answers {
             deliver(&s, seq, reply, result);
         }
+    }
+}
+
+/// Queues a request the backend released to run again (Triton's request
+/// rescheduling, `iterative_sequence`): its sequence of one request is
+/// begun anew under the same correlation id, behind the sequences already
+/// waiting, the request without its START flag. Returns the instance to
+/// wake, or the request's answer when it cannot be queued.
+fn requeue(
+    s: &Shared,
+    st: &mut State,
+    row: Row,
+    mut request: InferRequest,
+    now: Instant,
+) -> std::result::Result<Option<usize>, (u64, Reply, Error)> {
+    let id = st.book.id(row.key).cloned();
+    st.book.finished(row.key, row.start, Vec::new(), now);
+    if st.closed {
+        // The version is going away: it runs no more requests.
+        return Err((row.seq, row.reply, gone_error(&s.config.name, s.version)));
+    }
+    let Some(id) = id else {
+        let e = Error::internal(format!(
+            "model '{}': a rescheduled request lost its sequence",
+            s.config.name
+        ));
+        return Err((row.seq, row.reply, e));
+    };
+    request
+        .parameters
+        .insert("sequence_start".into(), tern_core::Parameter::Bool(false));
+    let item = Item {
+        request,
+        start: false,
+        end: false,
+        enqueued: now,
+        seq: row.seq,
+        expires: None,
+        reply: row.reply,
+    };
+    match st.book.enqueue(&id, true, true, item, now) {
+        Ok(placed) => Ok(placed.instance),
+        Err(item) => Err((
+            item.seq,
+            item.reply,
+            messages::sequence_start_required(&id.to_string(), &s.config.name),
+        )),
     }
 }
 

@@ -421,3 +421,115 @@ fn iterative_sequences_are_one_request_each() {
         assert_eq!(pool.sequences(), 0);
     });
 }
+
+/// Reschedules each request until it has run INPUT times (its runs counted
+/// by correlation id); logs every run as (INPUT, START flag).
+struct Rerun {
+    log: Arc<std::sync::Mutex<Vec<(i32, bool)>>>,
+}
+
+struct RerunInstance {
+    log: Arc<std::sync::Mutex<Vec<(i32, bool)>>>,
+    runs: std::collections::HashMap<i64, i32>,
+}
+
+impl Model for Rerun {
+    fn create_instance(&self, _spec: &InstanceSpec) -> Result<Box<dyn Instance>> {
+        Ok(Box::new(RerunInstance {
+            log: self.log.clone(),
+            runs: Default::default(),
+        }))
+    }
+}
+
+impl Instance for RerunInstance {
+    fn execute(
+        &mut self,
+        batch: &[InferRequest],
+        _timing: &mut ExecTiming,
+    ) -> Vec<Result<InferResponse>> {
+        std::thread::sleep(Duration::from_millis(20));
+        batch
+            .iter()
+            .map(|r| {
+                let want = int(r.input("INPUT").unwrap());
+                let Some(Parameter::Int(id)) = r.parameters.get("sequence_id") else {
+                    panic!("an iterative request has an id")
+                };
+                let start = r.parameters.get("sequence_start") == Some(&Parameter::Bool(true));
+                self.log.lock().unwrap().push((want, start));
+                let runs = self.runs.entry(*id).or_insert(0);
+                *runs += 1;
+                if *runs < want {
+                    return Ok(InferResponse {
+                        rescheduled: true,
+                        ..Default::default()
+                    });
+                }
+                let t = Tensor::new(
+                    "OUTPUT",
+                    DataType::Int32,
+                    vec![1],
+                    runs.to_le_bytes().to_vec(),
+                );
+                Ok(InferResponse {
+                    outputs: vec![t],
+                    ..Default::default()
+                })
+            })
+            .collect()
+    }
+}
+
+/// Request rescheduling: a released request is queued again behind the
+/// requests waiting (so they run between its runs), without START, until
+/// the backend answers it.
+#[test]
+fn a_rescheduled_request_runs_again_behind_the_waiting_ones() {
+    let cfg = parse_pbtxt(
+        r#"name: "rr" max_batch_size: 0
+           input [{name: "INPUT" data_type: TYPE_INT32 dims: [1]}]
+           output [{name: "OUTPUT" data_type: TYPE_INT32 dims: [1]}]
+           instance_group [{kind: KIND_CPU count: 1}]
+           sequence_batching { iterative_sequence: true direct {} }"#,
+    )
+    .unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let model = Arc::new(Rerun { log: log.clone() });
+    let pool =
+        Arc::new(Pool::start(Arc::new(cfg), 1, model, 0, &std::env::temp_dir(), false).unwrap());
+    runtime().block_on(async {
+        let send = |v: i32| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut r = request(Parameter::Int(0), false, false, v);
+                r.parameters.clear();
+                r.inputs[0].shape = vec![1];
+                pool.schedule(r, 1, Instant::now()).await
+            })
+        };
+        let a = send(4);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let b = send(2);
+        let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+        assert_eq!(int(&a.outputs[0]), 4);
+        assert_eq!(int(&b.outputs[0]), 2);
+    });
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec![
+            (4, true),
+            (2, true),
+            (4, false),
+            (2, false),
+            (4, false),
+            (4, false)
+        ]
+    );
+    assert_eq!(pool.sequences(), 0, "nothing left queued");
+    let stats = pool.stats().snapshot();
+    assert_eq!(
+        stats.execution_count, 6,
+        "every run is an execution, as in Triton"
+    );
+}
