@@ -410,26 +410,6 @@ def test_a_cancelled_iterative_request_stops_rescheduling_and_frees_the_instance
     assert left == [1, 0]
 
 
-def test_a_rescheduled_request_queues_behind_the_waiting_ones(server):
-    # Rescheduling re-queues the request (Triton's continuous batching): a
-    # short countdown sent while a long one runs on the one instance is
-    # answered between the long one's runs, not after its last.
-    long_c, long_got = stream_one(server, "countdown", "COUNT", 100_000)
-    result, error = long_got.get(timeout=30)
-    assert error is None, error
-    short_c, short_got = stream_one(server, "countdown", "COUNT", 2)
-    runs = []
-    for _ in range(2):
-        result, error = short_got.get(timeout=30)
-        assert error is None, error
-        runs.append((int(result.as_numpy("RUN")[0]), int(result.as_numpy("FLAGS")[0])))
-    assert runs == [(1, 1), (2, 0)]  # START on its first run only
-    # The long one is still going: it had many runs left.
-    assert long_got.qsize() < 99_000
-    short_c.stop_stream()
-    long_c.stop_stream(cancel_requests=True)
-
-
 def test_threads_and_processes_fail_clearly_at_the_call(server):
     # A decoupled model sending from a thread, as Triton's examples do: the
     # stream ends with the error (the call, the model's line, what to do).

@@ -517,6 +517,29 @@ def test_rescheduled_decoupled_requests_answer_as_triton(servers, how):
     assert [a["FLAGS"] for a in answers["tern"]] == [[1]] + [[0]] * (count - 1)
 
 
+def test_a_rescheduled_request_keeps_its_slot_as_on_triton(servers):
+    """A rescheduled request stays in its sequence's slot: on countdown's one
+    slot (max_batch_size 0) a second request sent while a long countdown runs
+    starts only once the long one has ended, on both servers; the long one's
+    stream stays open across its runs."""
+    for k, s in servers.items():
+        got = queue.Queue()
+        c = grpcclient.InferenceServerClient(s.grpc_url)
+        c.start_stream(callback=lambda result, error: got.put((result, error)))
+        t = grpcclient.InferInput("COUNT", [1], "INT32")
+        t.set_data_from_numpy(np.array([300], dtype=np.int32))
+        c.async_stream_infer("countdown", [t])
+        try:
+            result, error = got.get(timeout=30)
+            assert error is None, (k, error)
+            short = countdown_stream(s, 2)
+            assert [a["RUN"] for a in short] == [[1], [2]], (k, short)
+            assert 1 + got.qsize() == 300, f"{k}: the second request ran before the first one ended"
+        finally:
+            c.stop_stream(cancel_requests=True)
+            c.close()
+
+
 def test_rescheduled_requests_stream_through_generate_as_on_triton(servers):
     answers = {k: generate_stream(s, "countdown", {"COUNT": 2}) for k, s in servers.items()}
     assert answers["tern"] == answers["triton"] and len(answers["tern"]) == 2

@@ -475,9 +475,9 @@ class Request:
 
     def set_release_flags(self, flags):
         """How the request is released when `execute` returns (Triton's
-        `set_release_flags`): `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` queues
-        it to run through `execute` again (a non-decoupled model returns None
-        for it this time), which needs `sequence_batching { iterative_sequence:
+        `set_release_flags`): `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` runs
+        it through `execute` again in a later batch (a non-decoupled model
+        returns None for it this time), which needs `sequence_batching { iterative_sequence:
         true }` in the config; `TRITONSERVER_REQUEST_RELEASE_ALL` (the
         default) ends it."""
         if flags not in (TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
@@ -1013,9 +1013,9 @@ def _execute(m, batch, state):
     (none for a decoupled model that returned None). A request the model
     released with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` (Triton's request
     rescheduling, for `iterative_sequence` models) goes back to the host,
-    which queues it again behind the requests waiting: it runs through
-    `execute` later, with `flags()` 0, the same inputs and its response
-    sender still open."""
+    which runs it again in the instance's next batch (its sequence keeps its
+    slot), with `flags()` 0, the same inputs and its response sender still
+    open."""
     decoupled = state.get("decoupled")
     for r in batch:
         r._release = TRITONSERVER_REQUEST_RELEASE_ALL

@@ -285,6 +285,36 @@ impl<T: Queued> Book<T> {
         }
     }
 
+    /// Puts a request that ran back at the front of its sequence's queue
+    /// (request rescheduling): the sequence keeps its slot, so the request
+    /// runs in its instance's next batch, beside the other slots' requests.
+    /// Gives it back when the sequence is gone.
+    pub fn requeue(&mut self, key: SeqKey, item: T, now: Instant) -> std::result::Result<(), T> {
+        let Some(seq) = self.seqs.get_mut(&key) else {
+            return Err(item);
+        };
+        seq.queue.push_front(item);
+        seq.last = now;
+        self.queued += 1;
+        Ok(())
+    }
+
+    /// Ends sequence `key` now (an `iterative_sequence` request that was
+    /// not rescheduled): its slot goes to the oldest backlog sequence, whose
+    /// instance is returned.
+    pub fn end(&mut self, key: SeqKey) -> Option<usize> {
+        let seq = self.seqs.get_mut(&key)?;
+        seq.ended = true;
+        if self.live.get(&seq.id) == Some(&key) {
+            self.live.remove(&seq.id);
+        }
+        if seq.queue.is_empty() {
+            self.release(key)
+        } else {
+            None
+        }
+    }
+
     /// Releases the sequences of instance `i` that have had no request for
     /// the idle time; returns their ids.
     pub fn reap(&mut self, i: usize, now: Instant) -> Vec<CorrelationId> {

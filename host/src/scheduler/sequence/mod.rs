@@ -240,9 +240,10 @@ impl Pool {
             flags.id = Some(CorrelationId::Number(id));
             flags.start = true;
         }
-        // An iterative sequence ends with its one request, however many
-        // times the backend runs it.
-        let closes = flags.end || s.iterative;
+        // An iterative sequence is its one request: it holds its slot while
+        // the backend reschedules it and ends once it is answered (see
+        // `worker`), whatever its END flag says.
+        let closes = flags.end && !s.iterative;
         let Some(id) = flags.id else {
             return refused(messages::sequence_correlation_id_required(m));
         };
@@ -593,10 +594,8 @@ fn worker(s: Arc<Shared>, i: usize, name: String, mut instance: Box<dyn Instance
                 let Some(row) = row else { continue };
                 if matches!(&result, Ok(r) if r.rescheduled) {
                     let request = std::mem::take(&mut requests[pos]);
-                    match requeue(&s, &mut st, row, request, done) {
-                        Ok(Some(i)) => woken.push(i),
-                        Ok(None) => {}
-                        Err((seq, reply, e)) => answers.push((seq, reply, Err(e))),
+                    if let Err((seq, reply, e)) = requeue(&s, &mut st, row, request, done) {
+                        answers.push((seq, reply, Err(e)));
                     }
                     continue;
                 }
@@ -610,6 +609,9 @@ fn worker(s: Arc<Shared>, i: usize, name: String, mut instance: Box<dyn Instance
                     Err(e) => (Err(e), Vec::new()),
                 };
                 st.book.finished(row.key, row.start, produced, done);
+                if s.iterative {
+                    woken.extend(st.book.end(row.key));
+                }
                 answers.push((row.seq, row.reply, result));
             }
         }
@@ -622,31 +624,24 @@ fn worker(s: Arc<Shared>, i: usize, name: String, mut instance: Box<dyn Instance
     }
 }
 
-/// Queues a request the backend released to run again (Triton's request
-/// rescheduling, `iterative_sequence`): its sequence of one request is
-/// begun anew under the same correlation id, behind the sequences already
-/// waiting, the request without its START flag. Returns the instance to
-/// wake, or the request's answer when it cannot be queued.
+/// Puts a request the backend released to run again (Triton's request
+/// rescheduling, `iterative_sequence`) back at the front of its sequence,
+/// which keeps its slot: it runs in the instance's next batch, beside the
+/// other slots' requests, without its START flag. Returns the request's
+/// answer when it cannot run again (the version is going away).
 fn requeue(
     s: &Shared,
     st: &mut State,
     row: Row,
     mut request: InferRequest,
     now: Instant,
-) -> std::result::Result<Option<usize>, (u64, Reply, Error)> {
-    let id = st.book.id(row.key).cloned();
+) -> std::result::Result<(), (u64, Reply, Error)> {
     st.book.finished(row.key, row.start, Vec::new(), now);
     if st.closed {
         // The version is going away: it runs no more requests.
+        st.book.end(row.key);
         return Err((row.seq, row.reply, gone_error(&s.config.name, s.version)));
     }
-    let Some(id) = id else {
-        let e = Error::internal(format!(
-            "model '{}': a rescheduled request lost its sequence",
-            s.config.name
-        ));
-        return Err((row.seq, row.reply, e));
-    };
     request
         .parameters
         .insert("sequence_start".into(), tern_core::Parameter::Bool(false));
@@ -659,14 +654,13 @@ fn requeue(
         expires: None,
         reply: row.reply,
     };
-    match st.book.enqueue(&id, true, true, item, now) {
-        Ok(placed) => Ok(placed.instance),
-        Err(item) => Err((
-            item.seq,
-            item.reply,
-            messages::sequence_start_required(&id.to_string(), &s.config.name),
-        )),
-    }
+    st.book.requeue(row.key, item, now).map_err(|item| {
+        let e = Error::internal(format!(
+            "model '{}': a rescheduled request lost its sequence",
+            s.config.name
+        ));
+        (item.seq, item.reply, e)
+    })
 }
 
 #[cfg(test)]
