@@ -436,6 +436,7 @@ fn prune(cache: Folder<'_>, written: &Path, incoming: u64) {
     };
     let now = std::time::SystemTime::now();
     let mut entries = Vec::new();
+    let mut seals = HashMap::new();
     let mut total = 0u64;
     for item in dir.flatten() {
         let name = item.file_name();
@@ -450,6 +451,9 @@ fn prune(cache: Folder<'_>, written: &Path, incoming: u64) {
             }
         } else if name.ends_with(".cwasm") || name.ends_with(".cwasm.seal") {
             total += meta.len();
+            if name.ends_with(".seal") {
+                seals.insert(item.path(), meta.len());
+            }
             if name.ends_with(".cwasm") && item.path() != written {
                 entries.push((meta.modified().unwrap_or(now), item.path(), meta.len()));
             }
@@ -465,17 +469,21 @@ fn prune(cache: Folder<'_>, written: &Path, incoming: u64) {
             break;
         }
         let seal = seal_path(&entry);
-        let seal_size = std::fs::metadata(&seal).map_or(0, |m| m.len());
-        if std::fs::remove_file(&entry).is_ok() {
-            let _ = std::fs::remove_file(&seal);
-            total = total.saturating_sub(size + seal_size);
-            tracing::info!(
+        match std::fs::remove_file(&entry) {
+            Ok(()) => tracing::info!(
                 "wasm cache: removed '{}' ({} KiB, least recently used) to stay within {} MiB",
                 entry.display(),
                 size / 1024,
                 cache.max_bytes >> 20
-            );
+            ),
+            // Another writer (a model loading beside this one, another
+            // server) removed it since the listing: it is gone all the same,
+            // and counting it as still there would remove one more.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => continue,
         }
+        let _ = std::fs::remove_file(&seal);
+        total = total.saturating_sub(size + seals.get(&seal).copied().unwrap_or(0));
     }
 }
 
@@ -661,6 +669,47 @@ mod tests {
         prune(bound, &cache.join("e.cwasm"), 1032);
         assert!(!cache.join("c.cwasm").exists() && cache.join("d.cwasm").exists());
         assert_eq!(std::fs::read_dir(cache).unwrap().count(), 3);
+    }
+
+    #[test]
+    fn writers_pruning_at_once_remove_only_what_they_must() {
+        // Several models of one server store their entries at the same
+        // time: each prunes the same listing. An old entry one of them
+        // removes first must count as gone for the others, not make them
+        // remove fresh entries in its place.
+        let key = [7u8; 32];
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let cache = dir.path();
+            let old = cache.join("old.cwasm");
+            store(&old, &[0u8; 4000], &key).unwrap();
+            age(&old, 7200);
+            for i in 0..6 {
+                store(&cache.join(format!("e{i}.cwasm")), &[0u8; 1000], &key).unwrap();
+            }
+            // Room for the six fresh entries (and seals) and a little more.
+            let bound = Folder {
+                path: cache,
+                max_bytes: 6 * 1032 + 500,
+            };
+            let start = std::sync::Barrier::new(6);
+            std::thread::scope(|s| {
+                for i in 0..6 {
+                    let (start, written) = (&start, cache.join(format!("e{i}.cwasm")));
+                    s.spawn(move || {
+                        start.wait();
+                        prune(bound, &written, 0);
+                    });
+                }
+            });
+            assert!(!old.exists(), "round {round}: the old entry goes");
+            for i in 0..6 {
+                assert!(
+                    cache.join(format!("e{i}.cwasm")).exists(),
+                    "round {round}: fresh entry e{i} was removed"
+                );
+            }
+        }
     }
 
     #[test]
