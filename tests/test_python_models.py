@@ -15,6 +15,7 @@ import queue
 import shutil
 import sys
 import textwrap
+import time
 import types
 
 import numpy as np
@@ -74,6 +75,43 @@ def repo(tmp_path_factory):
                     self.block = bytearray(1 << 30)  # beyond the 256 MiB max_memory_bytes
                 return [pb_utils.InferenceResponse(output_tensors=[
                     pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+    """)
+    # Decoupled: IN[0] == 0 keeps its sender (answered later, or never),
+    # > 0 hits the memory cap, < 0 answers at once.
+    add_model(root, "hog_stream", f'name: "hog_stream" backend: "python" {IO} '
+              'model_transaction_policy { decoupled: true }', """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                self.held = []
+
+            def execute(self, requests):
+                for r in requests:
+                    x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+                    sender = r.get_response_sender()
+                    if x[0] == 0:
+                        self.held.append(sender)
+                    elif x[0] > 0:
+                        self.block = bytearray(1 << 30)  # beyond the 256 MiB max_memory_bytes
+                    else:
+                        sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUT", x)]),
+                                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return None
+    """)
+    # Ends its stream, then asks to run again: its stream is over, so it does not.
+    add_model(root, "final_then_again", f'name: "final_then_again" backend: "python" {IO} '
+              'model_transaction_policy { decoupled: true } sequence_batching { iterative_sequence: true }', """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                for r in requests:
+                    x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+                    r.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUT", x)]),
+                                                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                return None
     """)
     add_model(root, "bls", f'name: "bls" backend: "python" {IO}', """
         import asyncio
@@ -364,6 +402,41 @@ def stream_one(server, model, name, value):
     c.start_stream(callback=lambda result, error: got.put((result, error)))
     c.async_stream_infer(model, [tensor(grpcclient, name, np.array([value], dtype=np.int32), "INT32")])
     return c, got
+
+
+def test_a_decoupled_model_at_its_memory_cap_restarts_and_ends_the_streams_it_held(server):
+    """A stream whose sender the model kept across calls ends with the
+    failure that restarted the instance, not a bare final flag (nor never)."""
+    got = queue.Queue()
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    for v in (0, 1):
+        c.async_stream_infer("hog_stream", [tensor(grpcclient, "IN", np.full(4, v, dtype=np.float32), "FP32")])
+    errors = [got.get(timeout=30)[1].message() for _ in range(2)]
+    cap = "model 'hog_stream' instance 'hog_stream_0' hit its memory cap of 268435456 bytes " \
+        "(max_memory_bytes); the instance was restarted"
+    assert any("MemoryError" in e for e in errors), errors  # the request that hit it
+    assert cap in errors, errors  # the stream held across calls
+    # The restarted instance answers.
+    c.async_stream_infer("hog_stream", [tensor(grpcclient, "IN", -np.ones(4, dtype=np.float32), "FP32")])
+    result, error = got.get(timeout=30)
+    c.stop_stream()
+    assert error is None, error
+    np.testing.assert_array_equal(result.as_numpy("OUT"), -np.ones(4, dtype=np.float32))
+
+
+def test_a_request_whose_stream_ended_does_not_run_again(server):
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    got = queue.Queue()
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    c.async_stream_infer("final_then_again", [tensor(grpcclient, "IN", np.ones(4, dtype=np.float32), "FP32")])
+    result, error = got.get(timeout=30)
+    assert error is None, error
+    time.sleep(0.5)  # room for a run that must not happen
+    c.stop_stream()
+    assert got.empty(), got.get()
+    stats = c.get_inference_statistics("final_then_again", as_json=True)["model_stats"][0]
+    assert int(stats["execution_count"]) == 1, stats
 
 
 def test_decoupled_senders_stream_over_grpc(server):

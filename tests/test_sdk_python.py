@@ -198,3 +198,34 @@ def test_bls_request_and_errors(sdk, monkeypatch):
     assert calls[0].parameters[0].value == t.ParameterValue_Bool(True)
     r = sdk.InferenceRequest("missing", []).exec()
     assert r.has_error() and r.error().code() == sdk.TritonError.NOT_FOUND and "missing" in r.error().message()
+
+
+def test_a_failed_batch_reschedules_nothing(sdk, monkeypatch):
+    """A request released with RESCHEDULE goes back to the host only once
+    every answer of the batch is built: when another answer is bad, the
+    whole batch fails and nothing runs again."""
+    t = sdk._t
+    config = {"name": "m", "sequence_batching": {"iterative_sequence": True}}
+    ctx = t.ModelContext(model_name="m", model_version=1, config_json=json.dumps(config), instance_name="m_0",
+                         instance_kind=t.InstanceKind.CPU, device_id=0, repository_path="/model")
+    released = []
+    monkeypatch.setattr(sdk._responses, "reschedule", released.append)
+    monkeypatch.setattr(sdk._responses, "is_cancelled", lambda index: False)
+
+    class M:
+        def execute(self, requests):
+            requests[0].set_release_flags(sdk.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+            return [None, self.second]
+
+    model = sdk.export(M)()
+    model.initialize(ctx)
+    reqs = [wit_request(sdk, X=sdk.Tensor("X", [1.0], "FP32", [1, 1])) for _ in range(2)]
+    reqs = [t.Request(id=r.id, inputs=r.inputs, requested_outputs=[], parameters=[], correlation_id=r.correlation_id,
+                      flags=0) for r in reqs]
+    M.second = "not a response"
+    results = model.execute(reqs)
+    assert all(isinstance(r, sdk.Err) for r in results) and released == []
+    assert "execute must return InferenceResponse objects" in results[0].value.message
+    M.second = sdk.InferenceResponse(output_tensors=[sdk.Tensor("Y", [1.0], "FP32", [1, 1])])
+    results = model.execute(reqs)
+    assert released == [0] and not isinstance(results[1], sdk.Err)

@@ -1026,6 +1026,7 @@ def _execute(m, batch, state):
         n = "None" if responses is None else len(responses)
         raise TritonError(f"execute returned {n} response(s) for {len(batch)} request(s)")
     answers = [None] * len(batch)
+    again = []
     for k, r in enumerate(batch):
         if r._release != TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
             if responses is not None:
@@ -1034,6 +1035,10 @@ def _execute(m, batch, state):
         if responses is not None and responses[k] is not None:
             raise TritonError("Expected a None object in the execute function return list for "
                               f"reschduled request, found type '{type(responses[k])}'.")
+        again.append((k, r))
+    # Released to the host only once every answer is built: if one fails,
+    # the whole batch fails and none of it runs again.
+    for k, r in again:
         refusal = _reschedule_refusal(r, state)
         if refusal is None:
             try:

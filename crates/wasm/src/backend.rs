@@ -471,7 +471,12 @@ impl WasmInstance {
         self.reported_memory = now;
     }
 
-    fn restart(&mut self) {
+    /// Replaces the instance with a fresh one; `why` (a failure) ends the
+    /// streams of response senders the old one still holds.
+    fn restart(&mut self, why: Option<Error>) {
+        if let (Some(e), Some((store, _))) = (why, self.live.as_ref()) {
+            let _ = store.data().ending.set(e);
+        }
         self.live = None;
         match self.model.instantiate(&self.spec) {
             Ok(live) => {
@@ -516,7 +521,7 @@ impl WasmInstance {
     ) -> Vec<Result<InferResponse>> {
         let m = self.model.clone();
         if self.live.is_none() {
-            self.restart();
+            self.restart(None);
         }
         let Some((store, plugin)) = self.live.as_mut() else {
             return self.fail_all(
@@ -528,18 +533,30 @@ impl WasmInstance {
             );
         };
         let result = call_execute(&m, store, plugin, batch, timing);
-        // Requests the plugin released to run again (none after a failure).
-        let again: Vec<bool> = match &result {
-            Ok(_) if !store.data().limits.hit => {
-                store.data().running.iter().map(|r| r.rescheduled).collect()
-            }
-            _ => Vec::new(),
-        };
+        let (returned, hit) = (result.is_ok(), store.data().limits.hit);
+        let open = |r: &Running| r.responder.as_ref().is_none_or(|s| !s.0.is_closed());
+        // Requests the plugin released to run again: none after a failure or
+        // at the memory cap (the instance restarts), nor one whose stream
+        // has ended (its final flag sent, its client gone).
+        let again: Vec<bool> = store
+            .data()
+            .running
+            .iter()
+            .map(|r| returned && !hit && r.rescheduled && open(r))
+            .collect();
+        // Released at the memory cap: they fail with it, below.
+        let dropped: Vec<bool> = store
+            .data()
+            .running
+            .iter()
+            .map(|r| returned && hit && r.rescheduled && open(r))
+            .collect();
         // Senders dropped during the call: their requests' streams end now,
-        // unless the request runs again.
+        // unless the request runs again or fails (after a failure of the
+        // call, the request's error ends its stream).
         for (i, r) in store.data().running.iter().enumerate() {
-            if r.close_after && !again.get(i).copied().unwrap_or(false) {
-                if let Some(sink) = r.responder.as_ref().filter(|s| !s.0.is_closed()) {
+            if returned && r.close_after && !again[i] && !dropped[i] && open(r) {
+                if let Some(sink) = r.responder.as_ref() {
                     let _ = sink.0.send(None, true);
                 }
             }
@@ -554,7 +571,18 @@ impl WasmInstance {
                 ..placeholder(&m, &batch[i])
             });
         }
+        for (i, _) in dropped.iter().enumerate().filter(|(_, &d)| d) {
+            out[i] = Err(self.memory_cap_error(&m));
+        }
         out
+    }
+
+    /// What a request gets when the instance hit its memory cap.
+    fn memory_cap_error(&self, m: &WasmModel) -> Error {
+        Error::internal(format!(
+            "model '{}' instance '{}' hit its memory cap of {} bytes (max_memory_bytes); the instance was restarted",
+            m.name, self.spec.name, m.sandbox.max_memory
+        ))
     }
 
     /// The batch's answers from what `execute` returned (or how it failed);
@@ -574,7 +602,15 @@ impl WasmInstance {
         if m.decoupled {
             if let Ok(results) = &result {
                 if results.is_empty() || results.len() == batch.len() {
-                    return decoupled_results(m, batch, result.unwrap_or_default(), extra, again);
+                    let hit = store.data().limits.hit;
+                    let out = decoupled_results(m, batch, result.unwrap_or_default(), extra, again);
+                    if hit {
+                        // Its answers stand; its memory is at the cap for good.
+                        m.counters.record(true, false);
+                        tracing::error!(model = %m.name, instance = %self.spec.name, "plugin hit its memory cap; restarting the instance");
+                        self.restart(Some(self.memory_cap_error(m)));
+                    }
+                    return out;
                 }
             }
         }
@@ -610,10 +646,8 @@ impl WasmInstance {
         results: Answers,
         extra: &mut dyn FnMut(usize) -> Vec<Tensor>,
     ) -> Vec<Result<InferResponse>> {
-        let why = format!(
-            "model '{}' instance '{}' hit its memory cap of {} bytes (max_memory_bytes); the instance was restarted",
-            m.name, self.spec.name, m.sandbox.max_memory
-        );
+        let cap = self.memory_cap_error(m);
+        let why = &cap.message;
         let results = results
             .into_iter()
             .map(|r| {
@@ -626,7 +660,7 @@ impl WasmInstance {
         let out = responses(m, batch, results, extra);
         m.counters.record(true, false);
         tracing::error!(model = %m.name, instance = %self.spec.name, "plugin hit its memory cap; restarting the instance");
-        self.restart();
+        self.restart(Some(cap));
         out
     }
 
@@ -641,14 +675,12 @@ impl WasmInstance {
     ) -> Vec<Result<InferResponse>> {
         tracing::error!(model = %m.name, instance = %self.spec.name, "plugin {what}; restarting the instance");
         tracing::debug!(model = %m.name, "plugin failure details: {e:?}");
-        self.restart();
-        self.fail_all(
-            n,
-            Error::internal(format!(
-                "model '{}' instance '{}' {what}; the instance was restarted",
-                m.name, self.spec.name
-            )),
-        )
+        let e = Error::internal(format!(
+            "model '{}' instance '{}' {what}; the instance was restarted",
+            m.name, self.spec.name
+        ));
+        self.restart(Some(e.clone()));
+        self.fail_all(n, e)
     }
 }
 

@@ -470,19 +470,22 @@ fn prune(cache: Folder<'_>, written: &Path, incoming: u64) {
         }
         let seal = seal_path(&entry);
         match std::fs::remove_file(&entry) {
-            Ok(()) => tracing::info!(
-                "wasm cache: removed '{}' ({} KiB, least recently used) to stay within {} MiB",
-                entry.display(),
-                size / 1024,
-                cache.max_bytes >> 20
-            ),
+            Ok(()) => {
+                tracing::info!(
+                    "wasm cache: removed '{}' ({} KiB, least recently used) to stay within {} MiB",
+                    entry.display(),
+                    size / 1024,
+                    cache.max_bytes >> 20
+                );
+                let _ = std::fs::remove_file(&seal);
+            }
             // Another writer (a model loading beside this one, another
             // server) removed it since the listing: it is gone all the same,
-            // and counting it as still there would remove one more.
+            // and counting it as still there would remove one more. Its seal
+            // is that writer's to remove (by now it may seal a new copy).
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(_) => continue,
         }
-        let _ = std::fs::remove_file(&seal);
         total = total.saturating_sub(size + seals.get(&seal).copied().unwrap_or(0));
     }
 }

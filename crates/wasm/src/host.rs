@@ -5,7 +5,7 @@
 //! and the conversions between the core's types and the WIT types.
 
 use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll, Wake};
 use std::time::Instant;
 
@@ -95,14 +95,18 @@ pub struct SenderHandle {
     /// Whether dropping it sends the final flag (not while its request is
     /// running: see [`Running::close_after`]).
     final_on_drop: bool,
+    /// Why its instance was torn down, once it is (see [`HostState::ending`]).
+    ending: Arc<OnceLock<Error>>,
 }
 
 impl Drop for SenderHandle {
-    /// A sender the plugin let go of (or whose instance ended) without the
-    /// final flag closes its stream.
+    /// A sender the plugin let go of without the final flag closes its
+    /// stream; one still held when its instance is torn down after a
+    /// failure ends its stream with that failure.
     fn drop(&mut self) {
         if self.final_on_drop && !self.responder.0.is_closed() {
-            let _ = self.responder.0.send(None, true);
+            let last = self.ending.get().map(|e| Err(e.clone()));
+            let _ = self.responder.0.send(last, true);
         }
     }
 }
@@ -196,6 +200,10 @@ pub struct HostState {
     /// The last panic the plugin reported (`panicked at file:line:col: message`),
     /// for the error of the trap that follows.
     pub panic: Option<String>,
+    /// Why the instance is being torn down (a trap, the memory cap), set
+    /// before its store goes: the streams of response senders it still
+    /// holds end with this error instead of a bare final flag.
+    pub ending: Arc<OnceLock<Error>>,
 }
 
 impl HostState {
@@ -229,6 +237,7 @@ impl HostState {
             log_limit: LogLimit::default(),
             metric_caps: metrics::Caps::default(),
             panic: None,
+            ending: Arc::default(),
         }
     }
 
@@ -462,6 +471,7 @@ impl responses::Host for HostState {
             id: running.id.clone(),
             batch_size: running.batch_size,
             final_on_drop: true,
+            ending: self.ending.clone(),
         };
         let r = self.table.push(handle).map_err(resource_error)?;
         self.senders += 1;

@@ -288,15 +288,38 @@ impl<T: Queued> Book<T> {
     /// Puts a request that ran back at the front of its sequence's queue
     /// (request rescheduling): the sequence keeps its slot, so the request
     /// runs in its instance's next batch, beside the other slots' requests.
-    /// Gives it back when the sequence is gone.
-    pub fn requeue(&mut self, key: SeqKey, item: T, now: Instant) -> std::result::Result<(), T> {
+    /// A sequence that had ended (its slot freed when this, its last
+    /// request, was taken) goes on until the request is answered: it takes
+    /// a free slot, whose instance is returned, or the backlog's front.
+    /// Gives the request back when the sequence is gone.
+    pub fn requeue(
+        &mut self,
+        key: SeqKey,
+        item: T,
+        now: Instant,
+    ) -> std::result::Result<Option<usize>, T> {
+        let free = self.free_slot();
         let Some(seq) = self.seqs.get_mut(&key) else {
             return Err(item);
         };
         seq.queue.push_front(item);
         seq.last = now;
+        seq.ended = false;
         self.queued += 1;
-        Ok(())
+        if seq.slot.is_some() || self.backlog.contains(&key) {
+            return Ok(None);
+        }
+        match free {
+            Some((i, j)) => {
+                seq.slot = Some((i, j));
+                self.slots[i][j] = Some(key);
+                Ok(Some(i))
+            }
+            None => {
+                self.backlog.push_front(key);
+                Ok(None)
+            }
+        }
     }
 
     /// Ends sequence `key` now (an `iterative_sequence` request that was

@@ -214,6 +214,21 @@ impl Controls {
         }
     }
 
+    /// Removes the control and state inputs [`Controls::add_controls`] and
+    /// [`Controls::add_states`] added, leaving the client's own: a request
+    /// queued again (rescheduled) then batches with requests that have not
+    /// run yet, and gets its controls and states anew when it runs.
+    pub fn strip(&self, req: &mut InferRequest) {
+        let flags = [&self.start, &self.end, &self.ready];
+        let added: Vec<&str> = flags
+            .iter()
+            .filter_map(|f| f.as_ref().map(|f| f.name.as_str()))
+            .chain(self.corrid.as_ref().map(|c| c.name.as_str()))
+            .chain(self.states.iter().map(|s| s.input.as_str()))
+            .collect();
+        req.inputs.retain(|t| !added.contains(&t.name.as_str()));
+    }
+
     /// Takes the state outputs from a response (they are not the client's,
     /// unless the config also declares them as outputs: then the client gets
     /// them too): `Some` for each state the model produced.

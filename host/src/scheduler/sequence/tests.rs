@@ -487,13 +487,29 @@ impl Instance for RerunInstance {
 /// (continuous batching); each run is an execution.
 #[test]
 fn a_rescheduled_request_keeps_its_slot_and_batches_with_new_ones() {
-    let cfg = parse_pbtxt(
+    rescheduled_runs("");
+}
+
+/// The same with control inputs: the rescheduled request gets them anew
+/// each run, so it still batches with requests that have not run yet.
+#[test]
+fn a_rescheduled_request_of_a_model_with_controls_batches_with_new_ones() {
+    rescheduled_runs(
+        r#"control_input [
+             {name: "START" control [{kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1]}]},
+             {name: "READY" control [{kind: CONTROL_SEQUENCE_READY int32_false_true: [0, 1]}]}
+           ]"#,
+    );
+}
+
+fn rescheduled_runs(controls: &str) {
+    let cfg = parse_pbtxt(&format!(
         r#"name: "rr" max_batch_size: 2
-           input [{name: "INPUT" data_type: TYPE_INT32 dims: [1]}]
-           output [{name: "OUTPUT" data_type: TYPE_INT32 dims: [1]}]
-           instance_group [{kind: KIND_CPU count: 1}]
-           sequence_batching { iterative_sequence: true direct {} }"#,
-    )
+           input [{{name: "INPUT" data_type: TYPE_INT32 dims: [1]}}]
+           output [{{name: "OUTPUT" data_type: TYPE_INT32 dims: [1]}}]
+           instance_group [{{kind: KIND_CPU count: 1}}]
+           sequence_batching {{ iterative_sequence: true direct {{}} {controls} }}"#
+    ))
     .unwrap();
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let model = Arc::new(Rerun { log: log.clone() });
@@ -538,4 +554,44 @@ fn a_rescheduled_request_keeps_its_slot_and_batches_with_new_ones() {
         stats.execution_count, 4,
         "every run is an execution, as in Triton"
     );
+}
+
+/// Two requests of one explicit correlation id on an iterative model: the
+/// first ends the sequence when it is answered; the second, queued behind
+/// it, still runs, is rescheduled and is answered.
+#[test]
+fn a_request_behind_an_ended_iterative_sequence_can_be_rescheduled() {
+    let cfg = parse_pbtxt(
+        r#"name: "rr" max_batch_size: 2
+           input [{name: "INPUT" data_type: TYPE_INT32 dims: [1]}]
+           output [{name: "OUTPUT" data_type: TYPE_INT32 dims: [1]}]
+           instance_group [{kind: KIND_CPU count: 1}]
+           sequence_batching { iterative_sequence: true direct {} }"#,
+    )
+    .unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let model = Arc::new(Rerun { log: log.clone() });
+    let pool =
+        Arc::new(Pool::start(Arc::new(cfg), 1, model, 0, &std::env::temp_dir(), false).unwrap());
+    runtime().block_on(async {
+        let send = |start: bool, v: i32| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let r = request(Parameter::Int(7), start, false, v);
+                pool.schedule(r, 1, Instant::now()).await
+            })
+        };
+        let a = send(true, 1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let b = send(false, 3);
+        let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap());
+        assert_eq!(int(&a.outputs[0]), 1);
+        let b = b.expect("the second request runs to its answer");
+        assert_eq!(
+            int(&b.outputs[0]),
+            3,
+            "its runs are counted in its id's sequence"
+        );
+    });
+    assert_eq!(pool.sequences(), 0);
 }
