@@ -533,7 +533,11 @@ impl WasmInstance {
             );
         };
         let result = call_execute(&m, store, plugin, batch, timing);
-        let (returned, hit) = (result.is_ok(), store.data().limits.hit);
+        // Whether the call returned an answer list the batch can take
+        // (else every request fails, below).
+        let returned =
+            matches!(&result, Ok(r) if r.len() == batch.len() || (m.decoupled && r.is_empty()));
+        let hit = store.data().limits.hit;
         let open = |r: &Running| r.responder.as_ref().is_none_or(|s| !s.0.is_closed());
         // Requests the plugin released to run again: none after a failure or
         // at the memory cap (the instance restarts), nor one whose stream
