@@ -643,6 +643,10 @@ fn requeue(
         // The version is going away: it runs no more requests.
         st.book.finished(row.key, row.start, Vec::new(), now);
         st.book.end(row.key);
+        s.stats.record_failure(
+            now.saturating_duration_since(row.enqueued),
+            FailReason::Rejected,
+        );
         return Err((row.seq, row.reply, gone_error(&s.config.name, s.version)));
     }
     request
