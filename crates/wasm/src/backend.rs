@@ -622,6 +622,14 @@ impl WasmInstance {
             Ok(results) if results.len() == batch.len() && store.data().limits.hit => {
                 self.answered_at_memory_cap(m, batch, results, extra)
             }
+            Ok(_) if store.data().limits.hit => {
+                // Whatever it returned, its memory is at the cap for good.
+                let e = self.memory_cap_error(m);
+                m.counters.record(true, false);
+                tracing::error!(model = %m.name, instance = %self.spec.name, "plugin hit its memory cap; restarting the instance");
+                self.restart(Some(e.clone()));
+                self.fail_all(batch.len(), e)
+            }
             Ok(results) if results.len() == batch.len() => responses(m, batch, results, extra),
             Ok(results) => self.fail_all(
                 batch.len(),

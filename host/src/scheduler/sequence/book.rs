@@ -290,15 +290,21 @@ impl<T: Queued> Book<T> {
     /// runs in its instance's next batch, beside the other slots' requests.
     /// A sequence that had ended (its slot freed when this, its last
     /// request, was taken) goes on until the request is answered: it takes
-    /// a free slot, whose instance is returned, or the backlog's front.
-    /// Gives the request back when the sequence is gone.
+    /// a free slot of `instance`, the one it ran on (whatever the plugin
+    /// keeps for it is there), or the backlog's front. Gives the request
+    /// back when the sequence is gone.
     pub fn requeue(
         &mut self,
         key: SeqKey,
+        instance: usize,
         item: T,
         now: Instant,
-    ) -> std::result::Result<Option<usize>, T> {
-        let free = self.free_slot();
+    ) -> std::result::Result<(), T> {
+        let free = self
+            .slots
+            .get(instance)
+            .and_then(|slots| slots.iter().position(Option::is_none))
+            .map(|j| (instance, j));
         let Some(seq) = self.seqs.get_mut(&key) else {
             return Err(item);
         };
@@ -307,19 +313,16 @@ impl<T: Queued> Book<T> {
         seq.ended = false;
         self.queued += 1;
         if seq.slot.is_some() || self.backlog.contains(&key) {
-            return Ok(None);
+            return Ok(());
         }
         match free {
             Some((i, j)) => {
                 seq.slot = Some((i, j));
                 self.slots[i][j] = Some(key);
-                Ok(Some(i))
             }
-            None => {
-                self.backlog.push_front(key);
-                Ok(None)
-            }
+            None => self.backlog.push_front(key),
         }
+        Ok(())
     }
 
     /// Ends sequence `key` now (an `iterative_sequence` request that was

@@ -594,9 +594,8 @@ fn worker(s: Arc<Shared>, i: usize, name: String, mut instance: Box<dyn Instance
                 let Some(row) = row else { continue };
                 if matches!(&result, Ok(r) if r.rescheduled) {
                     let request = std::mem::take(&mut requests[pos]);
-                    match requeue(&s, &mut st, row, request, done) {
-                        Ok(moved) => woken.extend(moved),
-                        Err((seq, reply, e)) => answers.push((seq, reply, Err(e))),
+                    if let Err((seq, reply, e)) = requeue(&s, &mut st, i, row, request, done) {
+                        answers.push((seq, reply, Err(e)));
                     }
                     continue;
                 }
@@ -628,17 +627,17 @@ fn worker(s: Arc<Shared>, i: usize, name: String, mut instance: Box<dyn Instance
 /// Puts a request the backend released to run again (Triton's request
 /// rescheduling, `iterative_sequence`) back at the front of its sequence,
 /// which keeps its slot: it runs in the instance's next batch, beside the
-/// other slots' requests, without its START flag. Returns the instance to
-/// wake when the sequence had to take a slot anew (see [`Book::requeue`]),
-/// or the request's answer when it cannot run again (the version is going
-/// away).
+/// other slots' requests, without its START flag (instance `i`, the one it
+/// ran on, runs it again: see [`Book::requeue`]). Returns the request's
+/// answer when it cannot run again (the version is going away).
 fn requeue(
     s: &Shared,
     st: &mut State,
+    i: usize,
     row: Row,
     mut request: InferRequest,
     now: Instant,
-) -> std::result::Result<Option<usize>, (u64, Reply, Error)> {
+) -> std::result::Result<(), (u64, Reply, Error)> {
     if st.closed {
         // The version is going away: it runs no more requests.
         st.book.finished(row.key, row.start, Vec::new(), now);
@@ -665,13 +664,17 @@ fn requeue(
     // Queued before the run is recorded, so that a sequence already ended
     // (another request of its correlation id was answered) is not let go of
     // while this request still belongs to it.
-    let requeued = st.book.requeue(row.key, item, now);
+    let requeued = st.book.requeue(row.key, i, item, now);
     st.book.finished(row.key, row.start, Vec::new(), now);
     requeued.map_err(|item| {
         let e = Error::internal(format!(
             "model '{}': a rescheduled request lost its sequence",
             s.config.name
         ));
+        s.stats.record_failure(
+            now.saturating_duration_since(item.enqueued),
+            FailReason::Other,
+        );
         (item.seq, item.reply, e)
     })
 }

@@ -581,17 +581,67 @@ fn a_request_behind_an_ended_iterative_sequence_can_be_rescheduled() {
                 pool.schedule(r, 1, Instant::now()).await
             })
         };
-        let a = send(true, 1);
+        // A runs three times (60 ms): B joins its sequence meanwhile.
+        let a = send(true, 3);
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let b = send(false, 3);
-        let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap());
-        assert_eq!(int(&a.outputs[0]), 1);
+        let b = send(false, 6);
+        let b = tokio::time::timeout(Duration::from_secs(10), b);
+        let (a, b) = (
+            a.await.unwrap().unwrap(),
+            b.await.expect("B is answered").unwrap(),
+        );
+        assert_eq!(int(&a.outputs[0]), 3);
         let b = b.expect("the second request runs to its answer");
         assert_eq!(
             int(&b.outputs[0]),
-            3,
+            6,
             "its runs are counted in its id's sequence"
         );
     });
     assert_eq!(pool.sequences(), 0);
+}
+
+/// The same on two instances: the second request of the ended sequence
+/// runs again on the instance it ran on (where the plugin keeps what it
+/// needs), even when a slot of a lower instance is free by then.
+#[test]
+fn a_request_behind_an_ended_iterative_sequence_stays_on_its_instance() {
+    let cfg = parse_pbtxt(
+        r#"name: "rr" max_batch_size: 1
+           input [{name: "INPUT" data_type: TYPE_INT32 dims: [1]}]
+           output [{name: "OUTPUT" data_type: TYPE_INT32 dims: [1]}]
+           instance_group [{kind: KIND_CPU count: 2}]
+           sequence_batching { iterative_sequence: true direct {} }"#,
+    )
+    .unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let model = Arc::new(Rerun { log: log.clone() });
+    let pool =
+        Arc::new(Pool::start(Arc::new(cfg), 1, model, 0, &std::env::temp_dir(), false).unwrap());
+    runtime().block_on(async {
+        let send = |id: i64, start: bool, v: i32| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let r = request(Parameter::Int(id), start, false, v);
+                pool.schedule(r, 1, Instant::now()).await
+            })
+        };
+        // X takes instance 0's slot and frees it after two runs (40 ms);
+        // A runs on instance 1 three times, B joins its sequence meanwhile.
+        let x = send(1, true, 2);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let a = send(7, true, 3);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let b = send(7, false, 6);
+        let within = |t| tokio::time::timeout(Duration::from_secs(10), t);
+        assert_eq!(int(&x.await.unwrap().unwrap().outputs[0]), 2);
+        assert_eq!(int(&a.await.unwrap().unwrap().outputs[0]), 3);
+        let b = within(b).await.expect("B is answered, not left waiting");
+        assert_eq!(int(&b.unwrap().unwrap().outputs[0]), 6);
+    });
+    let b_runs = log.lock().unwrap().iter().filter(|(v, _)| *v == 6).count();
+    assert_eq!(
+        b_runs, 3,
+        "B ran where its sequence's count was kept (runs 4 to 6)"
+    );
 }
