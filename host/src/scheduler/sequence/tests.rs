@@ -424,8 +424,11 @@ fn iterative_sequences_are_one_request_each() {
 
 /// Reschedules each request until it has run INPUT times (its runs counted
 /// by correlation id); logs every run as (INPUT, START flag).
+/// Each run's (INPUT, START), in order.
+type RunLog = Arc<std::sync::Mutex<Vec<(i32, bool)>>>;
+
 struct Rerun {
-    log: Arc<std::sync::Mutex<Vec<(i32, bool)>>>,
+    log: RunLog,
 }
 
 struct RerunInstance {
@@ -502,19 +505,26 @@ fn a_rescheduled_request_of_a_model_with_controls_batches_with_new_ones() {
     );
 }
 
-fn rescheduled_runs(controls: &str) {
+/// A pool of the [`Rerun`] model (iterative, direct): its config's
+/// `max_batch_size`, instance count and extra `sequence_batching` fields,
+/// and the log of its runs.
+fn rerun_pool(max_batch: u32, instances: u32, extra: &str) -> (Arc<Pool>, RunLog) {
     let cfg = parse_pbtxt(&format!(
-        r#"name: "rr" max_batch_size: 2
+        r#"name: "rr" max_batch_size: {max_batch}
            input [{{name: "INPUT" data_type: TYPE_INT32 dims: [1]}}]
            output [{{name: "OUTPUT" data_type: TYPE_INT32 dims: [1]}}]
-           instance_group [{{kind: KIND_CPU count: 1}}]
-           sequence_batching {{ iterative_sequence: true direct {{}} {controls} }}"#
+           instance_group [{{kind: KIND_CPU count: {instances}}}]
+           sequence_batching {{ iterative_sequence: true direct {{}} {extra} }}"#
     ))
     .unwrap();
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let model = Arc::new(Rerun { log: log.clone() });
-    let pool =
-        Arc::new(Pool::start(Arc::new(cfg), 1, model, 0, &std::env::temp_dir(), false).unwrap());
+    let pool = Pool::start(Arc::new(cfg), 1, model, 0, &std::env::temp_dir(), false).unwrap();
+    (Arc::new(pool), log)
+}
+
+fn rescheduled_runs(controls: &str) {
+    let (pool, log) = rerun_pool(2, 1, controls);
     runtime().block_on(async {
         let send = |v: i32| {
             let pool = pool.clone();
@@ -561,18 +571,7 @@ fn rescheduled_runs(controls: &str) {
 /// it, still runs, is rescheduled and is answered.
 #[test]
 fn a_request_behind_an_ended_iterative_sequence_can_be_rescheduled() {
-    let cfg = parse_pbtxt(
-        r#"name: "rr" max_batch_size: 2
-           input [{name: "INPUT" data_type: TYPE_INT32 dims: [1]}]
-           output [{name: "OUTPUT" data_type: TYPE_INT32 dims: [1]}]
-           instance_group [{kind: KIND_CPU count: 1}]
-           sequence_batching { iterative_sequence: true direct {} }"#,
-    )
-    .unwrap();
-    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let model = Arc::new(Rerun { log: log.clone() });
-    let pool =
-        Arc::new(Pool::start(Arc::new(cfg), 1, model, 0, &std::env::temp_dir(), false).unwrap());
+    let (pool, _) = rerun_pool(2, 1, "");
     runtime().block_on(async {
         let send = |start: bool, v: i32| {
             let pool = pool.clone();
@@ -606,18 +605,7 @@ fn a_request_behind_an_ended_iterative_sequence_can_be_rescheduled() {
 /// needs), even when a slot of a lower instance is free by then.
 #[test]
 fn a_request_behind_an_ended_iterative_sequence_stays_on_its_instance() {
-    let cfg = parse_pbtxt(
-        r#"name: "rr" max_batch_size: 1
-           input [{name: "INPUT" data_type: TYPE_INT32 dims: [1]}]
-           output [{name: "OUTPUT" data_type: TYPE_INT32 dims: [1]}]
-           instance_group [{kind: KIND_CPU count: 2}]
-           sequence_batching { iterative_sequence: true direct {} }"#,
-    )
-    .unwrap();
-    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let model = Arc::new(Rerun { log: log.clone() });
-    let pool =
-        Arc::new(Pool::start(Arc::new(cfg), 1, model, 0, &std::env::temp_dir(), false).unwrap());
+    let (pool, log) = rerun_pool(1, 2, "");
     runtime().block_on(async {
         let send = |id: i64, start: bool, v: i32| {
             let pool = pool.clone();
