@@ -422,11 +422,11 @@ fn iterative_sequences_are_one_request_each() {
     });
 }
 
-/// Reschedules each request until it has run INPUT times (its runs counted
-/// by correlation id); logs every run as (INPUT, START flag).
 /// Each run's (INPUT, START), in order.
 type RunLog = Arc<std::sync::Mutex<Vec<(i32, bool)>>>;
 
+/// Reschedules each request until it has run INPUT times (its runs counted
+/// by correlation id); logs every run as (INPUT, START flag).
 struct Rerun {
     log: RunLog,
 }
