@@ -494,7 +494,7 @@ def stream_answers(server, model, inputs, outputs, stop, wait=30, **options):
 def countdown_stream(server, count, **sequence):
     """The responses of one countdown request (the last has LEFT 0)."""
     answers = stream_answers(server, "countdown", [("COUNT", np.array([count], dtype=np.int32), "INT32")],
-                             ("LEFT", "RUN", "FLAGS", "HAS_ID"),
+                             ("LEFT", "RUN", "FLAGS", "HAS_ID", "ACTIVE"),
                              lambda a: bool(a) and (not isinstance(a[-1], tuple) or a[-1][0] == "error"
                                                     or a[-1][0].get("LEFT") == [0]), **sequence)
     return [a[0] if isinstance(a, tuple) and a[0] != "error" else a for a in answers]
@@ -521,8 +521,11 @@ def test_a_rescheduled_request_keeps_its_slot_as_on_triton(servers):
     """A rescheduled request stays in its sequence's slot: on countdown's one
     slot (max_batch_size 0) a second request sent while a long countdown runs
     starts only once the long one has ended, on both servers; the long one's
-    stream stays open across its runs."""
+    stream stays open across its runs. The model's ACTIVE output (sequences
+    begun and not ended, at each run) tells it exactly: the second request's
+    runs see what a request alone sees, not one more."""
     for k, s in servers.items():
+        alone = [a["ACTIVE"] for a in countdown_stream(s, 1)]
         got = queue.Queue()
         c = grpcclient.InferenceServerClient(s.grpc_url)
         c.start_stream(callback=lambda result, error: got.put((result, error)))
@@ -534,16 +537,13 @@ def test_a_rescheduled_request_keeps_its_slot_as_on_triton(servers):
             assert error is None, (k, error)
             short = countdown_stream(s, 2)
             assert [a["RUN"] for a in short] == [[1], [2]], (k, short)
-            # The long request's last responses can still be on their way to this
-            # client (its own connection and reader thread, tens of responses
-            # behind when the machine is busy) when the short one's have arrived;
-            # a server that let the short one in before the long one ended would
-            # answer it a few runs into the long one's 300, not past half of them.
-            arrived = 1 + got.qsize()
-            assert arrived > 150, f"{k}: the second request ran before the first one ended ({arrived} of 300)"
-            for _ in range(300 - arrived):
+            assert [a["ACTIVE"] for a in short] == alone * 2, \
+                f"{k}: the second request ran while the first one was still running: {short}"
+            # The long stream answers all its 300 runs, its last with LEFT 0.
+            for _ in range(299):
                 result, error = got.get(timeout=30)
                 assert error is None, (k, error)
+            assert result.as_numpy("LEFT").tolist() == [0], k
         finally:
             c.stop_stream(cancel_requests=True)
             c.close()
